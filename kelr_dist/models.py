@@ -1,0 +1,248 @@
+"""The test systems: triple-well, Langevin-Morse (paper §5) and Ornstein-Uhlenbeck.
+
+Each model has a closed-form equilibrium density ``p_eq`` (so the exact-FDT response, with the
+true score ``grad log p_eq`` in eq:lin_oper, is the reference the estimates are judged against)
+and a resumable sampler: ``advance(state, n, rng)`` returns the next ``n`` stored samples, and
+``advance(a)`` then ``advance(b)`` (same ``rng`` object continued) equals ``advance(a + b)`` bit
+for bit, because the standard normals are drawn from one numpy ``Generator`` stream in order,
+in sub-blocks of bounded size, and fed to the numba kernels of :mod:`kelr_dist.integrators`.
+
+``make_model(name, **params)`` builds a model from its command-line name; ``model.params()`` is
+JSON-serialisable and rebuilds the same model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from scipy.linalg import cholesky, expm, solve_continuous_lyapunov
+
+from kelr_dist import integrators
+
+# standard normals drawn per sub-block (bounds the simulator's scratch memory: 512 KiB)
+_NORMALS_PER_BLOCK = 1 << 16
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A stochastic system with a known equilibrium density and a resumable sampler.
+
+    Attributes
+    ----------
+    name : command-line name (one of :data:`MODEL_NAMES`).
+    components : names of the ``d`` state components.
+    dt : time between stored samples (integrator step times the subsampling factor).
+    default_burn_in : stored samples to discard before the chain is at equilibrium.
+    """
+
+    name: str
+    components: tuple[str, ...]
+    dt: float
+    default_burn_in: int
+
+    def params(self) -> dict[str, Any]:
+        """JSON-serialisable parameters; ``make_model(name, **params())`` rebuilds the model."""
+        ...
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        """A starting state, shape ``(d,)``."""
+        ...
+
+    def advance(
+        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``n_samples`` stored samples ``(n_samples, d)`` and the new state ``(d,)``."""
+        ...
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """Exact ``grad log p_eq`` at ``x (n, d)``, shape ``(n, d)``."""
+        ...
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """Unnormalised ``log p_eq`` at ``x (n, d)``, shape ``(n,)``."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+# --------------------------------------------------------------------------------------------
+
+Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _run_blocks(
+    state: np.ndarray,
+    n_samples: int,
+    rng: np.random.Generator,
+    normals_per_sample: int,
+    kernel: Kernel,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Advance ``state`` by ``n_samples`` stored samples, drawing normals in sub-blocks.
+
+    ``kernel(x0, normals (k, normals_per_sample), out (k, d))`` fills ``out`` with the next
+    ``k`` samples. The normals are drawn from ``rng`` in order, so the result does not depend
+    on the sub-block size nor on how a run is split into calls.
+
+    Returns
+    -------
+    samples : (n_samples, d) float64.
+    new_state : (d,) float64, the last sample (``state`` itself when ``n_samples == 0``).
+    """
+    x = np.array(state, dtype=np.float64)  # a copy: the caller's state is never modified
+    if n_samples < 0:
+        raise ValueError(f"n_samples={n_samples} is negative")
+    out = np.empty((n_samples, x.shape[0]))
+    per_block = max(1, _NORMALS_PER_BLOCK // normals_per_sample)
+    buffer = np.empty((min(per_block, n_samples), normals_per_sample))
+    for start in range(0, n_samples, per_block):
+        stop = min(start + per_block, n_samples)
+        normals = buffer[: stop - start]
+        rng.standard_normal(out=normals)
+        kernel(x, normals, out[start:stop])
+        x = out[stop - 1].copy()
+    return out, x
+
+
+def _positive(name: str, value: float) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={value!r} must be a finite positive number")
+    return value
+
+
+def _subsample(value: int) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"subsample={value!r} must be a positive integer")
+    return int(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Ornstein-Uhlenbeck
+# --------------------------------------------------------------------------------------------
+
+_OU_GAMMA = ((1.0, 0.6), (-0.4, 0.8))
+_OU_SIGMA = ((math.sqrt(2.0), 0.0), (0.0, math.sqrt(2.0)))
+
+
+class OrnsteinUhlenbeck:
+    """``dX = -Gamma X dt + Sigma dW``, sampled exactly (not in the paper; a Gaussian check).
+
+    The default ``Gamma`` is non-symmetric (eigenvalues ``0.9 +- 0.48i``), so the response
+    ``expm(-Gamma t)`` has non-zero, unequal off-diagonal entries.
+
+    Parameters
+    ----------
+    gamma : (d, d) drift matrix; its eigenvalues must have positive real parts.
+    sigma : (d, d) noise matrix (``Sigma Sigma^T`` positive definite).
+    dt : time between samples (exact transition, no discretisation error).
+    """
+
+    name = "ou"
+    default_burn_in = 0  # initial_state draws from p_eq
+
+    def __init__(
+        self,
+        gamma: Any = _OU_GAMMA,
+        sigma: Any = _OU_SIGMA,
+        dt: float = 0.05,
+    ) -> None:
+        self.gamma = np.array(gamma, dtype=np.float64)
+        if self.gamma.ndim != 2 or self.gamma.shape[0] != self.gamma.shape[1]:
+            raise ValueError(f"gamma={gamma!r} must be a square (d, d) matrix")
+        d = self.gamma.shape[0]
+        if not np.all(np.isfinite(self.gamma)) or np.linalg.eigvals(self.gamma).real.min() <= 0:
+            raise ValueError(
+                f"gamma={gamma!r} must be finite with eigenvalues of positive real part"
+            )
+        self.sigma = np.array(sigma, dtype=np.float64)
+        if self.sigma.shape != (d, d) or not np.all(np.isfinite(self.sigma)):
+            raise ValueError(f"sigma={sigma!r} must be a finite ({d}, {d}) matrix")
+        diffusion = self.sigma @ self.sigma.T
+        if np.linalg.eigvalsh(diffusion).min() <= 0:
+            raise ValueError(f"sigma={sigma!r} must have full rank (Sigma Sigma^T > 0)")
+        self.dt = _positive("dt", dt)
+        self.components = tuple(f"x{i + 1}" for i in range(d))
+        covariance = solve_continuous_lyapunov(self.gamma, diffusion)
+        self._covariance = 0.5 * (covariance + covariance.T)
+        self._precision = np.linalg.inv(self._covariance)
+        self._transition = expm(-self.gamma * self.dt)
+        step_cov = self._covariance - self._transition @ self._covariance @ self._transition.T
+        self._noise = cholesky(0.5 * (step_cov + step_cov.T), lower=True)
+        self._stationary_factor = cholesky(self._covariance, lower=True)
+
+    def params(self) -> dict[str, Any]:
+        return {"gamma": self.gamma.tolist(), "sigma": self.sigma.tolist(), "dt": self.dt}
+
+    def stationary_covariance(self) -> np.ndarray:
+        """``C`` solving ``Gamma C + C Gamma^T = Sigma Sigma^T``, shape ``(d, d)``."""
+        return self._covariance.copy()
+
+    def response(self, t: np.ndarray) -> np.ndarray:
+        """Exact linear response ``expm(-Gamma t)`` for ``A = x`` and constant forcing.
+
+        Parameters
+        ----------
+        t : (T,) times.
+
+        Returns
+        -------
+        (T, d, d) ``k_A(t)`` of eq:lin_oper, entry ``[s, i, j] = d<x_i(t_s)> / d f_j``.
+        """
+        return np.stack([expm(-self.gamma * float(s)) for s in np.atleast_1d(t)])
+
+    def lag_covariance(self, t: np.ndarray) -> np.ndarray:
+        """``E[x(t) x(0)^T] = expm(-Gamma t) C`` at times ``t (T,)``, shape ``(T, d, d)``."""
+        return self.response(t) @ self._covariance
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        return self._stationary_factor @ rng.standard_normal(self.gamma.shape[0])
+
+    def advance(
+        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
+            return integrators.linear_gaussian(x0, normals, out, self._transition, self._noise)
+
+        return _run_blocks(state, n_samples, rng, self.gamma.shape[0], kernel)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        return -np.asarray(x, dtype=np.float64) @ self._precision
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return -0.5 * np.einsum("ni,ij,nj->n", x, self._precision, x)
+
+
+# --------------------------------------------------------------------------------------------
+# registry
+# --------------------------------------------------------------------------------------------
+
+_MODELS: dict[str, type] = {
+    OrnsteinUhlenbeck.name: OrnsteinUhlenbeck,
+}
+MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
+
+
+def make_model(name: str, **params: Any) -> Model:
+    """Build the model called ``name`` (one of :data:`MODEL_NAMES`) with keyword ``params``.
+
+    Raises
+    ------
+    ValueError
+        naming an unknown model, an unknown parameter, or a parameter with a bad value.
+    """
+    try:
+        cls = _MODELS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown model name={name!r}; expected one of {MODEL_NAMES}") from None
+    accepted = set(inspect.signature(cls).parameters)
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for model {name!r}; accepted: {sorted(accepted)}"
+        )
+    return cls(**params)
