@@ -1,0 +1,407 @@
+"""Orthonormal function families, affine maps and tensor bases (paper §3.1, eq:kernel, eq:eigf_Lag).
+
+One coordinate at a time:
+
+* :class:`Hermite` — ``Ψ_m(x) = ψ_m(x) W(x)^β`` with ``ψ_m`` the Hermite polynomials orthonormal
+  for the standard Gaussian density ``W`` (Mehler RKHS, §3.1.1);
+* :class:`Laguerre` — ``Ψ_m(x) = ℓ^{(θ)}_m(x) G(x; θ)^β`` with ``ℓ^{(θ)}_m`` orthonormal for the
+  Gamma(θ+1) density ``G(x; θ) = x^θ e^{-x} / Γ(θ+1)``, ``x ≥ 0`` (Hille–Hardy RKHS, §3.1.2).
+
+Values come from the normalised three-term recurrences with the weight carried along and a
+running power-of-two rescaling, so orders in the hundreds and ``|x|`` up to 1e3 give finite
+values (tiny ones underflow to 0, never inf/NaN). Derivatives come from the same forward pass
+(the recurrence differentiated term by term), never from monomial coefficients, which lose all
+digits near order 60.
+
+A :class:`Coordinate` is a family plus an affine map ``y = (x - loc) / scale``; the density of
+``x`` is the density of ``y`` divided by ``scale`` (the chain rule is applied in
+:meth:`Coordinate.evaluate`). A :class:`TensorBasis` combines coordinates with an index set:
+``total`` (``|m|_1 ≤ M``, the paper's default) or ``box`` (``m_k ≤ M_k``, as in eq:kme_Lan).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+import numba
+import numpy as np
+
+IndexSet = Literal["total", "box"]
+
+#: Largest dense coefficient matrix the basis may ask for (bytes).
+MAX_MATRIX_BYTES = 2 * 1024**3
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_RESCALE = 2.0**64  # rescale the running recurrence once it exceeds this
+_LOG_RESCALE = 64.0 * math.log(2.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compiled
+    """Ψ_m = ψ_m W^β and Ψ_m' = √m Ψ_{m-1} - β x Ψ_m, with ψ_{m} = (x ψ_{m-1} - √(m-1) ψ_{m-2})/√m."""
+    for n in range(x.shape[0]):
+        xn = x[n]
+        log_scale = -beta * (0.5 * xn * xn + _LOG_SQRT_2PI)
+        factor = math.exp(log_scale)
+        h_prev = 0.0
+        h = 1.0
+        values[n, 0] = factor
+        for m in range(1, order + 1):
+            h_next = (xn * h - math.sqrt(m - 1.0) * h_prev) / math.sqrt(float(m))
+            h_prev = h
+            h = h_next
+            if abs(h) > _RESCALE:
+                h /= _RESCALE
+                h_prev /= _RESCALE
+                log_scale += _LOG_RESCALE
+                factor = math.exp(log_scale)
+            values[n, m] = h * factor
+        if derivs.shape[0] > 0:
+            derivs[n, 0] = -beta * xn * values[n, 0]
+            for m in range(1, order + 1):
+                derivs[n, m] = math.sqrt(float(m)) * values[n, m - 1] - beta * xn * values[n, m]
+
+
+@numba.njit(cache=True, nogil=True)
+def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover - compiled
+    """Ψ_m = ℓ_m G^β with √((m+1)(m+θ+1)) ℓ_{m+1} = (2m+1+θ-x) ℓ_m - √(m(m+θ)) ℓ_{m-1}.
+
+    ℓ_m' follows from the same recurrence differentiated; (G^β)' = β(θ/x - 1) G^β.
+    """
+    log_norm = -beta * math.lgamma(theta + 1.0)
+    want_d = derivs.shape[0] > 0
+    for n in range(x.shape[0]):
+        xn = x[n]
+        if xn < 0.0:
+            for m in range(order + 1):
+                values[n, m] = 0.0
+                if want_d:
+                    derivs[n, m] = 0.0
+            continue
+        if xn == 0.0:
+            tb = theta * beta
+            log_scale = -math.inf if tb > 0.0 else (log_norm if tb == 0.0 else math.inf)
+        else:
+            log_scale = log_norm + beta * (theta * math.log(xn) - xn)
+        factor = math.exp(log_scale)
+        # running (scaled) ℓ_m and ℓ_m'
+        l_prev, l_cur = 0.0, 1.0
+        d_prev, d_cur = 0.0, 0.0
+        values[n, 0] = factor
+        if want_d:
+            derivs[n, 0] = 0.0  # ℓ_0' = 0; the weight term is added below
+        for m in range(order):
+            a = 2.0 * m + 1.0 + theta - xn
+            b = math.sqrt(m * (m + theta))
+            c = math.sqrt((m + 1.0) * (m + theta + 1.0))
+            l_next = (a * l_cur - b * l_prev) / c
+            d_next = (a * d_cur - l_cur - b * d_prev) / c
+            l_prev, l_cur = l_cur, l_next
+            d_prev, d_cur = d_cur, d_next
+            if abs(l_cur) > _RESCALE or abs(d_cur) > _RESCALE:
+                l_cur /= _RESCALE
+                l_prev /= _RESCALE
+                d_cur /= _RESCALE
+                d_prev /= _RESCALE
+                log_scale += _LOG_RESCALE
+                factor = math.exp(log_scale)
+            values[n, m + 1] = l_cur * factor
+            if want_d:
+                derivs[n, m + 1] = d_cur * factor
+        if want_d:
+            # add ℓ_m · (G^β)' = Ψ_m · β(θ/x - 1); at x = 0 take the one-sided limit.
+            if xn > 0.0:
+                w = beta * (theta / xn - 1.0)
+                for m in range(order + 1):
+                    derivs[n, m] += values[n, m] * w
+            elif theta * beta == 1.0:
+                # G^β ~ x/Γ^β near 0, so ℓ_m (G^β)' -> ℓ_m(0) θβ ... = ℓ_m(0) Γ(θ+1)^{-β}
+                lim = math.exp(log_norm)
+                l_prev, l_cur = 0.0, 1.0
+                derivs[n, 0] += lim
+                for m in range(order):
+                    a = 2.0 * m + 1.0 + theta
+                    b = math.sqrt(m * (m + theta))
+                    c = math.sqrt((m + 1.0) * (m + theta + 1.0))
+                    l_prev, l_cur = l_cur, (a * l_cur - b * l_prev) / c
+                    derivs[n, m + 1] += l_cur * lim
+            elif theta * beta == 0.0:
+                w = -beta
+                for m in range(order + 1):
+                    derivs[n, m] += values[n, m] * w
+            elif theta * beta < 1.0:
+                # θβ < 1: the weight's derivative is unbounded at 0 (one-sided limit)
+                for m in range(order + 1):
+                    derivs[n, m] = math.inf
+            # θβ > 1: (G^β)' -> 0 and G^β -> 0, nothing to add
+
+
+def _check_order(order: int) -> int:
+    if int(order) != order or order < 0:
+        raise ValueError(f"order must be a non-negative integer, got {order!r}")
+    return int(order)
+
+
+def _as_points(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if x.ndim != 1:
+        raise ValueError(f"x must be one-dimensional (n,), got shape {x.shape}")
+    return x
+
+
+@dataclass(frozen=True)
+class Hermite:
+    """Hermite functions ``Ψ_m = ψ_m W^β`` (eq:kernel), orthonormal in ``L²(W^{1-2β})``.
+
+    Parameters
+    ----------
+    beta : weight exponent, ``β ≥ 1/2`` (the paper uses 1; Remark remark_rich).
+    """
+
+    beta: float = 1.0
+    name = "hermite"
+
+    def __post_init__(self) -> None:
+        if not (self.beta >= 0.5 and math.isfinite(self.beta)):
+            raise ValueError(f"Hermite beta must be a finite number >= 1/2, got {self.beta!r}")
+
+    def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``: two ``(n, order + 1)`` arrays."""
+        return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
+
+    def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
+        """``ψ_m(x) W(x)^weight`` for m = 0..order, shape ``(n, order + 1)``.
+
+        With ``weight = 1 - β`` these are the integrands of the coefficients (eq:kme_MC).
+        """
+        return _evaluate(self, _as_points(x), _check_order(order), weight, derivatives=False)[0]
+
+    def spec(self) -> str:
+        return f"hermite(beta={self.beta:g})"
+
+
+@dataclass(frozen=True)
+class Laguerre:
+    """Laguerre functions ``Ψ_m = ℓ^{(θ)}_m G(·; θ)^β`` (eq:eigf_Lag) on ``x ≥ 0`` (0 below).
+
+    Parameters
+    ----------
+    theta : Gamma shape minus one, ``θ > -1`` (the paper uses integers; any real works).
+    beta : weight exponent, ``β ≥ 1/2``.
+    """
+
+    theta: float = 1.0
+    beta: float = 1.0
+    name = "laguerre"
+
+    def __post_init__(self) -> None:
+        if not (self.theta > -1.0 and math.isfinite(self.theta)):
+            raise ValueError(f"Laguerre theta must be a finite number > -1, got {self.theta!r}")
+        if not (self.beta >= 0.5 and math.isfinite(self.beta)):
+            raise ValueError(f"Laguerre beta must be a finite number >= 1/2, got {self.beta!r}")
+
+    def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``: two ``(n, order + 1)`` arrays."""
+        return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
+
+    def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
+        """``ℓ_m(x) G(x; θ)^weight`` for m = 0..order, shape ``(n, order + 1)``."""
+        return _evaluate(self, _as_points(x), _check_order(order), weight, derivatives=False)[0]
+
+    def spec(self) -> str:
+        return f"laguerre(theta={self.theta:g},beta={self.beta:g})"
+
+
+Family = Hermite | Laguerre
+
+
+def _evaluate(
+    family: Family, x: np.ndarray, order: int, weight: float, derivatives: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    values = np.empty((x.shape[0], order + 1))
+    derivs = np.empty((x.shape[0] if derivatives else 0, order + 1))
+    if isinstance(family, Hermite):
+        _hermite_kernel(x, order, float(weight), values, derivs)
+    else:
+        _laguerre_kernel(x, order, float(family.theta), float(weight), values, derivs)
+    return values, derivs
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """A family on the mapped coordinate ``y = (x - loc) / scale``.
+
+    ``loc`` is the centre for Hermite and the shift for Laguerre (the data must satisfy
+    ``x ≥ loc``); the density of ``x`` is the density of ``y`` divided by ``scale``.
+    """
+
+    family: Family = field(default_factory=Hermite)
+    loc: float = 0.0
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.scale > 0 and math.isfinite(self.scale)):
+            raise ValueError(f"scale must be a finite positive number, got {self.scale!r}")
+        if not math.isfinite(self.loc):
+            raise ValueError(f"loc must be finite, got {self.loc!r}")
+
+    def mapped(self, x: np.ndarray) -> np.ndarray:
+        return (np.asarray(x, dtype=np.float64) - self.loc) / self.scale
+
+    def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
+        """``Ψ_m(y) / scale`` and its x-derivative ``Ψ_m'(y) / scale²``, each ``(n, order + 1)``."""
+        values, derivs = self.family.evaluate(self.mapped(x), order)
+        values /= self.scale
+        derivs /= self.scale**2
+        return values, derivs
+
+    def coefficient_table(self, x: np.ndarray, order: int) -> np.ndarray:
+        """Integrands of eq:kme_MC: ``ψ_m(y) W(y)^{1-β}`` (resp. ``ℓ_m G^{1-β}``), ``(n, order + 1)``."""
+        return self.family.weighted_polynomials(self.mapped(x), order, 1.0 - self.family.beta)
+
+    def spec(self) -> str:
+        inner = self.family.spec()[:-1]
+        return f"{inner},loc={self.loc:.17g},scale={self.scale:.17g})"
+
+
+@dataclass(frozen=True)
+class TensorBasis:
+    """Tensor products of per-coordinate families over an index set (eq:kernel_d, eq:kme1).
+
+    Parameters
+    ----------
+    coordinates : one :class:`Coordinate` per component.
+    order : ``M`` for ``total`` (``|m|_1 ≤ M``), or ``M`` / ``(M_1, ..., M_d)`` for ``box``
+        (``m_k ≤ M_k``).
+    index_set : ``"total"`` or ``"box"``.
+
+    For the nested families scanned by the order criteria, the *level* of a multi-index is
+    ``|m|_1`` (total) or ``max_k m_k`` (box); the order-``L`` truncation keeps levels ``≤ L``.
+
+    Computation layout: with ``R`` the distinct tails ``(m_2, ..., m_d)`` of the index set,
+    every sum over the basis is a matrix product between the first coordinate's table
+    ``(n, M_1 + 1)`` and the tail products ``H[n, r] = Π_{k≥2} T_k[n, R[r, k-2]]`` ``(n, |R|)``.
+    """
+
+    coordinates: tuple[Coordinate, ...]
+    order: int | tuple[int, ...]
+    index_set: IndexSet = "total"
+
+    def __post_init__(self) -> None:
+        coords = tuple(self.coordinates)
+        if not coords:
+            raise ValueError("a basis needs at least one coordinate")
+        object.__setattr__(self, "coordinates", coords)
+        if self.index_set not in ("total", "box"):
+            raise ValueError(f"index_set must be 'total' or 'box', got {self.index_set!r}")
+        orders = self.order if isinstance(self.order, tuple | list) else None
+        if orders is not None:
+            if self.index_set == "total":
+                raise ValueError("a per-coordinate order tuple needs index_set='box'")
+            if len(orders) != len(coords):
+                raise ValueError(
+                    f"order has {len(orders)} entries but the basis has {len(coords)} coordinates"
+                )
+            object.__setattr__(self, "order", tuple(_check_order(m) for m in orders))
+        else:
+            object.__setattr__(self, "order", _check_order(self.order))
+        nbytes = 8 * (self.max_orders[0] + 1) * max(1, len(self.tails))
+        if nbytes > MAX_MATRIX_BYTES:
+            raise ValueError(
+                f"order {self.order!r} needs a {nbytes / 2**30:.1f} GiB coefficient matrix "
+                f"(limit {MAX_MATRIX_BYTES / 2**30:.0f} GiB); choose a smaller order"
+            )
+
+    @property
+    def dim(self) -> int:
+        return len(self.coordinates)
+
+    @property
+    def max_orders(self) -> tuple[int, ...]:
+        """Highest degree per coordinate, ``(d,)``."""
+        if isinstance(self.order, tuple):
+            return self.order
+        return (self.order,) * self.dim
+
+    @property
+    def max_level(self) -> int:
+        return max(self.max_orders) if self.index_set == "box" else int(self.order)
+
+    @cached_property
+    def indices(self) -> np.ndarray:
+        """Multi-indices ``(P, d)`` in the layout order: by tail, then by first degree."""
+        rows = [
+            (m1, *tail)
+            for tail in map(tuple, self.tails)
+            for m1 in range(self.first_stop(tail) + 1)
+        ]
+        return np.asarray(rows, dtype=np.int64).reshape(-1, self.dim)
+
+    @property
+    def size(self) -> int:
+        return int(self.indices.shape[0])
+
+    @cached_property
+    def tails(self) -> np.ndarray:
+        """Distinct tails ``(m_2..m_d)`` of the index set, ``(|R|, d-1)``, sorted."""
+        rest = self.max_orders[1:]
+        if not rest:
+            return np.zeros((1, 0), dtype=np.int64)
+        grids = np.stack(np.meshgrid(*[np.arange(m + 1) for m in rest], indexing="ij"), -1)
+        tails = grids.reshape(-1, len(rest))
+        if self.index_set == "total":
+            tails = tails[tails.sum(axis=1) <= self.order]
+        return np.ascontiguousarray(tails, dtype=np.int64)
+
+    def first_stop(self, tail: tuple[int, ...] | np.ndarray) -> int:
+        """Highest first-coordinate degree paired with ``tail``."""
+        if self.index_set == "total":
+            return int(self.order) - int(np.sum(tail))
+        return self.max_orders[0]
+
+    def levels(self, indices: np.ndarray | None = None) -> np.ndarray:
+        """Level of each multi-index: ``|m|_1`` (total) or ``max_k m_k`` (box)."""
+        m = self.indices if indices is None else indices
+        return m.sum(axis=1) if self.index_set == "total" else m.max(axis=1)
+
+    def to_matrix(self, coefficients: np.ndarray) -> np.ndarray:
+        """Flat coefficients ``(P,)`` -> the layout matrix ``(M_1 + 1, |R|)`` (zeros outside)."""
+        out = np.zeros((self.max_orders[0] + 1, len(self.tails)))
+        tail_pos = self._tail_positions()
+        out[self.indices[:, 0], tail_pos] = coefficients
+        return out
+
+    def from_matrix(self, matrix: np.ndarray) -> np.ndarray:
+        """Layout matrix ``(M_1 + 1, |R|)`` -> flat coefficients ``(P,)``."""
+        return matrix[self.indices[:, 0], self._tail_positions()]
+
+    def _tail_positions(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.tails)), [self.first_stop(t) + 1 for t in self.tails])
+
+    def tail_products(
+        self, tables: list[np.ndarray], derivative_tables: list[np.ndarray] | None = None
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``H[n, r] = Π_{k≥2} T_k[n, R[r]]`` ``(n, |R|)`` and, if derivative tables are given,
+        ``∂_k H`` for k = 2..d (each ``(n, |R|)``)."""
+        n = tables[0].shape[0]
+        if self.dim == 1:
+            return np.ones((n, 1)), []
+        factors = [t[:, self.tails[:, k]] for k, t in enumerate(tables[1:])]
+        product = factors[0].copy()
+        for f in factors[1:]:
+            product *= f
+        grads: list[np.ndarray] = []
+        if derivative_tables is not None:
+            for k, dt in enumerate(derivative_tables[1:]):
+                g = dt[:, self.tails[:, k]].copy()
+                for j, f in enumerate(factors):
+                    if j != k:
+                        g *= f
+                grads.append(g)
+        return product, grads
+
+    def spec(self) -> str:
+        return ",".join(c.spec() for c in self.coordinates)
