@@ -41,7 +41,7 @@ _LOG_RESCALE = 64.0 * math.log(2.0)
 
 @numba.njit(cache=True, nogil=True)
 def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compiled
-    """Ψ_m = ψ_m W^β and Ψ_m' = √m Ψ_{m-1} - β x Ψ_m, with ψ_{m} = (x ψ_{m-1} - √(m-1) ψ_{m-2})/√m."""
+    """Ψ_m = ψ_m W^β, Ψ_m' = √m Ψ_{m-1} - β x Ψ_m; ψ_m = (x ψ_{m-1} - √(m-1) ψ_{m-2}) / √m."""
     for n in range(x.shape[0]):
         xn = x[n]
         log_scale = -beta * (0.5 * xn * xn + _LOG_SQRT_2PI)
@@ -169,7 +169,7 @@ class Hermite:
             raise ValueError(f"Hermite beta must be a finite number >= 1/2, got {self.beta!r}")
 
     def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
-        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``: two ``(n, order + 1)`` arrays."""
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
         return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
 
     def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
@@ -204,7 +204,7 @@ class Laguerre:
             raise ValueError(f"Laguerre beta must be a finite number >= 1/2, got {self.beta!r}")
 
     def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
-        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``: two ``(n, order + 1)`` arrays."""
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
         return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
 
     def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
@@ -259,7 +259,7 @@ class Coordinate:
         return values, derivs
 
     def coefficient_table(self, x: np.ndarray, order: int) -> np.ndarray:
-        """Integrands of eq:kme_MC: ``ψ_m(y) W(y)^{1-β}`` (resp. ``ℓ_m G^{1-β}``), ``(n, order + 1)``."""
+        """Integrands of eq:kme_MC, ``ψ_m(y) W(y)^{1-β}`` (or ``ℓ_m G^{1-β}``), ``(n, M + 1)``."""
         return self.family.weighted_polynomials(self.mapped(x), order, 1.0 - self.family.beta)
 
     def spec(self) -> str:
