@@ -1,0 +1,161 @@
+"""The Dask client every pass runs on: an existing scheduler, or one embedded ``LocalCluster``.
+
+:func:`get_client` connects to a scheduler when an address is given (argument,
+``DASK_SCHEDULER_ADDRESS`` or the dask config key ``scheduler-address``); otherwise it starts a
+``LocalCluster`` of single-threaded worker processes sized to the machine, once per process, and
+reuses it. That embedded cluster is the only module-level state of the package;
+:func:`close_embedded_cluster` shuts it down (tests, the end of a CLI run).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import dask
+import psutil
+from dask.utils import parse_bytes
+from distributed import Client, LocalCluster
+
+__all__ = ["ClusterError", "close_embedded_cluster", "get_client"]
+
+CONNECT_TIMEOUT = "10s"
+MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
+
+# One thread per worker process, and no hidden thread pools inside it (BLAS, OpenMP, numba).
+_WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "NUMBA_NUM_THREADS": "1",
+    "MALLOC_TRIM_THRESHOLD_": "65536",
+}
+
+
+class ClusterError(ValueError):
+    """The Dask scheduler named by the user cannot be reached."""
+
+
+# The embedded cluster: (cluster, client, (n_workers, memory_limit in bytes)) or None.
+_embedded: tuple[LocalCluster, Client, tuple[int, int]] | None = None
+
+
+def _scheduler_address(address: str | None) -> str | None:
+    """The address to connect to: the argument, else the environment / dask config, else None."""
+    if address:
+        return address
+    return os.environ.get("DASK_SCHEDULER_ADDRESS") or dask.config.get("scheduler-address", None)
+
+
+def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
+    """Bytes per worker: ``memory_limit`` ("300MiB", "2GB", bytes) or a share of the machine."""
+    if memory_limit is None:
+        return int(MEMORY_FRACTION * psutil.virtual_memory().total / n_workers)
+    try:
+        nbytes = parse_bytes(memory_limit) if isinstance(memory_limit, str) else int(memory_limit)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"memory_limit={memory_limit!r} is not a memory size like '300MiB' or '2GB'"
+        ) from err
+    if nbytes <= 0:
+        raise ValueError(f"memory_limit={memory_limit!r} must be a positive memory size")
+    return nbytes
+
+
+def _parse_workers(n_workers: int | None) -> int:
+    if n_workers is None:
+        return os.cpu_count() or 1
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+        raise ValueError(f"n_workers={n_workers!r} must be a positive integer")
+    return n_workers
+
+
+def _connect(address: str) -> Client:
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as err:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at address={address!r} "
+            f"within {CONNECT_TIMEOUT}: {err}"
+        ) from None
+
+
+def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[LocalCluster, Client]:
+    cluster = LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=memory_limit,
+        dashboard_address=None,
+        silence_logs=logging.ERROR if quiet else logging.WARNING,
+        env=_WORKER_ENV,
+    )
+    return cluster, Client(cluster, set_as_default=False)
+
+
+def get_client(
+    address: str | None = None,
+    *,
+    n_workers: int | None = None,
+    memory_limit: str | int | None = None,
+    quiet: bool = False,
+) -> Client:
+    """A ``distributed.Client`` to run the passes on.
+
+    Parameters
+    ----------
+    address : scheduler address (``tcp://host:port``). When ``None`` the environment variable
+        ``DASK_SCHEDULER_ADDRESS`` or the dask config key ``scheduler-address`` is used; when
+        neither is set, the embedded ``LocalCluster`` is started (or reused).
+    n_workers : worker processes of the embedded cluster (one thread each); default: CPU count.
+    memory_limit : memory per embedded worker, bytes or a string like ``"300MiB"``;
+        default: 80 % of the machine's RAM divided by ``n_workers``.
+    quiet : only errors from the embedded cluster's logs (default: warnings too).
+
+    Returns
+    -------
+    A client of the named scheduler (a new one per call, the caller closes it) or the client of
+    the embedded cluster (shared; a call asking for other ``n_workers``/``memory_limit`` replaces
+    the cluster).
+
+    Raises
+    ------
+    ClusterError
+        The scheduler at the address cannot be reached within 10 s.
+    ValueError
+        ``n_workers``/``memory_limit`` are invalid, or given together with an address.
+    """
+    global _embedded
+    target = _scheduler_address(address)
+    if target is not None:
+        for name, value in (("n_workers", n_workers), ("memory_limit", memory_limit)):
+            if value is not None:
+                raise ValueError(
+                    f"{name}={value!r} applies to the embedded cluster only, "
+                    f"not to the scheduler at {target!r}"
+                )
+        return _connect(target)
+    workers = _parse_workers(n_workers)
+    settings = (workers, _parse_memory(memory_limit, workers))
+    if _embedded is not None:
+        cluster, client, running = _embedded
+        compatible = (n_workers is None or running[0] == settings[0]) and (
+            memory_limit is None or running[1] == settings[1]
+        )
+        if compatible and client.status == "running":
+            return client
+        close_embedded_cluster()
+    cluster, client = _start_embedded(*settings, quiet=quiet)
+    _embedded = (cluster, client, settings)
+    return client
+
+
+def close_embedded_cluster() -> None:
+    """Shut the embedded cluster down (no-op when none is running)."""
+    global _embedded
+    if _embedded is None:
+        return
+    cluster, client, _ = _embedded
+    _embedded = None
+    client.close()
+    cluster.close()
