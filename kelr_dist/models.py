@@ -218,10 +218,205 @@ class OrnsteinUhlenbeck:
 
 
 # --------------------------------------------------------------------------------------------
+# triple-well gradient system (paper §5.1)
+# --------------------------------------------------------------------------------------------
+
+TRIPLE_WELL_VARIANTS = ("paper", "radial")
+
+
+class TripleWell:
+    """Gradient system ``dx = -grad V dt + sqrt(2 kT) dW`` (eq:triple, eq:potential_well).
+
+    ``p_eq ∝ exp(-V / kT)`` (eq:triple_peq). The well profile ``v`` is applied to squared
+    distances, ``v(|x - c|^2)``; read literally (``variant="paper"``) its exponent
+    ``1/(z^2 - a^2)`` then holds ``r^4`` (flat-bottomed wells with steep walls, support
+    ``r < sqrt(a)``); ``variant="radial"`` is the other reading ``10 exp(1/(r^2 - a^2))`` on
+    ``r < a``. Integrated by the weak trapezoidal scheme (Anderson & Mattingly 2011), keeping
+    every ``subsample``-th step.
+
+    Parameters
+    ----------
+    a : well spacing / radius (paper: 1).
+    kT : temperature ``k_B T`` (paper: 1.5).
+    gamma : well-depth asymmetry in (0, 1) (paper: 0.25).
+    step : integrator step ``h`` (paper: 1e-3).
+    subsample : steps between stored samples (paper: 5).
+    variant : ``"paper"`` or ``"radial"`` (see above).
+    """
+
+    name = "triple-well"
+    components = ("x1", "x2")
+    default_burn_in = 2000  # 10 time units at dt = 5e-3: many well-hopping times at kT = 1.5
+
+    def __init__(
+        self,
+        a: float = 1.0,
+        kT: float = 1.5,
+        gamma: float = 0.25,
+        step: float = 1e-3,
+        subsample: int = 5,
+        variant: str = "paper",
+    ) -> None:
+        self.a = _positive("a", a)
+        self.kT = _positive("kT", kT)
+        self.gamma = float(gamma)
+        if not 0.0 < self.gamma < 1.0:
+            raise ValueError(f"gamma={gamma!r} must lie in (0, 1)")
+        self.step = _positive("step", step)
+        self.subsample = _subsample(subsample)
+        if variant not in TRIPLE_WELL_VARIANTS:
+            raise ValueError(f"variant={variant!r} must be one of {TRIPLE_WELL_VARIANTS}")
+        self.variant = variant
+        self.dt = self.step * self.subsample
+
+    def _shape(self) -> tuple[float, float, bool]:
+        return self.a, self.gamma, self.variant == "radial"
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "a": self.a,
+            "kT": self.kT,
+            "gamma": self.gamma,
+            "step": self.step,
+            "subsample": self.subsample,
+            "variant": self.variant,
+        }
+
+    def potential(self, x: np.ndarray) -> np.ndarray:
+        """``V`` of eq:potential_well at ``x (n, 2)``, shape ``(n,)``."""
+        return integrators.triple_well_potential(_points(x, 2), *self._shape())
+
+    def gradient(self, x: np.ndarray) -> np.ndarray:
+        """Analytic ``grad V`` at ``x (n, 2)``, shape ``(n, 2)``."""
+        return integrators.triple_well_gradient(_points(x, 2), *self._shape())
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        centre = np.array([self.a, self.a / math.sqrt(3.0)])
+        return centre + math.sqrt(self.kT / 1.6) * rng.standard_normal(2)
+
+    def advance(
+        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
+            return integrators.weak_trapezoidal_triple_well(
+                x0, normals.reshape(-1, 4), out, self.step, self.subsample, self.a,
+                self.gamma, self.kT, self.variant == "radial",
+            )  # fmt: skip
+
+        return _run_blocks(state, n_samples, rng, 4 * self.subsample, kernel)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        return -self.gradient(x) / self.kT
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        return -self.potential(x) / self.kT
+
+
+# --------------------------------------------------------------------------------------------
+# Langevin dynamics with the Morse potential (paper §5.2)
+# --------------------------------------------------------------------------------------------
+
+
+class LangevinMorse:
+    """``dx = v dt, dv = -U'(x) dt - gamma v dt + sqrt(2 gamma kT) dW`` (eq:Lan_sys).
+
+    ``U(x) = U0(a (x - x0))``, ``U0(y) = epsilon (e^{-2y} - 2 e^{-y} + 0.03 y^2)``;
+    ``p_eq ∝ exp(-(U(x) + v^2/2) / kT)`` (eq:eqdis). Integrated by BAOAB splitting, keeping
+    every ``subsample``-th step.
+
+    Parameters
+    ----------
+    gamma : damping (paper: 0.5, under-damped).
+    kT : temperature (paper: 1).
+    epsilon, a, x0 : Morse depth, stiffness and centre (paper: 0.2, 10, 0).
+    step : integrator step (paper: 1e-3).
+    subsample : steps between stored samples (paper: 10).
+    """
+
+    name = "langevin-morse"
+    components = ("x", "v")
+    default_burn_in = 2000  # 20 time units at dt = 1e-2: ten velocity relaxation times 1/gamma
+
+    def __init__(
+        self,
+        gamma: float = 0.5,
+        kT: float = 1.0,
+        epsilon: float = 0.2,
+        a: float = 10.0,
+        x0: float = 0.0,
+        step: float = 1e-3,
+        subsample: int = 10,
+    ) -> None:
+        self.gamma = _positive("gamma", gamma)
+        self.kT = _positive("kT", kT)
+        self.epsilon = _positive("epsilon", epsilon)
+        self.a = _positive("a", a)
+        self.x0 = float(x0)
+        if not math.isfinite(self.x0):
+            raise ValueError(f"x0={x0!r} must be finite")
+        self.step = _positive("step", step)
+        self.subsample = _subsample(subsample)
+        self.dt = self.step * self.subsample
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "gamma": self.gamma,
+            "kT": self.kT,
+            "epsilon": self.epsilon,
+            "a": self.a,
+            "x0": self.x0,
+            "step": self.step,
+            "subsample": self.subsample,
+        }
+
+    def potential(self, x: np.ndarray) -> np.ndarray:
+        """Morse potential ``U`` at positions ``x (n,)``, shape ``(n,)``."""
+        return integrators.morse_potential(_points(x, 1)[:, 0], self.epsilon, self.a, self.x0)
+
+    def force_slope(self, x: np.ndarray) -> np.ndarray:
+        """Analytic ``U'`` at positions ``x (n,)``, shape ``(n,)``."""
+        return integrators.morse_slope(_points(x, 1)[:, 0], self.epsilon, self.a, self.x0)
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        return np.array([self.x0, math.sqrt(self.kT) * rng.standard_normal()])
+
+    def advance(
+        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
+            return integrators.baoab_morse(
+                x0, normals.reshape(-1, 1), out, self.step, self.subsample, self.gamma,
+                self.kT, self.epsilon, self.a, self.x0,
+            )  # fmt: skip
+
+        return _run_blocks(state, n_samples, rng, self.subsample, kernel)
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        x = _points(x, 2)
+        return np.stack([-self.force_slope(x[:, 0]), -x[:, 1]], axis=1) / self.kT
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        x = _points(x, 2)
+        return -(self.potential(x[:, 0]) + 0.5 * x[:, 1] ** 2) / self.kT
+
+
+def _points(x: np.ndarray, d: int) -> np.ndarray:
+    """``x`` as a C-contiguous float64 ``(n, d)`` array (``(n,)`` accepted when ``d == 1``)."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if d == 1 and x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[1] != d:
+        raise ValueError(f"points of shape {x.shape} must have shape (n, {d})")
+    return x
+
+
+# --------------------------------------------------------------------------------------------
 # registry
 # --------------------------------------------------------------------------------------------
 
 _MODELS: dict[str, type] = {
+    TripleWell.name: TripleWell,
+    LangevinMorse.name: LangevinMorse,
     OrnsteinUhlenbeck.name: OrnsteinUhlenbeck,
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
