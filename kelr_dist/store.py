@@ -1,0 +1,433 @@
+"""The trajectory store contract: opening, validating and writing trajectory stores.
+
+A trajectory store (DESIGN §4) is a zarr store that :func:`xarray.open_zarr` opens, holding one
+variable (default ``x``) with
+
+- dims ``(time, component)`` or ``(chain, time, component)`` (any order; it is transposed),
+  chunked along ``time``;
+- dtype float32 or float64 (kept as stored);
+- a uniform sample interval: a numeric ``time`` coordinate, or a ``dt`` attribute on the
+  variable or the dataset (when both are given they must agree);
+- optionally a ``component`` coordinate of names (otherwise ``x0, x1, ...``);
+- attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
+  ``seed``, ``burn_in``, ``kelr_dist_version``).
+
+:func:`open_trajectory` (a path) and :func:`as_trajectory` (an opened ``Dataset``/``DataArray``)
+return a lazily loaded, dask-backed ``DataArray`` with dims always ``("chain", "time",
+"component")``, ``attrs["dt"]`` and ``attrs["store"]`` set. Whatever breaks the contract raises
+one :class:`TrajectoryError` naming the store, the variable and the problem.
+
+The writer half (:func:`create_store`, :func:`write_samples`, :func:`write_progress`,
+:func:`read_progress`, :func:`mark_complete`) is what :mod:`kelr_dist.simulate` uses: one
+process creates a pre-sized ``(chain, time, component)`` array and its metadata; workers then
+write disjoint, chunk-aligned regions (one chain each, no sharding) and a per-chain progress
+record (one zarr chunk per chain, so concurrent chains never touch the same object); only the
+creating process changes metadata, once at the end (the ``complete`` attribute).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+import zarr
+from zarr.codecs import BloscCodec
+
+DIMS = ("chain", "time", "component")
+# most bytes one task may have to read for one block of one chain (see _check_chunks)
+MAX_CHUNK_BYTES = 256 * 2**20
+# block size used to chunk in-memory (numpy-backed) trajectories
+DEFAULT_BLOCK_BYTES = 32 * 2**20
+# relative tolerance on the spacing of a time coordinate (and a time coordinate vs ``dt``)
+DT_RTOL = 1e-6
+PROVENANCE_ATTRS = ("model", "model_params", "seed", "burn_in", "kelr_dist_version")
+PROGRESS_GROUP = "_progress"
+PROGRESS_ARRAY = "record"
+
+
+class TrajectoryError(ValueError):
+    """A store or array that breaks the trajectory contract (message names store and variable)."""
+
+
+def _error(source: str, variable: str, problem: str) -> TrajectoryError:
+    return TrajectoryError(f"store {source!r}, variable {variable!r}: {problem}")
+
+
+def _human_bytes(n: float) -> str:
+    power = min(int(math.log(max(n, 1), 1024)), 4)
+    return f"{n / 1024**power:.1f} {('B', 'KiB', 'MiB', 'GiB', 'TiB')[power]}"
+
+
+# --------------------------------------------------------------------------------------------
+# reading and validation
+# --------------------------------------------------------------------------------------------
+
+
+def open_trajectory(path: str | os.PathLike[str], variable: str = "x") -> xr.DataArray:
+    """Open and validate the trajectory store at ``path``.
+
+    Parameters
+    ----------
+    path : a zarr store (local directory, or a URL xarray can open).
+    variable : name of the trajectory variable.
+
+    Returns
+    -------
+    xarray.DataArray
+        dask-backed, dims ``("chain", "time", "component")`` (a 2-D store gets a chain of
+        length 1), dtype as stored, chunks: one chain and all components per block, time
+        chunks as stored. ``attrs`` holds the store's and the variable's attributes plus
+        ``dt`` (float) and ``store`` (the path). A ``time`` coordinate is kept when the store
+        has one; generated stores carry ``dt`` only (a coordinate of 1e10 times would not fit
+        in memory).
+
+    Raises
+    ------
+    TrajectoryError
+        when the store is missing, is not a zarr store, is an incomplete generated store
+        (the message says how to resume), or the variable breaks the contract
+        (see :func:`as_trajectory`).
+
+    Notes
+    -----
+    A ``time`` coordinate is read into memory to check that it is uniform; very long stores
+    should carry a ``dt`` attribute instead.
+    """
+    source = os.fspath(path)
+    if "://" not in source and not Path(source).exists():
+        raise _error(source, variable, "the store does not exist")
+    try:
+        ds = xr.open_zarr(
+            source, chunks={}, consolidated=False, decode_times=False, decode_timedelta=False
+        )
+    except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
+        raise _error(
+            source, variable, f"not a readable zarr store ({type(exc).__name__}: {exc})"
+        ) from None
+    if ds.attrs.get("complete") is False:
+        raise _error(source, variable, _incomplete_message(source, ds.attrs))
+    return as_trajectory(ds, variable, source=source)
+
+
+def as_trajectory(
+    obj: xr.Dataset | xr.DataArray, variable: str = "x", *, source: str | None = None
+) -> xr.DataArray:
+    """Validate an opened ``Dataset`` (its ``variable``) or ``DataArray`` as a trajectory.
+
+    Parameters
+    ----------
+    obj : the data; numpy-backed data are chunked (blocks of about 32 MiB along time).
+    variable : the variable of a ``Dataset`` (a ``DataArray`` is used as it is).
+    source : name of the store for messages and ``attrs["store"]`` (default: the path the
+        object was opened from, else ``"<in-memory>"``).
+
+    Returns
+    -------
+    xarray.DataArray
+        as described in :func:`open_trajectory`.
+
+    Raises
+    ------
+    TrajectoryError
+        for, each with its own message: a missing variable (the variables present are
+        listed); dims other than ``(time, component)`` / ``(chain, time, component)``; a
+        non-float dtype (float32 and float64 are accepted); fewer than 2 samples or no
+        component; no time step, a non-uniform or non-increasing ``time`` coordinate, a ``dt``
+        that is not a positive finite number or disagrees with the coordinate; duplicate
+        component names; a chunk layout that makes a task read more than 256 MiB.
+
+        The chunk rule: a task reads one time chunk of one chain with all components. So
+        chunks split along ``component`` are merged and chunks spanning several chains are
+        split, both lazily, as long as every stored chunk and every such per-chain block holds
+        at most ``MAX_CHUNK_BYTES`` (256 MiB); a larger chunk (for instance the whole array in
+        one time chunk) is rejected with the advice to rechunk the store along ``time``.
+    """
+    if source is None:
+        source = str(obj.encoding.get("source", "<in-memory>"))
+    if isinstance(obj, xr.Dataset):
+        if variable not in obj.data_vars:
+            present = ", ".join(repr(v) for v in obj.data_vars) or "none"
+            raise _error(source, variable, f"no such variable (variables present: {present})")
+        da = obj[variable]
+        attrs = {**obj.attrs, **da.attrs}
+    elif isinstance(obj, xr.DataArray):
+        da = obj
+        variable = str(obj.name) if obj.name is not None else variable
+        attrs = dict(obj.attrs)
+    else:
+        raise _error(source, variable, f"expected an xarray Dataset or DataArray, not {type(obj)}")
+
+    da = _standard_dims(da, source, variable)
+    if not (np.issubdtype(da.dtype, np.floating) and da.dtype.itemsize in (4, 8)):
+        raise _error(source, variable, f"dtype {da.dtype} is not float32 or float64")
+    for dim, least in (("chain", 1), ("time", 2), ("component", 1)):
+        if da.sizes[dim] < least:
+            raise _error(
+                source, variable, f"{da.sizes[dim]} entries along {dim!r}, at least {least} needed"
+            )
+    dt = _time_step(da, attrs, source, variable)
+    da = _chunked(da, source, variable)
+    da = _with_coords(da, source, variable)
+    da.attrs = {**attrs, "dt": dt, "store": source}
+    da.name = variable
+    return da
+
+
+def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
+    """Transpose to ``(chain, time, component)``, adding a length-1 chain to a 2-D array."""
+    if set(da.dims) not in ({"time", "component"}, set(DIMS)) or len(da.dims) != len(set(da.dims)):
+        raise _error(
+            source,
+            variable,
+            f"dims {tuple(da.dims)} found, expected ('time', 'component') or {DIMS}",
+        )
+    if "chain" not in da.dims:
+        da = da.expand_dims("chain")
+    return da.transpose(*DIMS)
+
+
+def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable: str) -> float:
+    """The sample interval from the ``time`` coordinate and/or the ``dt`` attribute."""
+    from_coord = _coordinate_step(da, source, variable) if "time" in da.coords else None
+    from_attr = None
+    if "dt" in attrs:
+        try:
+            from_attr = float(attrs["dt"])
+        except (TypeError, ValueError):
+            raise _error(
+                source, variable, f"dt attribute {attrs['dt']!r} is not a number"
+            ) from None
+        if not (math.isfinite(from_attr) and from_attr > 0):
+            raise _error(source, variable, f"dt={from_attr!r} is not a positive finite number")
+    if from_coord is None and from_attr is None:
+        raise _error(
+            source, variable, "no time step: give a numeric 'time' coordinate or a 'dt' attribute"
+        )
+    if from_coord is not None and from_attr is not None:
+        if abs(from_coord - from_attr) > DT_RTOL * from_attr:
+            raise _error(
+                source,
+                variable,
+                f"the time coordinate's step {from_coord!r} disagrees with dt={from_attr!r}",
+            )
+    return from_attr if from_attr is not None else from_coord  # type: ignore[return-value]
+
+
+def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> float:
+    time = da.coords["time"]
+    if time.dims != ("time",) or not np.issubdtype(time.dtype, np.number):
+        raise _error(
+            source,
+            variable,
+            f"the time coordinate must be numeric along 'time' (found dims {time.dims}, "
+            f"dtype {time.dtype})",
+        )
+    t = np.asarray(time.values, dtype=np.float64)
+    dt = (t[-1] - t[0]) / (t.size - 1)
+    if not (math.isfinite(dt) and dt > 0):
+        raise _error(
+            source,
+            variable,
+            f"dt={dt!r} from the time coordinate is not a positive "
+            "finite number (the time coordinate must increase)",
+        )
+    steps = np.diff(t)
+    if np.abs(steps - dt).max() > DT_RTOL * dt:
+        raise _error(
+            source,
+            variable,
+            f"time step is not uniform (dt varies from {steps.min():g} to {steps.max():g})",
+        )
+    return float(dt)
+
+
+def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
+    """Blocks of one chain, all components, time chunks as stored (see :func:`as_trajectory`)."""
+    itemsize = da.dtype.itemsize
+    n_chains, n_time, n_comp = da.shape
+    if da.chunks is None:
+        rows = max(1, DEFAULT_BLOCK_BYTES // (itemsize * n_comp))
+        return da.chunk({"chain": 1, "time": rows, "component": -1})
+    chain_chunks, time_chunks, comp_chunks = da.chunks
+    stored = max(chain_chunks) * max(time_chunks) * max(comp_chunks) * itemsize
+    block = max(time_chunks) * n_comp * itemsize
+    if max(stored, block) > MAX_CHUNK_BYTES:
+        shape = (max(chain_chunks), max(time_chunks), max(comp_chunks))
+        rows = MAX_CHUNK_BYTES // (itemsize * n_comp * max(chain_chunks))
+        raise _error(
+            source,
+            variable,
+            f"chunks of up to {shape} (chain, time, component) make a task read "
+            f"{_human_bytes(max(stored, block))}, more than the "
+            f"{_human_bytes(MAX_CHUNK_BYTES)} limit; rechunk the store along 'time' "
+            f"(at most {rows} samples per chunk, one chain per chunk)",
+        )
+    if len(chain_chunks) != n_chains or len(comp_chunks) != 1:
+        da = da.chunk({"chain": 1, "component": -1})
+    return da
+
+
+def _with_coords(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
+    """Plain-string component names (``x0, x1, ...`` when absent) and a chain coordinate."""
+    n_comp = da.sizes["component"]
+    if "component" in da.coords:
+        names = np.asarray([str(v) for v in da.coords["component"].values], dtype=str)
+    else:
+        names = np.asarray([f"x{i}" for i in range(n_comp)], dtype=str)
+    if len(set(names.tolist())) != n_comp:
+        raise _error(source, variable, f"component names {names.tolist()} are not unique")
+    da = da.assign_coords(component=names)
+    if "chain" not in da.coords:
+        da = da.assign_coords(chain=np.arange(da.sizes["chain"]))
+    return da
+
+
+def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
+    """A summary of a validated trajectory (from :func:`open_trajectory`) for ``kelr info``.
+
+    Returns
+    -------
+    dict with ``store``, ``variable``, ``dims``, ``chains``, ``length`` (samples per chain),
+    ``dt``, ``duration`` (``(length - 1) * dt``), ``components``, ``dtype``, ``time_chunk``
+    (largest time chunk), ``n_blocks`` (chain x time blocks), ``bytes`` and ``origin``
+    (the provenance attributes present, ``model_params`` decoded from JSON).
+    """
+    origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}
+    if isinstance(origin.get("model_params"), str):
+        try:
+            origin["model_params"] = json.loads(origin["model_params"])
+        except json.JSONDecodeError:
+            pass  # an arbitrary user attribute: shown as it is
+    time_chunks = da.chunks[1] if da.chunks is not None else (da.sizes["time"],)
+    n_blocks = (len(da.chunks[0]) if da.chunks is not None else 1) * len(time_chunks)
+    return {
+        "store": da.attrs.get("store"),
+        "variable": da.name,
+        "dims": tuple(da.dims),
+        "chains": da.sizes["chain"],
+        "length": da.sizes["time"],
+        "dt": da.attrs["dt"],
+        "duration": (da.sizes["time"] - 1) * da.attrs["dt"],
+        "components": [str(c) for c in da.coords["component"].values],
+        "dtype": str(da.dtype),
+        "time_chunk": max(time_chunks),
+        "n_blocks": n_blocks,
+        "bytes": int(da.nbytes),
+        "origin": origin,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# writing (generated stores)
+# --------------------------------------------------------------------------------------------
+
+
+def create_store(
+    path: str | os.PathLike[str],
+    *,
+    chains: int,
+    n_samples: int,
+    components: tuple[str, ...],
+    dt: float,
+    chunk: int,
+    attrs: Mapping[str, Any],
+    progress_width: int,
+    variable: str = "x",
+    dtype: str = "float64",
+) -> None:
+    """Create an empty, pre-sized generated store (metadata only; call from one process).
+
+    Layout: ``variable`` ``(chain, time, component)`` of ``dtype`` (NaN until written),
+    chunks ``(1, chunk, d)``, Blosc-zstd compressed, not sharded, ``dt`` in its attributes;
+    ``chain`` and ``component`` coordinates; ``attrs`` plus ``complete=False`` on the root
+    group; and ``_progress/record``, ``(chains, progress_width)`` uint64 with one chunk per
+    chain, zero until a chain records its progress; a record's first entry is the number of
+    samples the chain has written (the rest is the writer's business). Fails if ``path``
+    exists.
+    """
+    root = zarr.open_group(
+        os.fspath(path), mode="w-", zarr_format=3, attributes={**attrs, "complete": False}
+    )
+    root.create_array(
+        variable,
+        shape=(chains, n_samples, len(components)),
+        chunks=(1, chunk, len(components)),
+        dtype=dtype,
+        fill_value=np.nan,
+        compressors=BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"),
+        dimension_names=DIMS,
+        attributes={"dt": dt},
+    )
+    root.create_array(
+        "component", shape=(len(components),), dtype=str, dimension_names=("component",)
+    )[:] = np.asarray(components, dtype=str)
+    root.create_array("chain", shape=(chains,), dtype="int64", dimension_names=("chain",))[:] = (
+        np.arange(chains)
+    )
+    root.create_group(PROGRESS_GROUP).create_array(
+        PROGRESS_ARRAY,
+        shape=(chains, progress_width),
+        chunks=(1, progress_width),
+        dtype="uint64",
+        fill_value=0,
+    )
+
+
+def write_samples(
+    path: str | os.PathLike[str], chain: int, start: int, samples: np.ndarray, variable: str = "x"
+) -> None:
+    """Write ``samples (L, d)`` to rows ``[start, start + L)`` of ``chain``.
+
+    ``start`` must be a multiple of the time chunk and ``L`` the chunk (or what is left), so
+    that concurrent writers never share a chunk.
+    """
+    array = zarr.open_array(os.fspath(path), path=variable, mode="r+")
+    array[chain, start : start + samples.shape[0], :] = samples
+
+
+def write_progress(path: str | os.PathLike[str], chain: int, record: np.ndarray) -> None:
+    """Store the progress ``record (progress_width,)`` uint64 of ``chain`` (one chunk, atomic
+    on a local store: zarr writes a chunk to a temporary file and renames it)."""
+    array = zarr.open_array(os.fspath(path), path=f"{PROGRESS_GROUP}/{PROGRESS_ARRAY}", mode="r+")
+    array[chain, :] = record
+
+
+def read_progress(path: str | os.PathLike[str]) -> np.ndarray:
+    """All chains' progress records, ``(chains, progress_width)`` uint64 (zero: none yet)."""
+    array = zarr.open_array(os.fspath(path), path=f"{PROGRESS_GROUP}/{PROGRESS_ARRAY}", mode="r")
+    return np.asarray(array[...])
+
+
+def read_attrs(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The root attributes of the zarr store at ``path``, or ``None`` when there is none."""
+    try:
+        return dict(zarr.open_group(os.fspath(path), mode="r").attrs)
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.NodeTypeValidationError):
+        return None
+
+
+def mark_complete(path: str | os.PathLike[str]) -> None:
+    """Set the root attribute ``complete=True`` (from the one process that created the store)."""
+    zarr.open_group(os.fspath(path), mode="r+").attrs["complete"] = True
+
+
+def _incomplete_message(source: str, attrs: Mapping[str, Any]) -> str:
+    try:
+        written = read_progress(source)[:, 0]
+        done = f"{int(written.min())} to {int(written.max())}"
+    except Exception:  # the hint must not fail on a damaged progress record
+        done = "an unknown number"
+    params = attrs.get("model_params", "{}")
+    return (
+        f"incomplete generated store ({done} of {attrs.get('n_samples')} samples per chain "
+        f"written); resume it by calling kelr_dist.simulate.simulate(make_model("
+        f"{attrs.get('model')!r}, **{params}), {source!r}, n_samples={attrs.get('n_samples')}, "
+        f"chains={attrs.get('chains')}, seed={attrs.get('seed')}, chunk={attrs.get('chunk')}, "
+        f"burn_in={attrs.get('burn_in')}) again"
+    )
