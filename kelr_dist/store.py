@@ -149,7 +149,7 @@ def as_trajectory(
         one time chunk) is rejected with the advice to rechunk the store along ``time``.
     """
     if source is None:
-        source = str(obj.encoding.get("source", "<in-memory>"))
+        source = str(getattr(obj, "encoding", {}).get("source", "<in-memory>"))
     if isinstance(obj, xr.Dataset):
         if variable not in obj.data_vars:
             present = ", ".join(repr(v) for v in obj.data_vars) or "none"

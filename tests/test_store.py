@@ -1,0 +1,229 @@
+"""The trajectory store contract: hand-made stores open, broken ones fail with their own message."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import dask.array
+import numpy as np
+import pytest
+import xarray as xr
+
+from kelr_dist.store import (
+    DIMS,
+    MAX_CHUNK_BYTES,
+    TrajectoryError,
+    as_trajectory,
+    create_store,
+    describe_trajectory,
+    mark_complete,
+    open_trajectory,
+    read_progress,
+    write_progress,
+    write_samples,
+)
+
+# xarray writes the hand-made stores' string coordinates as zarr's (unspecified) fixed-length type
+pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")
+
+RNG = np.random.default_rng(7)
+DATA_3D = RNG.standard_normal((2, 50, 3))
+
+
+def _save(ds: xr.Dataset, path: Path, time_chunk: int = 20) -> Path:
+    chunks = {"time": time_chunk} if "time" in ds.dims else {}
+    ds.chunk(chunks).to_zarr(path, mode="w-", consolidated=False)
+    return path
+
+
+def test_2d_store_with_time_coordinate_opens(tmp_path: Path) -> None:
+    data = DATA_3D[0].astype(np.float32)
+    time = 3.0 + 0.01 * np.arange(50)
+    ds = xr.Dataset(
+        {"x": (("time", "component"), data)},
+        coords={"time": time, "component": ["u", "v", "w"]},
+        attrs={"model": "made by hand"},
+    )
+    path = _save(ds, tmp_path / "a.zarr")
+    da = open_trajectory(path)
+    assert da.dims == DIMS
+    assert da.shape == (1, 50, 3)
+    assert da.dtype == np.float32
+    assert isinstance(da.data, dask.array.Array)
+    assert da.chunks == ((1,), (20, 20, 10), (3,))
+    assert da.attrs["dt"] == pytest.approx(0.01, rel=1e-12)
+    assert da.attrs["store"] == str(path)
+    assert da.attrs["model"] == "made by hand"
+    assert da.coords["component"].values.tolist() == ["u", "v", "w"]
+    np.testing.assert_array_equal(da.values[0], data)
+
+
+def test_3d_store_with_dt_attribute_and_default_names_opens(tmp_path: Path) -> None:
+    ds = xr.Dataset({"x": (DIMS, DATA_3D, {"dt": 0.5})})
+    da = open_trajectory(_save(ds, tmp_path / "b.zarr"))
+    assert da.dims == DIMS
+    assert da.dtype == np.float64
+    assert da.attrs["dt"] == 0.5
+    assert da.coords["component"].values.tolist() == ["x0", "x1", "x2"]
+    assert da.coords["chain"].values.tolist() == [0, 1]
+    np.testing.assert_array_equal(da.values, DATA_3D)
+
+
+def test_other_dim_order_and_chunks_spanning_chains_are_rearranged(tmp_path: Path) -> None:
+    ds = xr.Dataset({"y": (("component", "chain", "time"), DATA_3D.transpose(2, 0, 1))})
+    ds.attrs["dt"] = 0.1
+    path = tmp_path / "c.zarr"
+    ds.chunk({"chain": 2, "time": 16, "component": 1}).to_zarr(path, consolidated=False)
+    da = open_trajectory(path, variable="y")
+    assert da.dims == DIMS
+    assert da.chunks == ((1, 1), (16, 16, 16, 2), (3,))
+    np.testing.assert_array_equal(da.values, DATA_3D)
+
+
+def test_as_trajectory_chunks_in_memory_data() -> None:
+    da = as_trajectory(xr.DataArray(DATA_3D[0], dims=("time", "component"), attrs={"dt": 2.0}))
+    assert isinstance(da.data, dask.array.Array)
+    assert da.dims == DIMS and da.attrs["store"] == "<in-memory>"
+    np.testing.assert_array_equal(da.values[0], DATA_3D[0])
+    with pytest.raises(TrajectoryError, match="expected an xarray Dataset or DataArray"):
+        as_trajectory(DATA_3D)  # type: ignore[arg-type]
+
+
+# ---- broken stores: one builder per contract violation -------------------------------------
+
+
+def _plain(path: Path, **changes: object) -> Path:
+    """A valid 3-D store with a dt attribute, with ``changes`` applied to the pieces."""
+    data = changes.get("data", DATA_3D)
+    dims = changes.get("dims", DIMS)
+    attrs = changes.get("attrs", {"dt": 0.5})
+    coords = changes.get("coords", {})
+    name = changes.get("name", "x")
+    ds = xr.Dataset({name: (dims, data, attrs)}, coords=coords)
+    return _save(ds, path)
+
+
+def _huge_single_chunk(path: Path) -> Path:
+    n = MAX_CHUNK_BYTES // 16 + 1  # (n, 2) float64 in one chunk: just over the limit
+    lazy = dask.array.zeros((n, 2), chunks=(n, 2))
+    ds = xr.Dataset({"x": (("time", "component"), lazy, {"dt": 1.0})})
+    ds.to_zarr(path, compute=False, consolidated=False)  # metadata only
+    return path
+
+
+def _incomplete(path: Path) -> Path:
+    create_store(
+        path,
+        chains=2,
+        n_samples=10,
+        components=("a", "b"),
+        dt=0.1,
+        chunk=4,
+        attrs={"model": "ou", "model_params": "{}", "n_samples": 10, "chains": 2},
+        progress_width=3,
+    )
+    write_progress(path, 0, np.array([4, 0, 0], dtype=np.uint64))
+    return path
+
+
+def _not_zarr(path: Path) -> Path:
+    path.mkdir()
+    (path / "notes.txt").write_text("not a store")
+    return path
+
+
+T_JUMP = np.concatenate([0.01 * np.arange(25), 0.24 + 0.02 * np.arange(1, 26)])
+BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "missing": (lambda p: p, "the store does not exist"),
+    "not zarr": (_not_zarr, "not a readable zarr store"),
+    "no variable": (lambda p: _plain(p, name="y"), r"no such variable \(variables present: 'y'\)"),
+    "wrong dims": (
+        lambda p: _plain(p, dims=("chain", "t", "component")),
+        r"dims \('chain', 't', 'component'\) found, expected \('time', 'component'\) or",
+    ),
+    "non-uniform": (
+        lambda p: _plain(p, attrs={}, coords={"time": T_JUMP}),
+        r"time step is not uniform \(dt varies from 0.01 to 0.02\)",
+    ),
+    "decreasing time": (
+        lambda p: _plain(p, attrs={}, coords={"time": -np.arange(50.0)}),
+        "the time coordinate must increase",
+    ),
+    "no time step": (lambda p: _plain(p, attrs={}), "no time step: give a numeric 'time'"),
+    "time vs dt": (
+        lambda p: _plain(p, coords={"time": 0.4 * np.arange(50)}),
+        r"the time coordinate's step 0.4 disagrees with dt=0.5",
+    ),
+    "non-float": (
+        lambda p: _plain(p, data=np.ones((2, 50, 3), dtype=np.int64)),
+        "dtype int64 is not float32 or float64",
+    ),
+    "one sample": (lambda p: _plain(p, data=DATA_3D[:, :1]), "1 entries along 'time', at least 2"),
+    "no component": (lambda p: _plain(p, data=DATA_3D[:, :, :0]), "0 entries along 'component'"),
+    "nan dt": (lambda p: _plain(p, attrs={"dt": np.nan}), "dt=nan is not a positive finite"),
+    "text dt": (lambda p: _plain(p, attrs={"dt": "fast"}), "dt attribute 'fast' is not a number"),
+    "duplicate names": (
+        lambda p: _plain(p, coords={"component": ["a", "b", "a"]}),
+        r"component names \['a', 'b', 'a'\] are not unique",
+    ),
+    "huge chunk": (
+        _huge_single_chunk,
+        r"make a task read 256.0 MiB, more than the 256.0 MiB limit; rechunk the store along",
+    ),
+    "incomplete": (
+        _incomplete,
+        r"incomplete generated store \(0 to 4 of 10 samples per chain written\); resume it by "
+        r"calling kelr_dist.simulate.simulate\(make_model\('ou'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_broken_store_is_rejected_with_its_own_message(tmp_path: Path, case: str) -> None:
+    build, message = BROKEN[case]
+    path = build(tmp_path / "broken.zarr")
+    with pytest.raises(TrajectoryError, match=message) as info:
+        open_trajectory(path)
+    text = str(info.value)
+    assert text.startswith(f"store {str(path)!r}, variable 'x': ")
+    assert isinstance(info.value, ValueError)
+    assert info.value.__cause__ is None  # no chained traceback from inside zarr/xarray
+
+
+def test_messages_are_distinct() -> None:
+    assert len({m for _, m in BROKEN.values()}) == len(BROKEN)
+
+
+# ---- writer ---------------------------------------------------------------------------------
+
+
+def test_writer_round_trip_and_description(tmp_path: Path) -> None:
+    path = tmp_path / "w.zarr"
+    data = RNG.standard_normal((2, 10, 2))
+    create_store(
+        path,
+        chains=2,
+        n_samples=10,
+        components=("q", "p"),
+        dt=0.25,
+        chunk=4,
+        attrs={"model": "hand", "model_params": '{"a": 1}', "seed": 3},
+        progress_width=2,
+    )
+    for chain in (1, 0):  # any order: regions are disjoint
+        for start in (8, 0, 4):
+            write_samples(path, chain, start, data[chain, start : start + 4])
+        write_progress(path, chain, np.array([10, chain], dtype=np.uint64))
+    np.testing.assert_array_equal(read_progress(path), [[10, 0], [10, 1]])
+    mark_complete(path)
+    da = open_trajectory(path)
+    np.testing.assert_array_equal(da.values, data)
+    assert da.chunks == ((1, 1), (4, 4, 2), (2,))
+    info = describe_trajectory(da)
+    assert info["chains"] == 2 and info["length"] == 10 and info["dt"] == 0.25
+    assert info["components"] == ["q", "p"] and info["time_chunk"] == 4
+    assert info["bytes"] == data.nbytes and info["n_blocks"] == 6
+    assert info["origin"] == {"model": "hand", "model_params": {"a": 1}, "seed": 3}
+    assert re.fullmatch(r".*w\.zarr", info["store"])
