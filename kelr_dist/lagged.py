@@ -1,0 +1,193 @@
+"""Lagged sums ``sum_n A(X_{n+s}) (x) B(X_n)`` by FFT, for one chunk plus its halo.
+
+The response operator (eq:MC_approx) is
+
+    k(s) = 1/(N-s) sum_{n=0}^{N-1-s} A(X_{n+s}) (x) B(X_n),      s = 0..S,
+
+so a chunk of rows ``[start, stop)`` of a chain contributes the sums over its ``b`` rows,
+with ``a`` holding the chunk's ``A`` rows followed by the *halo*: ``A`` on the next
+``min(S, rows left in the chain)`` rows. Pairs whose ``n + s`` falls beyond the rows of ``a``
+(the end of the chain) are left out, which is exactly what makes the partial sums of any
+chunking add up to the whole-series sums; :func:`lag_counts` gives the matching ``N - s``.
+
+The sums are cross-correlations, computed by real FFTs of length ``next_fast_len(K + S)`` over
+sub-blocks of ``K`` rows of ``b`` (each with its own ``S`` rows of ``a`` look-ahead), so the
+cost is ``O(L log L)``, not ``O(L S)``, and memory stays at a few ``(K + S) x (q + d)``
+spectra. :func:`blockwise_lagged_sums` returns the per-sub-block sums (the block-averaging
+error bars of :mod:`kelr_dist.blocking` are built on them); :func:`lagged_sums` adds the
+sub-blocks up in the frequency domain, so it needs only ``q d`` inverse transforms in all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy import fft
+
+#: complex numbers held per group of sub-blocks (32 MiB of complex128): bounds the memory
+_SPECTRUM_BUDGET = 1 << 21
+
+
+def default_block_rows(max_lag: int) -> int:
+    """Sub-block length of :func:`lagged_sums`: a power of two >= ``4 max(S, 1024)``.
+
+    With ``K >= 4 S`` the transform length ``next_fast_len(K + S)`` wastes at most a quarter
+    of each transform on the look-ahead rows.
+    """
+    return 1 << int(np.ceil(np.log2(4 * max(max_lag, 1024))))
+
+
+def _check_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate the arguments shared by the lagged-sum functions; return float64 arrays."""
+    if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
+        raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim != 2:
+            raise ValueError(
+                f"{name} must be 2-D (rows, components), got shape {x.shape}; "
+                "reshape a single series with x[:, None]"
+            )
+    if a.shape[0] < b.shape[0]:
+        raise ValueError(
+            f"a must have at least as many rows as b (a = the chunk's rows plus the halo), "
+            f"got len(a) = {a.shape[0]} < len(b) = {b.shape[0]}"
+        )
+    return a, b
+
+
+def _check_block(block: int) -> int:
+    if isinstance(block, bool) or not isinstance(block, int | np.integer) or block < 1:
+        raise ValueError(f"block length must be a positive integer, got {block!r}")
+    return int(block)
+
+
+def _rows(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``x[lo:hi]`` transposed to ``(components, hi - lo)``, rows outside ``x`` read as zero."""
+    seg = x[max(lo, 0) : max(min(hi, x.shape[0]), 0)].T
+    pad = (max(-lo, 0), hi - lo - seg.shape[1] - max(-lo, 0))
+    return np.pad(seg, ((0, 0), pad)) if pad != (0, 0) else seg
+
+
+@dataclass(frozen=True)
+class _Spectra:
+    """Spectra of ``k`` sub-blocks: ``a`` ``(q, k, F//2+1)``, ``b`` ``(d, k, F//2+1)``."""
+
+    a: np.ndarray
+    b: np.ndarray
+    length: int  # the transform length F
+
+
+def _spectra(
+    a: np.ndarray, b: np.ndarray, block: int, max_lag: int, offset: int
+) -> Iterator[_Spectra]:
+    """Real FFTs of the sub-blocks of ``b`` and of their ``a`` windows, in groups.
+
+    Sub-block ``k`` holds ``b`` rows ``[kK - offset, (k+1)K - offset)`` and its ``a`` window the
+    rows ``[kK - offset, (k+1)K - offset + S)``; rows outside the arrays read as zero. With
+    ``F >= K + S`` the circular correlation of the two has no wrap-around at lags ``0..S``.
+    """
+    n_blocks = -(-(offset + b.shape[0]) // block)
+    length = fft.next_fast_len(block + max_lag, real=True)
+    per_group = max(1, _SPECTRUM_BUDGET // ((a.shape[1] + b.shape[1]) * (length // 2 + 1)))
+    for first in range(0, n_blocks, per_group):
+        count = min(per_group, n_blocks - first)
+        lo = first * block - offset
+        b_rows = _rows(b, lo, lo + count * block)
+        a_rows = _rows(a, lo, lo + count * block + max_lag)
+        b_win = b_rows.reshape(b.shape[1], count, block)
+        a_win = sliding_window_view(a_rows, block + max_lag, axis=1)[:, ::block]
+        yield _Spectra(
+            a=fft.rfft(a_win, n=length, axis=-1),
+            b=fft.rfft(b_win, n=length, axis=-1),
+            length=length,
+        )
+
+
+def _to_lags(correlation: np.ndarray, length: int, max_lag: int) -> np.ndarray:
+    """Inverse transform ``(q, d, ..., F//2+1) -> (..., S+1, q, d)`` (lags ``0..S``)."""
+    lags = fft.irfft(correlation, n=length, axis=-1)[..., : max_lag + 1]
+    return np.moveaxis(lags, (0, 1), (-2, -1))
+
+
+def lagged_sums(
+    a: np.ndarray, b: np.ndarray, max_lag: int, block_rows: int | None = None
+) -> np.ndarray:
+    """Lagged sums ``out[s, i, j] = sum_{n < len(b), n + s < len(a)} a[n+s, i] b[n, j]``.
+
+    The chunk's share of the numerator of eq:MC_approx, by FFT in ``O(L log L)``.
+
+    Parameters
+    ----------
+    a : ``(L_a, q)`` observable ``A`` on the chunk's rows followed by the halo
+        (``L_a >= L_b``; rows past ``L_b + S`` are never used).
+    b : ``(L_b, d)`` conjugate variable ``B`` on the chunk's rows.
+    max_lag : ``S >= 0``.
+    block_rows : rows of ``b`` per FFT sub-block (default :func:`default_block_rows`);
+        memory is a few ``(block_rows + S) x (q + d)`` complex numbers per group.
+
+    Returns
+    -------
+    ``(S+1, q, d)`` float64.
+    """
+    a, b = _check_pair(a, b, max_lag)
+    block = default_block_rows(max_lag) if block_rows is None else _check_block(block_rows)
+    if b.shape[0] == 0:
+        return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
+    total = 0.0
+    for spec in _spectra(a, b, block, max_lag, offset=0):
+        total = total + np.einsum("ikf,jkf->ijf", spec.a, spec.b.conj())
+    return _to_lags(total, spec.length, max_lag)
+
+
+def blockwise_lagged_sums(
+    a: np.ndarray, b: np.ndarray, max_lag: int, block: int, offset: int = 0
+) -> np.ndarray:
+    """Lagged sums of each block of ``block`` rows of ``b``, all lags at once.
+
+    ``out[k, s, i, j] = sum_{n in block k, n + s < len(a)} a[n+s, i] b[n, j]`` where block ``k``
+    holds rows ``n`` of ``[kK - offset, (k+1)K - offset) & [0, len(b))``: the first block may be
+    cut by ``offset`` rows and the last one by the end of ``b``. Summed over ``k`` this is
+    :func:`lagged_sums`; one batched FFT per group of blocks.
+
+    Parameters
+    ----------
+    a, b, max_lag : as in :func:`lagged_sums`.
+    block : block length ``K >= 1``.
+    offset : rows of the first block that lie before ``b`` (``0 <= offset < K``).
+
+    Returns
+    -------
+    ``(ceil((offset + L_b) / K), S+1, q, d)`` float64.
+    """
+    a, b = _check_pair(a, b, max_lag)
+    block = _check_block(block)
+    if not 0 <= offset < block:
+        raise ValueError(f"offset must be in [0, block = {block}), got {offset}")
+    parts = [
+        _to_lags(spec.a[:, None] * spec.b.conj()[None, :], spec.length, max_lag)
+        for spec in _spectra(a, b, block, max_lag, offset)
+    ]
+    if not parts:
+        return np.zeros((0, max_lag + 1, a.shape[1], b.shape[1]))
+    return np.concatenate(parts, axis=0)
+
+
+def lag_counts(chain_lengths: int | list[int] | np.ndarray, max_lag: int) -> np.ndarray:
+    """Number of pairs ``(n, n+s)`` per lag: ``sum_c max(N_c - s, 0)``, shape ``(S+1,)``.
+
+    The denominators ``N - s`` of eq:MC_approx, pooled over independent chains.
+    """
+    if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
+        raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
+    lengths = np.atleast_1d(np.asarray(chain_lengths))
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+        raise ValueError(
+            f"chain_lengths must be non-negative integers, one per chain, got {chain_lengths!r}"
+        )
+    lags = np.arange(max_lag + 1)
+    return np.clip(lengths[:, None] - lags[None, :], 0, None).sum(axis=0).astype(np.int64)
