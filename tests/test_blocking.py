@@ -1,0 +1,182 @@
+"""Block-averaging error bars: brute-force reblocking twin, chunking invariance, oracles."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.signal import lfilter
+
+from kelr_dist.blocking import (
+    block_standard_error,
+    combine_block_partials,
+    default_base_block,
+    response_block_partial,
+)
+from kelr_dist.lagged import lag_counts, lagged_sums
+from kelr_dist.reduction import BlockInfo, Reduction, reduce_in_memory
+
+
+def blocking_reduction(q: int, max_lag: int, base_block: int, max_levels=None) -> Reduction:
+    """Columns ``[:q]`` of the trajectory are A, the rest B; the chunk appends A's halo."""
+
+    def chunk(x, info, halo):
+        a_ext = x[:, :q] if halo is None else np.concatenate([x[:, :q], halo[:, :q]])
+        return response_block_partial(a_ext, x[:, q:], max_lag, info, base_block, max_levels)
+
+    return Reduction("blocking", chunk, combine_block_partials, block_standard_error, max_lag)
+
+
+def brute_sigma(x: np.ndarray, q: int, max_lag: int, lag: int, size: int) -> tuple[int, np.ndarray]:
+    """Blocks and standard error of lag ``lag`` at block size ``size``, from the series y itself.
+
+    y_n = A(X_{n+s}) (x) B(X_n); blocks of ``size`` rows aligned to each chain's start, only
+    rows with n + S < N_c; block means of all chains pooled.
+    """
+    means = []
+    for chain in x:
+        a, b = chain[:, :q], chain[:, q:]
+        n = chain.shape[0] - lag
+        y = a[lag:, :, None] * b[:n, None, :]
+        n_blocks = (chain.shape[0] - max_lag) // size
+        means.extend(y[k * size : (k + 1) * size].mean(axis=0) for k in range(n_blocks))
+    means = np.array(means)
+    return len(means), np.sqrt(means.var(axis=0, ddof=1) / len(means))
+
+
+def test_levels_match_brute_force_reblocking():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, 300, 3)) + 0.5
+    x[1, 150:] *= 3.0  # heterogeneous chains
+    max_lag, k0, q = 5, 8, 2
+    res = reduce_in_memory(blocking_reduction(q, max_lag, k0), x, chunks=37)
+    assert res.block_sizes.tolist() == [1, 8, 16, 32, 64, 128, 256]
+    for lag in (0, 3, 5):
+        for level, size in enumerate(res.block_sizes):
+            if size == 1:  # the unblocked level uses every pair, not only rows with n + S < N
+                y = np.concatenate([c[lag:, :q, None] * c[: 300 - lag, None, q:] for c in x])
+                n, sigma = len(y), np.sqrt(y.var(axis=0, ddof=1) / len(y))
+            else:
+                n, sigma = brute_sigma(x, q, max_lag, lag, size)
+            assert res.n_blocks[level, lag] == n
+            if n >= 2:
+                np.testing.assert_allclose(res.sigma[level, lag], sigma, rtol=1e-11)
+                np.testing.assert_allclose(
+                    res.sigma_error[level, lag], sigma / np.sqrt(2 * (n - 1)), rtol=1e-11
+                )
+            else:
+                assert np.isnan(res.sigma[level, lag]).all()
+    expected = sum(lagged_sums(c[:, :q], c[:, q:], max_lag) for c in x)
+    np.testing.assert_allclose(res.mean, expected / lag_counts([300, 300], max_lag)[:, None, None])
+
+
+def test_one_chunk_partial_sums_are_the_lagged_sums():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1000, 2))
+    info = BlockInfo(0, 100, 700, 1000)
+    a_ext, b = x[100:710, :1], x[100:700, 1:]
+    part = response_block_partial(a_ext, b, 10, info, base_block=64)
+    np.testing.assert_allclose(part["sums"], lagged_sums(a_ext, b, 10), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(part["squares"], lagged_sums(a_ext**2, b**2, 10), rtol=1e-12)
+    np.testing.assert_array_equal(part["counts"], np.full(11, 600))
+    # blocks 1 (rows 64..127, cut at 100) and 10 (640..703, cut at 700) are edges at level 0
+    assert {k for k in part["edges"] if k[1] == 0} == {(0, 0, 1), (0, 0, 10)}
+    assert part["n_blocks"][0] == 8
+
+
+def _flatten(partial):
+    return {k: v for k, v in partial.items() if k != "edges"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 260), min_size=1, max_size=3),
+    max_lag=st.integers(0, 9),
+    base_block=st.sampled_from([1, 4, 8, 16]),
+    cuts=st.lists(st.integers(1, 259), max_size=6),
+    order_seed=st.integers(0, 2**16),
+)
+def test_any_chunking_and_combine_order_give_the_one_chunk_result(
+    lengths, max_lag, base_block, cuts, order_seed
+):
+    rng = np.random.default_rng(order_seed)
+    chains = [rng.normal(size=(n, 3)) for n in lengths]
+    reduction = blocking_reduction(2, max_lag, base_block)
+    partials, whole = [], []
+    for c, chain in enumerate(chains):
+        n = chain.shape[0]
+        edges = sorted({0, n, *(k for k in cuts if k < n)})
+        for start, stop in zip(edges[:-1], edges[1:], strict=True):
+            halo = chain[stop : stop + max_lag]
+            partials.append(reduction.chunk(chain[start:stop], BlockInfo(c, start, stop, n), halo))
+        whole.append(reduction.chunk(chain, BlockInfo(c, 0, n, n), chain[n:]))
+    # tree-reduce the chunk partials in a random order
+    while len(partials) > 1:
+        i, j = rng.choice(len(partials), size=2, replace=False)
+        merged = combine_block_partials(partials[i], partials[j])
+        partials = [p for k, p in enumerate(partials) if k not in (i, j)] + [merged]
+    split, one = partials[0], whole[0]
+    for part in whole[1:]:
+        one = combine_block_partials(one, part)
+    assert split["edges"] == {} and one["edges"] == {}
+    np.testing.assert_array_equal(split["counts"], lag_counts(lengths, max_lag))
+    for key, value in _flatten(one).items():
+        scale = max(np.abs(value).max(initial=0.0), 1e-300)
+        np.testing.assert_allclose(split[key], value, rtol=1e-12, atol=1e-12 * scale, err_msg=key)
+    a, b = block_standard_error(split), block_standard_error(one)
+    np.testing.assert_array_equal(a.n_blocks, b.n_blocks)
+    np.testing.assert_allclose(a.sigma, b.sigma, rtol=1e-10, atol=1e-14)
+
+
+def ar1(n: int, rho: float, seed: int, chains: int = 1) -> np.ndarray:
+    """Stationary AR(1) chains ``(chains, n)`` with unit variance."""
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(size=(chains, n)) * np.sqrt(1 - rho**2)
+    noise[:, 0] = rng.normal(size=chains)
+    return lfilter([1.0], [1.0, -rho], noise, axis=1)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.9])
+def test_standard_error_of_an_ar1_mean_matches_the_analytic_value(rho):
+    n, chains = 2**17, 2
+    x = ar1(n, rho, seed=3, chains=chains)
+    traj = np.stack([x, np.ones_like(x)], axis=-1)  # A = x, B = 1, S = 0
+    res = reduce_in_memory(blocking_reduction(1, 0, None), traj, chunks=10_000)
+    expected = np.sqrt((1 + rho) / ((1 - rho) * n * chains))  # sigma^2 = 1
+    assert res.converged[0, 0, 0]
+    assert res.stderr[0, 0, 0] == pytest.approx(expected, rel=0.15)
+    if rho == 0.0:  # i.i.d.: the unblocked level is sigma / sqrt(N) already
+        assert res.sigma[0, 0, 0, 0] == pytest.approx(expected, rel=0.02)
+    else:  # correlated: naive error far too small, chosen block well past the correlation time
+        assert res.sigma[0, 0, 0, 0] < 0.3 * expected
+        assert res.block_size[0, 0, 0] >= 256
+
+
+def test_too_few_blocks_is_flagged_not_converged():
+    x = ar1(2000, 0.99, seed=4)[0]
+    traj = np.stack([x, np.ones_like(x)], axis=-1)
+    res = reduce_in_memory(blocking_reduction(1, 0, 16), traj, chunks=300)
+    assert not res.converged[0, 0, 0]
+    assert res.n_blocks[res.block_sizes == res.block_size[0, 0, 0]][0, 0] >= 32
+
+
+def test_default_base_block():
+    assert default_base_block(0) == 256
+    assert default_base_block(2000) == 2048
+    assert default_base_block(2048) == 2048
+
+
+def test_rejects_bad_input():
+    x = np.ones((100, 1))
+    info = BlockInfo(0, 0, 50, 100)
+    with pytest.raises(ValueError, match="halo"):
+        response_block_partial(x[:50], x[:50], 5, info)
+    with pytest.raises(ValueError, match="rows but the block"):
+        response_block_partial(x[:55], x[:40], 5, info)
+    with pytest.raises(ValueError, match="base_block"):
+        response_block_partial(x[:55], x[:50], 5, info, base_block=0)
+    part = response_block_partial(x[:55], x[:50], 5, info, base_block=8)
+    other = response_block_partial(x[:55], x[:50], 5, info, base_block=16)
+    with pytest.raises(ValueError, match="base_block"):
+        combine_block_partials(part, other)
+    with pytest.raises(ValueError, match="min_blocks"):
+        block_standard_error(part, min_blocks=1)
