@@ -42,6 +42,11 @@ _LOG_RESCALE = 64.0 * math.log(2.0)
 @numba.njit(cache=True, nogil=True)
 def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compiled
     """Ψ_m = ψ_m W^β, Ψ_m' = √m Ψ_{m-1} - β x Ψ_m; ψ_m = (x ψ_{m-1} - √(m-1) ψ_{m-2}) / √m."""
+    inv_root = np.empty(order + 1)  # 1/√m
+    ratio = np.empty(order + 1)  # √((m-1)/m)
+    for m in range(1, order + 1):
+        inv_root[m] = 1.0 / math.sqrt(float(m))
+        ratio[m] = math.sqrt((m - 1.0) / m)
     for n in range(x.shape[0]):
         xn = x[n]
         log_scale = -beta * (0.5 * xn * xn + _LOG_SQRT_2PI)
@@ -50,7 +55,7 @@ def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compi
         h = 1.0
         values[n, 0] = factor
         for m in range(1, order + 1):
-            h_next = (xn * h - math.sqrt(m - 1.0) * h_prev) / math.sqrt(float(m))
+            h_next = xn * h * inv_root[m] - ratio[m] * h_prev
             h_prev = h
             h = h_next
             if abs(h) > _RESCALE:
@@ -73,6 +78,13 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
     """
     log_norm = -beta * math.lgamma(theta + 1.0)
     want_d = derivs.shape[0] > 0
+    inv_c = np.empty(order + 1)  # 1/√((m+1)(m+θ+1))
+    a0 = np.empty(order + 1)  # (2m+1+θ)/√((m+1)(m+θ+1))
+    b = np.empty(order + 1)  # √(m(m+θ)) / √((m+1)(m+θ+1))
+    for m in range(order + 1):
+        inv_c[m] = 1.0 / math.sqrt((m + 1.0) * (m + theta + 1.0))
+        a0[m] = (2.0 * m + 1.0 + theta) * inv_c[m]
+        b[m] = math.sqrt(m * (m + theta)) * inv_c[m]
     for n in range(x.shape[0]):
         xn = x[n]
         if xn < 0.0:
@@ -94,11 +106,9 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
         if want_d:
             derivs[n, 0] = 0.0  # ℓ_0' = 0; the weight term is added below
         for m in range(order):
-            a = 2.0 * m + 1.0 + theta - xn
-            b = math.sqrt(m * (m + theta))
-            c = math.sqrt((m + 1.0) * (m + theta + 1.0))
-            l_next = (a * l_cur - b * l_prev) / c
-            d_next = (a * d_cur - l_cur - b * d_prev) / c
+            a = a0[m] - xn * inv_c[m]
+            l_next = a * l_cur - b[m] * l_prev
+            d_next = a * d_cur - inv_c[m] * l_cur - b[m] * d_prev
             l_prev, l_cur = l_cur, l_next
             d_prev, d_cur = d_cur, d_next
             if abs(l_cur) > _RESCALE or abs(d_cur) > _RESCALE:
@@ -123,10 +133,7 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
                 l_prev, l_cur = 0.0, 1.0
                 derivs[n, 0] += lim
                 for m in range(order):
-                    a = 2.0 * m + 1.0 + theta
-                    b = math.sqrt(m * (m + theta))
-                    c = math.sqrt((m + 1.0) * (m + theta + 1.0))
-                    l_prev, l_cur = l_cur, (a * l_cur - b * l_prev) / c
+                    l_prev, l_cur = l_cur, a0[m] * l_cur - b[m] * l_prev
                     derivs[n, m + 1] += l_cur * lim
             elif theta * beta == 0.0:
                 w = -beta

@@ -1,0 +1,201 @@
+"""Kernel-embedding density estimate ``p_M`` (paper §4, eq:kme_MC, eq:kme2).
+
+The coefficients are plain sample means, ``ĉ_m = (1/N) Σ_n Π_k ψ_{m_k}(y_{n,k}) W^{1-β}(y_{n,k})``
+(eq:kme_MC), so a block of samples contributes the partial sums ``Σ_n Π_k T_k[n, m_k]`` — with
+per-coordinate tables ``T_k`` these are one matrix product ``T_1ᵀ H`` (``H`` the products of
+the other coordinates' tables, see :class:`~kelr_dist.bases.TensorBasis`). The same layout makes
+``p_M`` and ``∇p_M`` at many points two matrix products: ``p = rowsum((Ψ_1 C) ⊙ H_Ψ)``.
+
+Partial sums (``chunk``), their combination (``+``) and the finished estimate (``finalize``) are
+kept apart as a :class:`~kelr_dist.reduction.Reduction`. Every kernel here works on row
+sub-blocks of :data:`ROW_BLOCK` samples so its memory does not grow with the block it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from kelr_dist.bases import Laguerre, TensorBasis
+from kelr_dist.reduction import BlockInfo, Reduction
+
+#: rows per sub-block inside the kernels (tables of a few MiB at order 60)
+ROW_BLOCK = 8192
+
+Order = int | tuple[int, ...] | None
+
+
+def row_blocks(n: int, size: int = ROW_BLOCK) -> Iterator[slice]:
+    """Consecutive slices of at most ``size`` rows covering ``range(n)``."""
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def check_samples(basis: TensorBasis, x: np.ndarray, name: str = "x") -> np.ndarray:
+    """Validate a block of samples ``(n, d)`` for ``basis``; return it as float64.
+
+    Raises ``ValueError`` for a wrong shape, an empty block, non-finite values and Laguerre
+    coordinates below their shift.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != basis.dim:
+        raise ValueError(f"{name} must have shape (n, {basis.dim}) for this basis, got {x.shape}")
+    if x.shape[0] == 0:
+        raise ValueError(f"{name} is empty (no samples in this block)")
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name} has {int(bad.sum())} non-finite values (first at row {row}, component {col})"
+        )
+    for k, coord in enumerate(basis.coordinates):
+        if isinstance(coord.family, Laguerre):
+            low = float(x[:, k].min())
+            if low < coord.loc:
+                raise ValueError(
+                    f"{name}: component {k} has samples down to {low:.6g}, below the Laguerre "
+                    f"shift loc={coord.loc:.6g}; choose a smaller loc"
+                )
+    return x
+
+
+def coefficient_sums(basis: TensorBasis, x: np.ndarray) -> dict[str, np.ndarray | int]:
+    """Partial sums of eq:kme_MC over a block of samples ``x (n, d)``.
+
+    Returns ``{"sum": (M_1+1, |R|), "sumsq": (M_1+1, |R|), "n": n}`` in the basis' layout
+    (``sumsq`` holds ``Σ_n (Π_k T_k)²`` for the coefficients' Monte-Carlo variance).
+    """
+    x = check_samples(basis, x)
+    orders = basis.max_orders
+    total = np.zeros((orders[0] + 1, len(basis.tails)))
+    total_sq = np.zeros_like(total)
+    for rows in row_blocks(x.shape[0]):
+        tables = [
+            c.coefficient_table(x[rows, k], m)
+            for k, (c, m) in enumerate(zip(basis.coordinates, orders, strict=True))
+        ]
+        tails, _ = basis.tail_products(tables)
+        total += tables[0].T @ tails
+        total_sq += np.square(tables[0]).T @ np.square(tails)
+    return {"sum": total, "sumsq": total_sq, "n": x.shape[0]}
+
+
+@dataclass(frozen=True)
+class KernelDensity:
+    """The empirical kernel-embedding estimate ``p_{M,N} = Σ_{m∈I} ĉ_m Ψ_m`` (eq:kme2).
+
+    Attributes
+    ----------
+    basis : the tensor basis (index set of the fitted, highest order).
+    coefficients : ``ĉ_m``, ``(P,)`` in ``basis.indices`` order (eq:kme_MC).
+    variances : Monte-Carlo variance of each ``ĉ_m`` for independent samples, ``(P,)``.
+    n : number of samples.
+    """
+
+    basis: TensorBasis
+    coefficients: np.ndarray
+    variances: np.ndarray
+    n: int
+
+    @classmethod
+    def from_sums(cls, basis: TensorBasis, sums: dict[str, np.ndarray | int]) -> KernelDensity:
+        """Finalize combined :func:`coefficient_sums` partials."""
+        n = int(sums["n"])
+        mean = basis.from_matrix(np.asarray(sums["sum"])) / n
+        mean_sq = basis.from_matrix(np.asarray(sums["sumsq"])) / n
+        variances = np.maximum(mean_sq - mean**2, 0.0) / n
+        return cls(basis, mean, variances, n)
+
+    @classmethod
+    def fit(cls, basis: TensorBasis, x: np.ndarray) -> KernelDensity:
+        """Estimate from in-memory samples ``x (n, d)``."""
+        return cls.from_sums(basis, coefficient_sums(basis, x))
+
+    def mask(self, order: Order = None) -> np.ndarray:
+        """Boolean ``(P,)``: the multi-indices kept by the order-``order`` truncation (eq:kme1)."""
+        if order is None:
+            return np.ones(self.basis.size, dtype=bool)
+        if isinstance(order, tuple | list):
+            if len(order) != self.basis.dim:
+                raise ValueError(f"order {order!r} needs {self.basis.dim} entries")
+            return np.all(self.basis.indices <= np.asarray(order), axis=1)
+        if order < 0 or order > self.basis.max_level:
+            raise ValueError(f"order {order} is outside the fitted range 0..{self.basis.max_level}")
+        return self.basis.levels() <= order
+
+    def matrix(self, order: Order = None) -> np.ndarray:
+        """Coefficients of the order-``order`` truncation in the basis layout ``(M_1+1, |R|)``."""
+        return self.basis.to_matrix(np.where(self.mask(order), self.coefficients, 0.0))
+
+    def evaluate(self, x: np.ndarray, order: Order = None) -> tuple[np.ndarray, np.ndarray]:
+        """``p_M`` and ``∇p_M`` at points ``x (n, d)``: ``(n,)`` and ``(n, d)`` (eq:kme2).
+
+        ``order`` truncates without refitting (``None``: the fitted order).
+        """
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.basis.dim:
+            raise ValueError(f"x must have shape (n, {self.basis.dim}), got {x.shape}")
+        coef = self.matrix(order)
+        density = np.empty(x.shape[0])
+        gradient = np.empty(x.shape)
+        for rows in row_blocks(x.shape[0]):
+            density[rows], gradient[rows] = self._evaluate_block(x[rows], coef)
+        return density, gradient
+
+    def _evaluate_block(self, x: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        basis = self.basis
+        values, derivs = zip(
+            *(
+                c.evaluate(x[:, k], m)
+                for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
+            ),
+            strict=True,
+        )
+        tails, tail_grads = basis.tail_products(list(values), list(derivs))
+        n = x.shape[0]
+        # one GEMM for Ψ_1 C and Ψ_1' C
+        both = np.concatenate([values[0], derivs[0]]) @ coef
+        first, first_grad = both[:n], both[n:]
+        gradient = np.empty((n, basis.dim))
+        density = np.einsum("nr,nr->n", first, tails)
+        gradient[:, 0] = np.einsum("nr,nr->n", first_grad, tails)
+        for k, g in enumerate(tail_grads, start=1):
+            gradient[:, k] = np.einsum("nr,nr->n", first, g)
+        return density, gradient
+
+    def pdf(self, x: np.ndarray, order: Order = None) -> np.ndarray:
+        """``p_M`` at ``x (n, d)``, ``(n,)``."""
+        return self.evaluate(x, order)[0]
+
+    def eta(self) -> np.ndarray:
+        """``η_M = (Σ_{level(m) = M+1} ĉ_m²)^{1/2}`` for M = 0..max_level-1 (crit2)."""
+        levels = self.basis.levels()
+        shells = np.bincount(
+            levels, weights=self.coefficients**2, minlength=self.basis.max_level + 1
+        )
+        return np.sqrt(shells[1:])
+
+    def eta_noise(self) -> np.ndarray:
+        """Sampling-noise level of ``η_M`` for independent samples: ``(Σ_{level = M+1} Var ĉ_m)^{1/2}``."""
+        levels = self.basis.levels()
+        shells = np.bincount(levels, weights=self.variances, minlength=self.basis.max_level + 1)
+        return np.sqrt(shells[1:])
+
+
+def _coefficient_chunk(
+    basis: TensorBasis, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
+) -> dict[str, np.ndarray | int]:
+    return coefficient_sums(basis, x)
+
+
+def coefficient_reduction(basis: TensorBasis) -> Reduction:
+    """The density pass: chunk = :func:`coefficient_sums`, combine = ``+``,
+    finalize = :meth:`KernelDensity.from_sums`."""
+    return Reduction(
+        name="coefficients",
+        chunk=partial(_coefficient_chunk, basis),
+        finalize=partial(KernelDensity.from_sums, basis),
+    )
