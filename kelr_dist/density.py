@@ -179,10 +179,12 @@ class KernelDensity:
         return np.sqrt(shells[1:])
 
     def eta_noise(self) -> np.ndarray:
-        """Sampling-noise level of ``η_M`` for independent samples: ``(Σ_{level = M+1} Var ĉ_m)^{1/2}``."""
-        levels = self.basis.levels()
-        shells = np.bincount(levels, weights=self.variances, minlength=self.basis.max_level + 1)
-        return np.sqrt(shells[1:])
+        """Noise level of ``η_M`` for independent samples, ``(Σ_{level = M+1} Var ĉ_m)^{1/2}``."""
+        return np.sqrt(self._shell_sums(self.variances)[1:])
+
+    def _shell_sums(self, weights: np.ndarray) -> np.ndarray:
+        """``Σ_{level(m) = L} weights_m`` for L = 0..max_level."""
+        return np.bincount(self.basis.levels(), weights=weights, minlength=self.basis.max_level + 1)
 
 
 def _coefficient_chunk(
