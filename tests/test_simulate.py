@@ -1,0 +1,167 @@
+"""Chunked generation: brute-force twin, real kill-and-resume, same store on 1 or 2 workers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+from kelr_dist import __version__
+from kelr_dist.models import make_model
+from kelr_dist.simulate import simulate
+from kelr_dist.store import TrajectoryError, open_trajectory, read_progress
+
+N, CHAINS, CHUNK, BURN_IN, SEED = 3000, 2, 1000, 1500, 11
+
+
+def _in_memory(n: int, chains: int, seed: int, burn_in: int) -> np.ndarray:
+    """The brute-force twin: each chain's stream advanced in one call, burn-in in another."""
+    model = make_model("ou")
+    out = []
+    for child in np.random.SeedSequence(seed).spawn(chains):
+        rng = np.random.Generator(np.random.PCG64(child))
+        _, state = model.advance(model.initial_state(rng), burn_in, rng)
+        out.append(model.advance(state, n, rng)[0])
+    return np.stack(out)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    path = tmp_path_factory.mktemp("ref") / "ref.zarr"
+    da = simulate("ou", path, N, chains=CHAINS, seed=SEED, chunk=CHUNK, burn_in=BURN_IN)
+    return da.values
+
+
+def test_store_matches_the_uninterrupted_in_memory_run(tmp_path: Path, reference: np.ndarray):
+    np.testing.assert_array_equal(reference, _in_memory(N, CHAINS, SEED, BURN_IN))
+    assert not np.array_equal(reference[0], reference[1])  # chains have their own streams
+    model = make_model("ou")
+    da = simulate(model, tmp_path / "s.zarr", 2500, seed=3, chunk=700)
+    assert da.dims == ("chain", "time", "component") and da.shape == (1, 2500, 2)
+    assert da.chunks == ((1,), (700, 700, 700, 400), (2,))
+    assert da.dtype == np.float64
+    assert da.attrs["dt"] == model.dt
+    assert da.attrs["model"] == "ou" and da.attrs["seed"] == 3 and da.attrs["burn_in"] == 0
+    assert json.loads(da.attrs["model_params"]) == model.params()
+    assert da.attrs["kelr_dist_version"] == __version__
+    assert da.coords["component"].values.tolist() == list(model.components)
+    np.testing.assert_array_equal(da.values, _in_memory(2500, 1, 3, 0))
+
+
+CHILD = """
+import os, signal, sys
+from kelr_dist.models import make_model
+from kelr_dist.simulate import simulate
+
+
+class DiesInAdvance:
+    '''The OU model, except that the process kills itself (SIGKILL) at a given advance call.'''
+
+    def __init__(self, calls):
+        self._inner, self._calls = make_model("ou"), calls
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def advance(self, state, n, rng):
+        self._calls -= 1
+        if self._calls < 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self._inner.advance(state, n, rng)
+
+
+simulate(DiesInAdvance(int(sys.argv[2])), sys.argv[1], {n}, chains={chains}, seed={seed},
+         chunk={chunk}, burn_in={burn_in}, progress=False)
+"""
+
+
+# advance calls per chain: 2 for the burn-in (chunk by chunk), then 3 chunks. Killed at call
+# 3: chain 0 has one chunk; at call 7: chain 0 is complete, chain 1 has burnt in, no record.
+@pytest.mark.parametrize(("calls", "written"), [(3, [1000, 0]), (7, [3000, 0])])
+def test_killed_then_resumed_is_bit_identical(
+    tmp_path: Path, reference: np.ndarray, calls: int, written: list[int]
+) -> None:
+    path = tmp_path / "killed.zarr"
+    script = textwrap.dedent(CHILD).format(
+        n=N, chains=CHAINS, seed=SEED, chunk=CHUNK, burn_in=BURN_IN
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(calls)], capture_output=True, timeout=120
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    assert read_progress(path)[:, 0].tolist() == written
+    with pytest.raises(TrajectoryError, match="incomplete generated store.*resume it"):
+        open_trajectory(path)
+    resumed = simulate("ou", path, N, chains=CHAINS, seed=SEED, chunk=CHUNK, burn_in=BURN_IN)
+    np.testing.assert_array_equal(resumed.values, reference)
+    assert resumed.attrs["complete"] is True
+
+
+def test_same_store_on_one_or_two_workers(tmp_path: Path) -> None:
+    settings = {"n_samples": 2000, "chains": 3, "seed": 4, "chunk": 500, "burn_in": 300}
+    here = simulate("ou", tmp_path / "here.zarr", **settings).values
+    assert len({here[c].tobytes() for c in range(3)}) == 3  # chains differ
+    # one cluster, scaled from 1 to 2 worker processes (each start costs seconds)
+    with (
+        LocalCluster(
+            n_workers=1, processes=True, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        for workers in (1, 2):
+            cluster.scale(workers)
+            client.wait_for_workers(workers)
+            da = simulate("ou", tmp_path / f"w{workers}.zarr", client=client, **settings)
+            np.testing.assert_array_equal(da.values, here)
+
+
+def test_complete_store_is_returned_and_other_settings_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    first = simulate("ou", path, 100, chains=2, seed=1, chunk=40).values
+    chunk_file = next((path / "x").rglob("0"))
+    stamp = chunk_file.stat().st_mtime_ns
+    np.testing.assert_array_equal(simulate("ou", path, 100, chains=2, seed=1, chunk=40), first)
+    assert chunk_file.stat().st_mtime_ns == stamp  # nothing was rewritten
+    with pytest.raises(ValueError, match=r"other settings.*seed: store 1, given 2"):
+        simulate("ou", path, 100, chains=2, seed=2, chunk=40)
+    with pytest.raises(ValueError, match=r"model parameter 'dt': store 0.05, given 0.1"):
+        simulate(make_model("ou", dt=0.1), path, 100, chains=2, seed=1, chunk=40)
+    with pytest.raises(ValueError, match=r"n_samples: store 100, given 200; chunk: store 40"):
+        simulate("ou", path, 200, chains=2, seed=1, chunk=50)
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ValueError, match="exists and is not a store made by simulate"):
+        simulate("ou", tmp_path / "other", 100)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_samples": 0}, "n_samples=0 must be an integer >= 1"),
+        ({"n_samples": 10.5}, "n_samples=10.5 must be an integer >= 1"),
+        ({"chains": 0}, "chains=0 must be an integer >= 1"),
+        ({"chunk": 0}, "chunk=0 must be an integer >= 1"),
+        ({"seed": -1}, "seed=-1 must be an integer >= 0"),
+        ({"burn_in": -5}, "burn_in=-5 must be an integer >= 0"),
+        ({"model": "brownian"}, "unknown model name='brownian'"),
+        ({"model": 3}, "model=3 is neither a model name nor a Model"),
+    ],
+)
+def test_bad_input_names_the_parameter(tmp_path: Path, kwargs: dict, message: str) -> None:
+    args = {"model": "ou", "path": tmp_path / "bad.zarr", "n_samples": 10, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        simulate(**args)
+    assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_progress_bar_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    simulate("ou", tmp_path / "quiet.zarr", 30, chunk=10, progress=False)
+    assert capsys.readouterr().err == ""
+    simulate("ou", tmp_path / "loud.zarr", 30, chunk=10, progress=True)
+    assert "3/3" in capsys.readouterr().err
