@@ -60,7 +60,7 @@ import numpy as np
 from numba import njit
 from scipy import linalg, ndimage, signal
 
-from kelr_dist.reduction import BlockInfo, Partial, Reduction
+from kelr_dist.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
 
 DEFAULT_PAD = 4.0
 """Grid padding beyond the data range, in bandwidths."""
@@ -220,9 +220,7 @@ def kde_exact(
     samples = _as_samples("samples", samples, np.asarray(points).shape[1])
     if samples.shape[0] == 0:
         raise ValueError("samples must hold at least one sample, got shape (0, d)")
-    return reduction.finalize(
-        reduction.chunk(samples, BlockInfo(0, 0, len(samples), len(samples)), None)
-    )
+    return reduce_in_memory(reduction, samples)
 
 
 # ----------------------------------------------------------------------------- binned KDE
@@ -390,7 +388,7 @@ def _kernel_taps(delta: float, h: float, n_nodes: int) -> tuple[np.ndarray, np.n
 
 
 def _convolve_axis(grid: np.ndarray, taps: np.ndarray, axis: int) -> np.ndarray:
-    """Linear (zero-padded, no wrap-around) FFT convolution of ``grid`` with ``taps`` on ``axis``."""
+    """Linear (zero-padded, no wrap-around) FFT convolution of ``grid`` with ``taps`` on an axis."""
     shape = [1] * grid.ndim
     shape[axis] = taps.shape[0]
     return signal.fftconvolve(grid, taps.reshape(shape), mode="same", axes=axis)
