@@ -136,26 +136,33 @@ def _empty_moments(d: int) -> dict[str, np.ndarray]:
 
 
 def _block_moments(x: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]:
-    """Partial of one sub-block ``x (L, d)`` whose first row is row ``start`` of ``chain``."""
-    finite = np.isfinite(x)
-    n = finite.sum(axis=0)
-    xf = np.where(finite, x, 0.0)
-    mean = xf.sum(axis=0) / np.maximum(n, 1)
-    dev = np.where(finite, x - mean, 0.0)
+    """Partial of one sub-block ``x (L, d)`` whose first row is row ``start`` of ``chain``.
+
+    Corrected two-pass algorithm on the transposed block (numpy sums the contiguous axis
+    pairwise): the mean of the first pass is refined by the mean of the deviations, so an
+    offset (x = 1e6 + noise) costs no more than the rounding of the mean itself.
+    """
+    xt = np.ascontiguousarray(x.T)
+    finite = np.isfinite(xt)
+    n = finite.sum(axis=1)
+    count = np.maximum(n, 1)[:, None]
+    mean = np.where(finite, xt, 0.0).sum(axis=1, keepdims=True) / count
+    dev = np.where(finite, xt - mean, 0.0)
+    correction = dev.sum(axis=1, keepdims=True) / count
+    dev = np.where(finite, dev - correction, 0.0)
     dev2 = dev * dev
-    bad = ~finite.all(axis=0)
-    first_row = np.argmin(finite, axis=0)
+    bad = ~finite.all(axis=1)
     return {
         "n": n.astype(np.int64),
-        "mean": mean,
-        "m2": dev2.sum(axis=0),
-        "m3": (dev2 * dev).sum(axis=0),
-        "m4": (dev2 * dev2).sum(axis=0),
-        "min": np.where(finite, x, np.inf).min(axis=0),
-        "max": np.where(finite, x, -np.inf).max(axis=0),
-        "nonfinite": (~finite).sum(axis=0).astype(np.int64),
+        "mean": (mean + correction)[:, 0],
+        "m2": dev2.sum(axis=1),
+        "m3": (dev2 * dev).sum(axis=1),
+        "m4": (dev2 * dev2).sum(axis=1),
+        "min": np.where(finite, xt, np.inf).min(axis=1),
+        "max": np.where(finite, xt, -np.inf).max(axis=1),
+        "nonfinite": (~finite).sum(axis=1).astype(np.int64),
         "bad_chain": np.where(bad, chain, _NO_INDEX).astype(np.int64),
-        "bad_time": np.where(bad, start + first_row, _NO_INDEX).astype(np.int64),
+        "bad_time": np.where(bad, start + np.argmin(finite, axis=1), _NO_INDEX).astype(np.int64),
     }
 
 
