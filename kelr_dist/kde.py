@@ -53,8 +53,7 @@ the parallel formula of Chan, Golub & LeVeque; also min and max, which fix the K
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -318,6 +317,60 @@ def default_grid(
 
 
 @njit(cache=True, nogil=True)
+def _strides(shape: np.ndarray) -> np.ndarray:
+    """C-order strides, in elements, of a grid of ``shape``."""
+    d = shape.shape[0]
+    strides = np.empty(d, dtype=np.int64)
+    stride = 1
+    for k in range(d - 1, -1, -1):
+        strides[k] = stride
+        stride *= shape[k]
+    return strides
+
+
+@njit(cache=True, nogil=True)
+def _inside(row: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> bool:
+    for k in range(row.shape[0]):
+        if not lower[k] <= row[k] <= upper[k]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _locate(
+    row: np.ndarray,
+    lower: np.ndarray,
+    inv_delta: np.ndarray,
+    shape: np.ndarray,
+    base: np.ndarray,
+    frac: np.ndarray,
+) -> None:
+    """Fill ``base`` (lower node of the cell) and ``frac`` (position in it, 0..1) of a row."""
+    for k in range(row.shape[0]):
+        t = (row[k] - lower[k]) * inv_delta[k]
+        j = min(int(t), shape[k] - 2)
+        base[k] = j
+        frac[k] = min(t - j, 1.0)
+
+
+@njit(cache=True, nogil=True)
+def _corner(
+    corner: int, base: np.ndarray, frac: np.ndarray, strides: np.ndarray
+) -> tuple[int, float]:
+    """Flat index and multilinear weight of corner ``corner`` (bit k: upper node along k)."""
+    weight = 1.0
+    index = 0
+    for k in range(base.shape[0]):
+        if (corner >> k) & 1:
+            weight *= frac[k]
+            index += (base[k] + 1) * strides[k]
+        else:
+            weight *= 1.0 - frac[k]
+            index += base[k] * strides[k]
+    return index, weight
+
+
+@njit(cache=True, nogil=True)
 def _linear_binning(
     x: np.ndarray,
     lower: np.ndarray,
@@ -332,33 +385,46 @@ def _linear_binning(
     counts are then incomplete.
     """
     n, d = x.shape
-    strides = np.empty(d, dtype=np.int64)
-    stride = 1
-    for k in range(d - 1, -1, -1):
-        strides[k] = stride
-        stride *= shape[k]
+    strides = _strides(shape)
     base = np.empty(d, dtype=np.int64)
     frac = np.empty(d)
     for i in range(n):
-        for k in range(d):
-            if x[i, k] < lower[k] or x[i, k] > upper[k]:
-                return i
-            t = (x[i, k] - lower[k]) * inv_delta[k]
-            j = min(int(t), shape[k] - 2)
-            base[k] = j
-            frac[k] = min(t - j, 1.0)
+        if not _inside(x[i], lower, upper):
+            return i
+        _locate(x[i], lower, inv_delta, shape, base, frac)
         for corner in range(1 << d):
-            weight = 1.0
-            index = 0
-            for k in range(d):
-                if (corner >> k) & 1:
-                    weight *= frac[k]
-                    index += (base[k] + 1) * strides[k]
-                else:
-                    weight *= 1.0 - frac[k]
-                    index += base[k] * strides[k]
+            index, weight = _corner(corner, base, frac, strides)
             counts[index] += weight
     return -1
+
+
+@njit(cache=True, nogil=True)
+def _multilinear(
+    points: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    inv_delta: np.ndarray,
+    shape: np.ndarray,
+    values: np.ndarray,
+) -> np.ndarray:
+    """Multilinear interpolation of the flat node ``values (m, nodes)`` at ``points (n, d)``.
+
+    The transpose of :func:`_linear_binning`; ``(m, n)`` result, 0 outside the grid.
+    """
+    n, d = points.shape
+    strides = _strides(shape)
+    base = np.empty(d, dtype=np.int64)
+    frac = np.empty(d)
+    out = np.zeros((values.shape[0], n))
+    for i in range(n):
+        if not _inside(points[i], lower, upper):
+            continue
+        _locate(points[i], lower, inv_delta, shape, base, frac)
+        for corner in range(1 << d):
+            index, weight = _corner(corner, base, frac, strides)
+            for m in range(values.shape[0]):
+                out[m, i] += weight * values[m, index]
+    return out
 
 
 def linear_binning(x: np.ndarray, grid: Grid) -> np.ndarray:
@@ -394,9 +460,33 @@ def _convolve_axis(grid: np.ndarray, taps: np.ndarray, axis: int) -> np.ndarray:
     return signal.fftconvolve(grid, taps.reshape(shape), mode="same", axes=axis)
 
 
+def _smooth(density: np.ndarray, spacing: np.ndarray, bandwidth: np.ndarray) -> np.ndarray:
+    """``(d+1, *shape)``: binned masses convolved with the kernel, then with its d derivatives.
+
+    Separable: the density is the masses smoothed along every axis; derivative k replaces the
+    smoothing along axis k by the kernel derivative.
+    """
+    d = density.ndim
+    taps = [
+        _kernel_taps(delta, h, n)
+        for delta, h, n in zip(spacing, bandwidth, density.shape, strict=True)
+    ]
+    out = np.empty((d + 1, *density.shape))
+    for target in range(d + 1):  # 0: density, 1 + k: derivative along k
+        values = density
+        for axis in range(d):
+            value_taps, slope_taps = taps[axis]
+            values = _convolve_axis(values, slope_taps if target == axis + 1 else value_taps, axis)
+        out[target] = values
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class BinnedKDE:
     """Binned Gaussian KDE (eq:KDE) of ``n`` samples on ``grid``: evaluates ``p`` and ``grad p``.
+
+    The node values are computed at construction (on the client, when it finalises the
+    reduction), so workers that evaluate it receive finished grids.
 
     Attributes
     ----------
@@ -405,6 +495,8 @@ class BinnedKDE:
     n : number of samples.
     bandwidth : ``(d,)`` bandwidths ``h_k``.
     order : interpolation order back to the points: 1 (multilinear) or 3 (cubic spline).
+    node_values : ``(d+1, *grid.shape)``: the density, then its d partial derivatives, at the
+        nodes (spline coefficients when ``order == 3``).
     """
 
     grid: Grid
@@ -412,32 +504,13 @@ class BinnedKDE:
     n: int
     bandwidth: np.ndarray
     order: int = 1
+    node_values: np.ndarray = field(init=False, repr=False)
 
-    @cached_property
-    def node_values(self) -> np.ndarray:
-        """``(d+1, *grid.shape)``: the density, then its d partial derivatives, at the nodes.
-
-        Separable: the density is the counts smoothed along every axis; derivative k replaces
-        the smoothing along axis k by the kernel derivative.
-        """
-        d = len(self.grid.shape)
-        taps = [
-            _kernel_taps(delta, h, n)
-            for delta, h, n in zip(self.grid.spacing, self.bandwidth, self.grid.shape, strict=True)
-        ]
-        out = np.empty((d + 1, *self.grid.shape))
-        for target in range(d + 1):  # 0: density, 1 + k: derivative along k
-            values = self.counts / self.n
-            for axis in range(d):
-                value_taps, slope_taps = taps[axis]
-                values = _convolve_axis(
-                    values, slope_taps if target == axis + 1 else value_taps, axis
-                )
-            out[target] = values
+    def __post_init__(self) -> None:
+        values = _smooth(self.counts / self.n, self.grid.spacing, self.bandwidth)
         if self.order == 3:
-            for target in range(d + 1):
-                out[target] = ndimage.spline_filter(out[target], order=3, mode="mirror")
-        return out
+            values = np.stack([ndimage.spline_filter(v, order=3, mode="mirror") for v in values])
+        object.__setattr__(self, "node_values", values)
 
     def evaluate(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Density and gradient at ``points (n, d)``, interpolated from the grid.
@@ -449,14 +522,24 @@ class BinnedKDE:
         """
         d = len(self.grid.shape)
         points = _as_samples("points", points, d)
+        if self.order == 1:
+            values = _multilinear(
+                points,
+                self.grid.lower,
+                self.grid.upper,
+                1.0 / self.grid.spacing,
+                np.asarray(self.grid.shape, dtype=np.int64),
+                self.node_values.reshape(d + 1, -1),
+            )
+            return values[0], values[1:].T
         coords = ((points - self.grid.lower) / self.grid.spacing).T
-        inside = np.all((coords >= 0) & (coords <= np.asarray(self.grid.shape)[:, None] - 1), 0)
+        inside = np.all((points >= self.grid.lower) & (points <= self.grid.upper), axis=1)
         values = np.zeros((d + 1, points.shape[0]))
         for target in range(d + 1):
             values[target, inside] = ndimage.map_coordinates(
                 self.node_values[target],
                 coords[:, inside],
-                order=self.order,
+                order=3,
                 mode="mirror",
                 prefilter=False,
             )
