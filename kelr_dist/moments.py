@@ -123,9 +123,9 @@ class Moments:
 
 def _empty_moments(d: int) -> dict[str, np.ndarray]:
     """The identity of :func:`combine_moments` for ``d`` coordinates."""
-    zeros, no_index = np.zeros(d), np.full(d, _NO_INDEX, dtype=np.int64)
+    no_index = np.full(d, _NO_INDEX, dtype=np.int64)
     return {
-        **{name: zeros for name in ("mean", "m2", "m3", "m4")},
+        **{name: np.zeros(d) for name in ("mean", "m2", "m3", "m4")},
         "n": np.zeros(d, dtype=np.int64),
         "nonfinite": np.zeros(d, dtype=np.int64),
         "min": np.full(d, np.inf),
@@ -352,7 +352,10 @@ def gamma_reduction(
             f"{scale.shape} and {columns.shape}"
         )
     if not np.all(np.isfinite(loc)) or not np.all((scale > 0) & np.isfinite(scale)):
-        raise ValueError(f"need finite loc and finite scale > 0, got loc={loc}, scale={scale}")
+        raise ValueError(
+            f"Gamma fit of coordinates {columns.tolist()}: need finite loc and finite scale > 0, "
+            f"got loc={loc.tolist()}, scale={scale.tolist()} (a constant coordinate?)"
+        )
 
     def chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
         return _gamma_chunk(x, info, columns, loc, scale)
