@@ -595,6 +595,15 @@ class SampleMoments:
 
 def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
     x = _as_samples("samples", x)
+    if x.shape[0] == 0:
+        d = x.shape[1]
+        return {
+            "count": 0,
+            "mean": np.zeros(d),
+            "comoment": np.zeros((d, d)),
+            "minimum": np.full(d, np.inf),
+            "maximum": np.full(d, -np.inf),
+        }
     mean = x.mean(axis=0)
     centred = x - mean
     return {
@@ -609,6 +618,8 @@ def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> P
 def _moments_combine(a: Partial, b: Partial) -> Partial:
     """Chan, Golub & LeVeque's pairwise update of count, mean and co-moment matrix."""
     count = a["count"] + b["count"]
+    if count == 0:
+        return a
     delta = b["mean"] - a["mean"]
     weight = b["count"] / count
     return {
@@ -670,7 +681,7 @@ def gaussian_score(mean: np.ndarray, cov: np.ndarray) -> GaussianScore:
     mean = _as_finite_array("mean", mean, 1)
     d = mean.shape[0]
     cov = _as_finite_array("cov", cov, 2)
-    if cov.shape != (d, d) or not np.allclose(cov, cov.T, rtol=1e-12, atol=0.0):
+    if cov.shape != (d, d) or np.max(np.abs(cov - cov.T)) > 1e-10 * np.max(np.abs(cov)):
         raise ValueError(f"cov must be a symmetric ({d}, {d}) matrix, got {cov}")
     try:
         factor = linalg.cho_factor(cov)

@@ -339,3 +339,14 @@ def test_gaussian_score_is_gradient_of_log_density():
 def test_gaussian_score_rejects_bad_input(mean, cov, name):
     with pytest.raises(ValueError, match=name):
         gaussian_score(mean, cov)
+
+
+def test_mean_covariance_accepts_empty_blocks():
+    x = np.random.default_rng(63).standard_normal((50, 2))
+    reduction = mean_covariance_reduction()
+    info = None
+    empty = reduction.chunk(x[:0], info, None)
+    merged = reduction.combine(reduction.combine(empty, reduction.chunk(x, info, None)), empty)
+    moments = reduction.finalize(reduction.combine(empty, merged))
+    assert rel(moments.cov, np.cov(x.T)) < 1e-12
+    np.testing.assert_array_equal(moments.minimum, x.min(0))
