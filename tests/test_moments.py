@@ -187,7 +187,7 @@ def test_gamma_shape_solves_the_likelihood_equation():
     k = gamma_shape_mle(s, np.zeros_like(s))
     # log k - psi(k) is evaluated with an absolute rounding error ~ eps log k
     np.testing.assert_allclose(np.log(k) - digamma(k), s, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(k[0], 0.5e9, rtol=1e-6)  # log k - psi(k) ~ 1/(2k)
+    np.testing.assert_allclose(k[0], 0.5e9, rtol=1e-5)  # ~1/(2s); s known to ~eps log k / s
 
 
 def test_gamma_pass_rejects_samples_below_the_shift():
