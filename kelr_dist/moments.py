@@ -9,9 +9,10 @@ Two light passes, each a :class:`kelr_dist.reduction.Reduction`:
 
 1. :func:`moments_reduction` — per coordinate: count, mean, central sums M2, M3, M4 (merged
    with the exact pairwise update of Chan, Golub & LeVeque (1979) / Pébay (2008), stable for
-   data with a large offset), minimum, maximum, and the count and first position of
-   non-finite values (rejected with a :class:`ValueError` by the finalize step).
-   Result: :class:`Moments`.
+   data with a large offset; within a block a corrected two-pass algorithm), minimum,
+   maximum, and the count and first position of non-finite values (rejected with a
+   :class:`ValueError` by the finalize step). Empty blocks are the identity of the combine;
+   a trajectory without samples is an error. Result: :class:`Moments`.
 2. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
    ``y`` and ``log y`` for ``y = (x - loc) / scale`` (shift from pass 1), finalized into the
    Gamma MLE (:class:`GammaFit`). :func:`gamma_reduction_for` builds it from pass 1 and a spec
@@ -53,9 +54,10 @@ skewness γ₁, excess kurtosis γ₂, minimum and maximum:
 
 Spec (``spec`` argument, also the ``basis`` attribute of results): ``"auto"`` for every
 coordinate, or one comma-separated entry per coordinate, each ``auto``, ``hermite``,
-``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or ``laguerre(theta=..,beta=..,loc=..,
-scale=..)`` with any subset of the keys; omitted values are chosen from the data by the rule
-above (the family is then fixed). A list of :class:`~kelr_dist.bases.Coordinate`,
+``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or
+``laguerre(theta=..,beta=..,loc=..,scale=..)`` with any subset of the keys (``beta >= 1/2``,
+``theta > -1``, ``scale > 0``); omitted values are chosen from the data by the rule above (the
+family is then fixed). A list of :class:`~kelr_dist.bases.Coordinate`,
 :class:`~kelr_dist.bases.Hermite`/:class:`~kelr_dist.bases.Laguerre` (loc and scale from the
 data) or entry strings is accepted too. :func:`format_basis` writes a spec that parses back to
 the same coordinates.
