@@ -59,10 +59,29 @@ def default_base_block(max_lag: int) -> int:
     return 1 << int(np.ceil(np.log2(max(max_lag, 256))))
 
 
-def _level_stats(means: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
-    """Count, mean and sum of squared deviations of block means ``(n_b, S+1, q, d)``."""
-    mean = means.mean(axis=0)
-    return means.shape[0], mean, ((means - mean) ** 2).sum(axis=0)
+def _level_stats(block_sums: np.ndarray, size: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """Count, mean and sum of squared deviations of the block means ``block_sums / size``.
+
+    ``block_sums`` is ``(n_b, S+1, q, d)``; mean and M2 are ``(S+1, q, d)``.
+    """
+    mean = block_sums.mean(axis=0) / size
+    deviation = block_sums - mean * size
+    return block_sums.shape[0], mean, np.square(deviation, out=deviation).sum(axis=0) / size**2
+
+
+def _pair_up(
+    ids: np.ndarray, rows: np.ndarray, sums: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks of the next level: siblings ``2p, 2p+1`` (consecutive ``ids``) add into ``p``."""
+    lead = int(ids[0] % 2)  # the first block is a right child without its sibling
+    pairs = (ids.shape[0] - lead) // 2
+    body = slice(lead, lead + 2 * pairs)
+    firsts = np.r_[0:lead, lead : body.stop : 2, body.stop : ids.shape[0]]
+    out = np.empty((firsts.shape[0], *sums.shape[1:]))
+    out[:lead] = sums[:lead]
+    np.add(sums[body][::2], sums[body][1::2], out=out[lead : lead + pairs])
+    out[lead + pairs :] = sums[body.stop :]
+    return ids[firsts] >> 1, np.add.reduceat(rows, firsts), out
 
 
 def _merge_stats(
@@ -121,9 +140,10 @@ def response_block_partial(
     b = np.asarray(b, dtype=np.float64)
     squares = lagged_sums(a_ext**2, b**2, max_lag)  # validates a_ext, b and max_lag
     _check_halo(a_ext, b, max_lag, info)
-    k0 = default_base_block(max_lag) if base_block is None else int(base_block)
-    if k0 < 1:
+    k0 = default_base_block(max_lag) if base_block is None else base_block
+    if isinstance(k0, bool) or not isinstance(k0, int | np.integer) or k0 < 1:
         raise ValueError(f"base_block must be a positive integer, got {base_block!r}")
+    k0 = int(k0)
     if max_levels is not None and max_levels < 0:
         raise ValueError(f"max_levels must be non-negative, got {max_levels!r}")
 
@@ -157,19 +177,20 @@ def response_block_partial(
     rows = np.minimum(stop, (ids + 1) * k0) - np.maximum(start, ids * k0)
     for level in range(n_levels):
         size = k0 << level
-        parents = ids >> level
-        starts = np.flatnonzero(np.r_[True, parents[1:] != parents[:-1]])
-        parent_ids, parent_rows = parents[starts], np.add.reduceat(rows, starts)
-        parent_sums = np.add.reduceat(block_sums, starts, axis=0)
-        complete = parent_rows == size
-        if complete.any():
-            n, mean, m2 = _level_stats(parent_sums[complete] / size)
-            partial["n_blocks"][level] = n
-            partial["block_mean"][level] = mean
-            partial["block_m2"][level] = m2
-        for k in np.flatnonzero(~complete & (parent_ids < valid_rows // size)):
-            key = (info.chain, level, int(parent_ids[k]))
-            partial["edges"][key] = (int(parent_rows[k]), parent_sums[k])
+        if level:
+            ids, rows, block_sums = _pair_up(ids, rows, block_sums)
+        # only the first and the last block can be cut by the chunk's edges
+        lo, hi = int(rows[0] < size), ids.shape[0] - int(rows[-1] < size)
+        if hi > lo:
+            (
+                partial["n_blocks"][level],
+                partial["block_mean"][level],
+                partial["block_m2"][level],
+            ) = _level_stats(block_sums[lo:hi], size)
+        for k in {0, ids.shape[0] - 1}:
+            if rows[k] < size and ids[k] < valid_rows // size:
+                key = (info.chain, level, int(ids[k]))
+                partial["edges"][key] = (int(rows[k]), block_sums[k].copy())  # not a view
     return partial
 
 
@@ -181,16 +202,19 @@ def _pad_levels(partial: Partial, n_levels: int) -> tuple[np.ndarray, np.ndarray
 
 
 def _promoted_stats(
-    means: dict[int, list[np.ndarray]], n_levels: int, shape: tuple[int, ...]
+    sums: dict[int, list[np.ndarray]], size: int, n_levels: int, shape: tuple[int, ...]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Level statistics ``(J,), (J, *shape), (J, *shape)`` of lists of block means per level."""
+    """Level statistics ``(J,), (J, *shape), (J, *shape)`` of the block sums of each level.
+
+    ``size`` is the base block length ``K0``.
+    """
     n, mean, m2 = (
         np.zeros(n_levels, dtype=np.int64),
         np.zeros((n_levels, *shape)),
         np.zeros((n_levels, *shape)),
     )
-    for level, values in means.items():
-        n[level], mean[level], m2[level] = _level_stats(np.stack(values))
+    for level, values in sums.items():
+        n[level], mean[level], m2[level] = _level_stats(np.stack(values), size << level)
     return n, mean, m2
 
 
@@ -212,13 +236,13 @@ def combine_block_partials(p: Partial, q: Partial) -> Partial:
         level = key[1]
         if rows == k0 << level:
             del edges[key]
-            promoted.setdefault(level, []).append(block_sum / (k0 << level))
+            promoted.setdefault(level, []).append(block_sum)
         else:
             edges[key] = (rows, block_sum)
     n_levels = max(p["n_blocks"].shape[0], q["n_blocks"].shape[0], *(k + 1 for k in promoted))
     stats = _merge_stats(*_pad_levels(p, n_levels), *_pad_levels(q, n_levels))
     if promoted:
-        stats = _merge_stats(*stats, *_promoted_stats(promoted, n_levels, p["sums"].shape))
+        stats = _merge_stats(*stats, *_promoted_stats(promoted, k0, n_levels, p["sums"].shape))
     return {
         "max_lag": p["max_lag"],
         "base_block": k0,

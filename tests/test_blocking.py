@@ -65,6 +65,9 @@ def test_levels_match_brute_force_reblocking():
                 )
             else:
                 assert np.isnan(res.sigma[level, lag]).all()
+    capped = reduce_in_memory(blocking_reduction(q, max_lag, k0, max_levels=2), x, chunks=37)
+    assert capped.block_sizes.tolist() == [1, 8, 16]
+    np.testing.assert_allclose(capped.sigma, res.sigma[:3], rtol=1e-11)
     expected = sum(lagged_sums(c[:, :q], c[:, q:], max_lag) for c in x)
     np.testing.assert_allclose(res.mean, expected / lag_counts([300, 300], max_lag)[:, None, None])
 
@@ -174,6 +177,8 @@ def test_rejects_bad_input():
         response_block_partial(x[:55], x[:40], 5, info)
     with pytest.raises(ValueError, match="base_block"):
         response_block_partial(x[:55], x[:50], 5, info, base_block=0)
+    with pytest.raises(ValueError, match="base_block"):
+        response_block_partial(x[:55], x[:50], 5, info, base_block=8.5)
     part = response_block_partial(x[:55], x[:50], 5, info, base_block=8)
     other = response_block_partial(x[:55], x[:50], 5, info, base_block=16)
     with pytest.raises(ValueError, match="base_block"):
