@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kelr_dist.lagged import blockwise_lagged_sums, lagged_sums
+from kelr_dist.lagged import blockwise_lagged_sums, check_lagged_pair, lagged_sums
 from kelr_dist.reduction import BlockInfo
 
 Partial = dict
@@ -115,6 +115,7 @@ def response_block_partial(
     info: BlockInfo,
     base_block: int | None = None,
     max_levels: int | None = None,
+    segment_rows: int = 1 << 18,
 ) -> Partial:
     """Lagged sums and block-averaging partials of one chunk (eq:MC_approx), one FFT pass.
 
@@ -127,6 +128,9 @@ def response_block_partial(
     info : where the chunk sits (:class:`kelr_dist.reduction.BlockInfo`).
     base_block : ``K0`` (default :func:`default_base_block`); must be the same for all chunks.
     max_levels : cap on the number of block levels ``K0 2^j`` (default: all with a block).
+    segment_rows : a long chunk is processed in aligned segments of about this many rows
+        (rounded to a multiple of ``K0``), merged like separate chunks: memory stays at
+        ``(segment_rows / K0) x (S+1) x q x d`` block sums plus the FFT work space.
 
     Returns
     -------
@@ -136,9 +140,7 @@ def response_block_partial(
     covered completely, ``"edges"`` ``{(chain, level, block): (rows, block sum)}`` for the cut
     ones, and the ints ``"max_lag"``, ``"base_block"``.
     """
-    a_ext = np.asarray(a_ext, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    squares = lagged_sums(a_ext**2, b**2, max_lag)  # validates a_ext, b and max_lag
+    a_ext, b = check_lagged_pair(a_ext, b, max_lag)
     _check_halo(a_ext, b, max_lag, info)
     k0 = default_base_block(max_lag) if base_block is None else base_block
     if isinstance(k0, bool) or not isinstance(k0, int | np.integer) or k0 < 1:
@@ -146,12 +148,29 @@ def response_block_partial(
     k0 = int(k0)
     if max_levels is not None and max_levels < 0:
         raise ValueError(f"max_levels must be non-negative, got {max_levels!r}")
-
-    start, stop, n_chain = info.start, info.stop, info.chain_length
-    valid_rows = max(n_chain - max_lag, 0)  # rows n with n + S < N_c
+    valid_rows = max(info.chain_length - max_lag, 0)  # rows n with n + S < N_c
     n_levels = 0
     while k0 << n_levels <= valid_rows and (max_levels is None or n_levels < max_levels):
         n_levels += 1
+    # long chunks go by aligned segments, merged as separate chunks would be: bounded memory
+    segment = k0 * max(1, segment_rows // k0)
+    cuts = range((info.start // segment + 1) * segment, info.stop, segment)
+    partial = None
+    for lo, hi in zip([info.start, *cuts], [*cuts, info.stop], strict=True):
+        piece = BlockInfo(info.chain, lo, hi, info.chain_length)
+        rows = slice(lo - info.start, hi - info.start + min(max_lag, info.chain_length - hi))
+        part = _segment_partial(a_ext[rows], b[rows][: hi - lo], max_lag, piece, k0, n_levels)
+        partial = part if partial is None else combine_block_partials(partial, part)
+    return partial
+
+
+def _segment_partial(
+    a_ext: np.ndarray, b: np.ndarray, max_lag: int, info: BlockInfo, k0: int, n_levels: int
+) -> Partial:
+    """:func:`response_block_partial` of one segment (validated input, ``n_levels`` levels)."""
+    start, stop, n_chain = info.start, info.stop, info.chain_length
+    valid_rows = max(n_chain - max_lag, 0)
+    squares = lagged_sums(a_ext**2, b**2, max_lag)
     # base blocks touched by the chunk that are valid: ids [first, last)
     first = start // k0
     last = min(-(-stop // k0), valid_rows // k0)

@@ -40,8 +40,12 @@ def default_block_rows(max_lag: int) -> int:
     return 1 << int(np.ceil(np.log2(4 * max(max_lag, 1024))))
 
 
-def _check_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
-    """Validate the arguments shared by the lagged-sum functions; return float64 arrays."""
+def check_lagged_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``a (L_a, q)``, ``b (L_b, d)``, ``max_lag``; return float64 arrays.
+
+    Raises ``ValueError`` for a negative or non-integer ``max_lag``, inputs that are not 2-D and
+    ``L_a < L_b``.
+    """
     if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
     a = np.asarray(a, dtype=np.float64)
@@ -134,7 +138,7 @@ def lagged_sums(
     -------
     ``(S+1, q, d)`` float64.
     """
-    a, b = _check_pair(a, b, max_lag)
+    a, b = check_lagged_pair(a, b, max_lag)
     block = default_block_rows(max_lag) if block_rows is None else _check_block(block_rows)
     if b.shape[0] == 0:
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
@@ -164,7 +168,7 @@ def blockwise_lagged_sums(
     -------
     ``(ceil((offset + L_b) / K), S+1, q, d)`` float64.
     """
-    a, b = _check_pair(a, b, max_lag)
+    a, b = check_lagged_pair(a, b, max_lag)
     block = _check_block(block)
     if not 0 <= offset < block:
         raise ValueError(f"offset must be in [0, block = {block}), got {offset}")

@@ -86,6 +86,18 @@ def test_one_chunk_partial_sums_are_the_lagged_sums():
     assert part["n_blocks"][0] == 8
 
 
+def test_segments_of_a_long_chunk_give_the_same_partial():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(500, 3))
+    info = BlockInfo(0, 13, 490, 500)
+    a_ext, b = x[13:497, :2], x[13:490, 2:]
+    whole = response_block_partial(a_ext, b, 7, info, base_block=4, segment_rows=10**6)
+    split = response_block_partial(a_ext, b, 7, info, base_block=4, segment_rows=16)
+    assert split["edges"].keys() == whole["edges"].keys()
+    for key, value in _flatten(whole).items():
+        np.testing.assert_allclose(split[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
+
+
 def _flatten(partial):
     return {k: v for k, v in partial.items() if k != "edges"}
 
