@@ -254,7 +254,7 @@ def combine_block_partials(p: Partial, q: Partial) -> Partial:
             rows, block_sum = rows + edges[key][0], block_sum + edges[key][1]
         level = key[1]
         if rows == k0 << level:
-            del edges[key]
+            edges.pop(key, None)
             promoted.setdefault(level, []).append(block_sum)
         else:
             edges[key] = (rows, block_sum)
@@ -314,7 +314,8 @@ def block_standard_error(partial: Partial, min_blocks: int = 32) -> BlockingResu
 
     Parameters
     ----------
-    partial : the fully combined partial of :func:`response_block_partial` over a trajectory.
+    partial : the fully combined partial of :func:`response_block_partial` over a trajectory
+        (blocks still cut, i.e. ``"edges"`` left because chunks are missing, are not counted).
     min_blocks : fewest blocks a level needs to be chosen.
 
     Returns
