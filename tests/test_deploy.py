@@ -1,0 +1,619 @@
+"""Every file under deploy/ parses, and every command in it is one the tools accept.
+
+Commands are checked against the real click commands of ``dask scheduler`` / ``dask worker``
+(``distributed.cli``) and against the ``kelr`` CLI contract below (and the real ``kelr`` click
+group once ``kelr_dist.cli`` exists). A file type this module cannot parse fails the test.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dask.config
+import pytest
+import yaml
+from distributed.cli.dask_scheduler import main as dask_scheduler_cli
+from distributed.cli.dask_worker import main as dask_worker_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+FILES = sorted(
+    path for path in DEPLOY.rglob("*") if path.is_file() and "__pycache__" not in path.parts
+)
+BIN = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``kelr`` subcommand of the CLI contract: arguments and ``--option: takes a value``."""
+
+    arguments: int
+    options: dict[str, bool] = field(default_factory=dict)
+    first_argument: frozenset[str] | None = None
+
+
+KELR_CLI = {
+    "simulate": Subcommand(
+        2,
+        {"--samples": True, "--chains": True, "--seed": True, "--chunk": True, "--scheduler": True},
+        frozenset({"triple-well", "langevin-morse", "ou"}),
+    ),
+    "info": Subcommand(1),
+    "estimate": Subcommand(
+        2,
+        {
+            "--basis": True,
+            "--order": True,
+            "--max-order": True,
+            "--max-lag": True,
+            "--max-time": True,
+            "--exact": False,
+            "--kde": False,
+            "--scheduler": True,
+            "--workers": True,
+            "--memory-limit": True,
+            "--quiet": False,
+        },
+    ),
+    "run": Subcommand(1, {"--scheduler": True}),
+    "report": Subcommand(1, {"--figures": True}),
+}
+DASK_CLI = {"scheduler": dask_scheduler_cli, "worker": dask_worker_cli}
+WRAPPERS = {"exec", "nohup", "time", "env", "srun", "tini", "/usr/bin/tini", "--"}
+# dask-jobqueue >= 0.8 SLURMCluster keywords (job_extra/extra/env_extra/project were renamed).
+SLURM_CLUSTER_KEYWORDS = {
+    "cores", "memory", "processes", "queue", "account", "walltime", "job_cpu", "job_mem",
+    "job_extra_directives", "job_directives_skip", "job_script_prologue", "worker_extra_args",
+    "interface", "death_timeout", "local_directory", "log_directory", "name", "python",
+    "shebang", "scheduler_options", "protocol", "security", "nanny", "config_name",
+}  # fmt: skip
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# --------------------------------------------------------------------------------------------
+# extracting commands
+# --------------------------------------------------------------------------------------------
+
+
+def shell_statements(script: str) -> Iterator[list[str]]:
+    """Simple commands of a POSIX shell script, split on ``; && || | &`` and newlines
+    (a quoted string may not span lines; redirections are dropped)."""
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True  # words end at whitespace and ;&|<> only (keep tcp://a:1)
+        statement: list[str] = []
+        redirect = False
+        for token in lexer:
+            if redirect:  # the target of a redirection is no argument
+                redirect = False
+            elif token in {">", ">>", "<", ">&", "<&"}:
+                redirect = True
+            elif set(token) <= set(";&|"):
+                if statement:
+                    yield statement
+                statement = []
+            else:
+                statement.append(token)
+        if statement:
+            yield statement
+
+
+def command_word(argv: list[str]) -> list[str]:
+    """``argv`` from its command word on: skip ``VAR=value``, wrappers and their options."""
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word) or word in WRAPPERS:
+            index += 1
+        elif index > 0 and argv[index - 1] in WRAPPERS and word.startswith("-"):
+            index += 1  # an option of the wrapper (srun --kill-on-bad-exit=0)
+        else:
+            break
+    return argv[index:]
+
+
+def expand(argv: list[str]) -> Iterator[list[str]]:
+    """Commands of an exec-form ``argv``; ``sh -c SCRIPT`` yields the script's commands."""
+    argv = command_word(argv)
+    if len(argv) >= 3 and argv[0] in {"sh", "bash", "/bin/sh", "/bin/bash"} and argv[1] == "-c":
+        for statement in shell_statements(argv[2]):
+            yield command_word(statement)
+    elif argv:
+        yield argv
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, arguments)`` pairs, continuation lines joined, comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        keyword, _, rest = (pending + stripped).partition(" ")
+        instructions.append((keyword, rest.strip()))
+        pending = ""
+    assert not pending, "Dockerfile ends inside a continued instruction"
+    return instructions
+
+
+def dockerfile_commands(path: Path) -> Iterator[list[str]]:
+    instructions = dockerfile_instructions(path.read_text())
+    exec_form: dict[str, list[str]] = {}
+    for keyword, argument in instructions:
+        if keyword == "RUN":
+            for statement in shell_statements(argument):
+                yield command_word(statement)
+        elif keyword in {"ENTRYPOINT", "CMD"}:
+            exec_form[keyword] = json.loads(argument)
+    yield from expand(exec_form.get("ENTRYPOINT", []) + exec_form.get("CMD", []))
+
+
+def container_commands(pod_spec: dict) -> Iterator[list[str]]:
+    for container in pod_spec["containers"]:
+        yield from expand(list(container.get("command", [])) + list(container.get("args", [])))
+
+
+def compose_commands(path: Path) -> Iterator[list[str]]:
+    for service in yaml.safe_load(path.read_text())["services"].values():
+        command = service.get("command", [])
+        yield from expand(shlex.split(command) if isinstance(command, str) else command)
+
+
+def kubernetes_commands(path: Path) -> Iterator[list[str]]:
+    for document in yaml.safe_load_all(path.read_text()):
+        if document["kind"] == "DaskCluster":
+            yield from cluster_spec_commands(document["spec"])
+        elif document["kind"] == "DaskJob":
+            yield from container_commands(document["spec"]["job"]["spec"])
+            yield from cluster_spec_commands(document["spec"]["cluster"]["spec"])
+
+
+def cluster_spec_commands(spec: dict) -> Iterator[list[str]]:
+    yield from container_commands(spec["worker"]["spec"])
+    yield from container_commands(spec["scheduler"]["spec"])
+
+
+def all_commands() -> list[tuple[str, list[str]]]:
+    """``(file, argv)`` for every command found in deploy/."""
+    found = []
+    for path in FILES:
+        if path.name == "Dockerfile":
+            commands = dockerfile_commands(path)
+        elif path.name == "compose.yaml":
+            commands = compose_commands(path)
+        elif "kubernetes" in path.parts:
+            commands = kubernetes_commands(path)
+        elif path.suffix in {".sh", ".sbatch"}:
+            commands = (command_word(s) for s in shell_statements(path.read_text()))
+        else:
+            continue
+        found += [(relative(path), argv) for argv in commands if argv]
+    return found
+
+
+COMMANDS = all_commands()
+TOOL_COMMANDS = [(name, argv) for name, argv in COMMANDS if argv[0] in {"dask", "kelr"}]
+
+
+# --------------------------------------------------------------------------------------------
+# every file parses
+# --------------------------------------------------------------------------------------------
+
+
+def parse_file(path: Path) -> None:
+    """Parse one deploy file by its type; unknown types fail."""
+    text = path.read_text()
+    if path.suffix in {".yaml", ".yml"}:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        assert documents, "no YAML document"
+    elif path.suffix == ".py":
+        compile(ast.parse(text, filename=str(path)), str(path), "exec")
+    elif path.name == "Dockerfile":
+        keywords = {keyword for keyword, _ in dockerfile_instructions(text)}
+        known = {"FROM", "ENV", "RUN", "WORKDIR", "COPY", "USER", "VOLUME", "EXPOSE", "ENTRYPOINT"}
+        assert keywords <= known | {"CMD", "ARG", "LABEL", "HEALTHCHECK", "ADD", "SHELL"}
+    elif path.suffix in {".sh", ".sbatch"}:
+        assert text.startswith("#!/bin/"), "shell scripts need a #!/bin/sh or #!/bin/bash line"
+        shell = text.splitlines()[0][2:].split()[0]
+        subprocess.run([shell, "-n", str(path)], check=True, capture_output=True)
+        assert os.access(path, os.X_OK), "shell scripts must be executable"
+    elif path.suffix == ".md":
+        assert text.strip().startswith("#")
+    else:
+        pytest.fail(f"{relative(path)}: no parser for this file type in tests/test_deploy.py")
+
+
+@pytest.mark.parametrize("path", FILES, ids=relative)
+def test_every_deploy_file_parses(path):
+    parse_file(path)
+
+
+def test_deploy_tree_has_the_documented_files():
+    names = {relative(path) for path in FILES}
+    expected = {
+        "deploy/Dockerfile",
+        "deploy/compose.yaml",
+        "deploy/README.md",
+        "deploy/kubernetes/daskcluster.yaml",
+        "deploy/kubernetes/daskjob.yaml",
+        "deploy/slurm/jobqueue_slurm.py",
+        "deploy/slurm/kelr.sbatch",
+        "deploy/tls/dask-tls.yaml",
+        "deploy/tls/make-certs.sh",
+    }
+    assert expected <= names
+    readme = (DEPLOY / "README.md").read_text()
+    for name in names - {"deploy/README.md"}:
+        assert name.removeprefix("deploy/") in readme, f"README.md does not explain {name}"
+
+
+def test_no_private_keys_committed():
+    for path in FILES:
+        assert "PRIVATE KEY-----" not in path.read_text(), relative(path)
+        assert path.suffix not in {".pem", ".key", ".crt"}, relative(path)
+
+
+# --------------------------------------------------------------------------------------------
+# every command is valid
+# --------------------------------------------------------------------------------------------
+
+
+def check_kelr_contract(argv: list[str]) -> None:
+    """``argv = ["kelr", SUBCOMMAND, ...]`` against the CLI contract :data:`KELR_CLI`."""
+    if argv[1:] == ["--help"]:
+        return
+    assert len(argv) > 1 and argv[1] in KELR_CLI, f"unknown kelr subcommand in {argv}"
+    spec = KELR_CLI[argv[1]]
+    arguments, rest = [], list(argv[2:])
+    while rest:
+        token = rest.pop(0)
+        if not token.startswith("--"):
+            arguments.append(token)
+            continue
+        name, has_inline, _ = token.partition("=")
+        assert name in spec.options or name == "--help", f"kelr {argv[1]} has no {name}"
+        if spec.options.get(name) and not has_inline:
+            assert rest and not rest[0].startswith("--"), f"{name} needs a value in {argv}"
+            rest.pop(0)
+    assert len(arguments) == spec.arguments, f"kelr {argv[1]} takes {spec.arguments}: {argv}"
+    if spec.first_argument is not None:
+        assert arguments[0] in spec.first_argument, argv
+
+
+def check_dask(argv: list[str]) -> None:
+    """``argv = ["dask", "scheduler"|"worker", ...]`` parsed by distributed's click command.
+
+    Shell and Kubernetes variables (``"$CERTS/ca.pem"``, ``$(DASK_WORKER_NAME)``) stand for
+    values only known at run time: they are replaced by an existing file's path, so that
+    options which must name a file still parse.
+    """
+    assert len(argv) > 1 and argv[1] in DASK_CLI, f"unknown dask subcommand in {argv}"
+    if "--help" not in argv:
+        args = [str(Path(__file__)) if "$" in arg else arg for arg in argv[2:]]
+        context = DASK_CLI[argv[1]].make_context(f"dask {argv[1]}", args)
+        context.close()
+
+
+def test_deploy_files_run_the_tools():
+    files_with_tools = {name for name, _ in TOOL_COMMANDS}
+    for name in (
+        "deploy/Dockerfile",
+        "deploy/compose.yaml",
+        "deploy/kubernetes/daskcluster.yaml",
+        "deploy/kubernetes/daskjob.yaml",
+        "deploy/slurm/kelr.sbatch",
+        "deploy/tls/start-tls-cluster.sh",
+    ):
+        assert name in files_with_tools, f"no dask/kelr command found in {name}"
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"), TOOL_COMMANDS, ids=[f"{n}: {' '.join(a[:2])}" for n, a in TOOL_COMMANDS]
+)
+def test_command_is_valid(name, argv):
+    if argv[0] == "dask":
+        check_dask(argv)
+    else:
+        check_kelr_contract(argv)
+
+
+def test_no_removed_console_scripts():
+    for path in FILES:
+        text = path.read_text()
+        assert not re.search(r"\bdask-(scheduler|worker)\b", text), relative(path)
+    for _, argv in COMMANDS:
+        assert argv[0] not in {"dask-scheduler", "dask-worker"}
+
+
+def test_kelr_commands_match_the_real_cli():
+    """Once ``kelr_dist.cli`` exists: every ``kelr`` command parses with the real click group."""
+    click = pytest.importorskip("click")
+    cli_module = pytest.importorskip("kelr_dist.cli")
+    group = cli_module.main
+    assert isinstance(group, click.Group)
+    for _, argv in TOOL_COMMANDS:
+        if argv[0] != "kelr" or argv[1:] == ["--help"]:
+            continue
+        assert argv[1] in group.commands, f"kelr has no subcommand {argv[1]!r}"
+        # resilient parsing: option names and argument counts are checked, paths need not exist
+        context = group.commands[argv[1]].make_context(
+            f"kelr {argv[1]}", list(argv[2:]), resilient_parsing=True
+        )
+        assert context.args == [], f"unexpected arguments {context.args} in {argv}"
+        context.close()
+
+
+# --------------------------------------------------------------------------------------------
+# the formats each file claims
+# --------------------------------------------------------------------------------------------
+
+
+def test_dockerfile():
+    instructions = dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
+    keywords = [keyword for keyword, _ in instructions]
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    runs = " ".join(argument for keyword, argument in instructions if keyword == "RUN")
+    assert re.search(r"pip install \.(\s|$)", runs)
+    copied = [argument.split()[0] for keyword, argument in instructions if keyword == "COPY"]
+    assert "pyproject.toml" in copied and "kelr_dist" in copied
+    users = [argument for keyword, argument in instructions if keyword == "USER"]
+    assert users and users[-1] not in {"root", "0"}
+    assert keywords.index("USER") > max(i for i, k in enumerate(keywords) if k == "RUN")
+    entrypoint = json.loads(dict(instructions)["ENTRYPOINT"])
+    assert Path(entrypoint[0]).name == "tini" and "tini" in runs
+    assert isinstance(json.loads(dict(instructions)["CMD"]), list)
+
+
+def test_compose():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"scheduler", "worker", "job"} <= set(services)
+    for name, service in services.items():
+        assert "image" in service or "build" in service, name
+        assert service.get("command"), name
+    build = services["scheduler"]["build"]
+    context = (DEPLOY / build["context"]).resolve()
+    assert (context / "pyproject.toml").is_file()
+    assert (context / build["dockerfile"]).resolve() == DEPLOY / "Dockerfile"
+    images = {service.get("image") for service in services.values()}
+    assert len(images) == 1, "scheduler, workers and job must run the same image"
+    worker = services["worker"]["command"]
+    assert worker[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert "--nthreads" in worker and worker[worker.index("--nthreads") + 1] == "1"
+    assert "--memory-limit" in worker
+    assert services["worker"]["deploy"]["replicas"] >= 1
+    job = [argv for argv in compose_commands(DEPLOY / "compose.yaml") if argv[0] == "kelr"]
+    assert [argv[1] for argv in job][:1] == ["simulate"] and "estimate" in [a[1] for a in job]
+    for argv in job:
+        if argv[1] in {"simulate", "estimate"}:
+            assert argv[argv.index("--scheduler") + 1] == "tcp://scheduler:8786"
+    volumes = set(compose["volumes"])
+    for name in ("worker", "job"):
+        mounts = {mount.split(":")[0] for mount in services[name]["volumes"]}
+        assert mounts & volumes, f"{name} must mount the shared store volume"
+
+
+def kubernetes_documents() -> list[dict]:
+    return [
+        document
+        for path in sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+        for document in yaml.safe_load_all(path.read_text())
+    ]
+
+
+def check_pod_spec(pod_spec: dict, container_name: str | None = None) -> None:
+    containers = pod_spec["containers"]
+    assert containers and all({"name", "image"} <= set(c) for c in containers)
+    if container_name is not None:  # the operator merges its settings into this container
+        assert container_name in {c["name"] for c in containers}
+
+
+def check_cluster_spec(spec: dict, cluster_name: str) -> None:
+    """The operator's DaskCluster spec: worker.replicas/spec, scheduler.spec/service."""
+    assert set(spec) <= {"worker", "scheduler", "idleTimeout"}
+    assert {"worker", "scheduler"} <= set(spec)
+    assert set(spec["worker"]) <= {"replicas", "spec", "metadata"} and "spec" in spec["worker"]
+    assert isinstance(spec["worker"]["replicas"], int) and spec["worker"]["replicas"] >= 1
+    check_pod_spec(spec["worker"]["spec"], "worker")
+    scheduler = spec["scheduler"]
+    assert set(scheduler) <= {"spec", "service", "metadata"}
+    assert {"spec", "service"} <= set(scheduler)
+    check_pod_spec(scheduler["spec"], "scheduler")
+    service = scheduler["service"]
+    assert service["selector"] == {
+        "dask.org/cluster-name": cluster_name,
+        "dask.org/component": "scheduler",
+    }
+    assert 8786 in {port["port"] for port in service["ports"]}
+    port_names = {
+        port["name"] for c in scheduler["spec"]["containers"] for port in c.get("ports", [])
+    }
+    assert {port["targetPort"] for port in service["ports"]} <= port_names
+
+
+def test_kubernetes_manifests():
+    documents = kubernetes_documents()
+    for document in documents:
+        assert {"apiVersion", "kind", "metadata"} <= set(document)
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", document["metadata"]["name"])
+    kinds = {document["kind"]: document for document in documents}
+    assert {"DaskCluster", "DaskJob", "PersistentVolumeClaim"} <= set(kinds)
+    for kind in ("DaskCluster", "DaskJob"):
+        assert kinds[kind]["apiVersion"] == "kubernetes.dask.org/v1"
+    cluster = kinds["DaskCluster"]
+    check_cluster_spec(cluster["spec"], cluster["metadata"]["name"])
+    job = kinds["DaskJob"]
+    assert set(job["spec"]) == {"job", "cluster"}
+    check_pod_spec(job["spec"]["job"]["spec"])
+    check_cluster_spec(job["spec"]["cluster"]["spec"], job["metadata"]["name"])
+    claims = {
+        document["metadata"]["name"]: document
+        for document in documents
+        if document["kind"] == "PersistentVolumeClaim"
+    }
+    used = re.findall(r"claimName: (\S+)", yaml.safe_dump(documents))
+    assert used and set(used) <= set(claims)
+    for claim in claims.values():
+        assert "ReadWriteMany" in claim["spec"]["accessModes"]
+
+
+def test_slurm_jobqueue_script():
+    path = DEPLOY / "slurm" / "jobqueue_slurm.py"
+    tree = ast.parse(path.read_text())
+    imports = {
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert ("dask_jobqueue", "SLURMCluster") in imports
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    cluster_calls = [
+        c for c in calls if isinstance(c.func, ast.Name) and c.func.id == "SLURMCluster"
+    ]
+    assert len(cluster_calls) == 1
+    keywords = {keyword.arg for keyword in cluster_calls[0].keywords}
+    assert keywords <= SLURM_CLUSTER_KEYWORDS, keywords - SLURM_CLUSTER_KEYWORDS
+    assert {"cores", "memory"} <= keywords
+    estimates = [
+        c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "estimate_response"
+    ]
+    assert len(estimates) == 1
+    assert (
+        isinstance(estimates[0].func.value, ast.Name) and estimates[0].func.value.id == "kelr_dist"
+    )
+    assert "client" in {keyword.arg for keyword in estimates[0].keywords}
+    guards = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
+    ]
+    assert guards, "the script needs an `if __name__ == '__main__':` guard"
+
+
+def test_estimate_response_accepts_a_client():
+    """The Python API the SLURM script calls (skipped until kelr_dist.estimate exists)."""
+    import inspect
+
+    estimate = pytest.importorskip("kelr_dist.estimate")
+    parameters = inspect.signature(estimate.estimate_response).parameters
+    assert "client" in parameters
+
+
+def test_sbatch_directives():
+    text = (DEPLOY / "slurm" / "kelr.sbatch").read_text()
+    directives = re.findall(r"^#SBATCH\s+(\S+)", text, flags=re.MULTILINE)
+    assert directives
+    known = {
+        "--job-name", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task", "--mem",
+        "--mem-per-cpu", "--time", "--output", "--error", "--partition", "--account",
+    }  # fmt: skip
+    for directive in directives:
+        assert directive.split("=")[0] in known, directive
+    names = [argv[:2] for name, argv in COMMANDS if name == "deploy/slurm/kelr.sbatch"]
+    assert ["dask", "scheduler"] in names and ["dask", "worker"] in names
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out |= flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_tls_config_keys_exist_in_distributed():
+    config = yaml.safe_load((DEPLOY / "tls" / "dask-tls.yaml").read_text())
+    keys = flatten(config)
+    for key in keys:
+        assert dask.config.get(key, default="<missing>") != "<missing>", f"unknown key {key}"
+    for role in ("scheduler", "worker", "client"):
+        assert (
+            keys[f"distributed.comm.tls.{role}.cert"] and keys[f"distributed.comm.tls.{role}.key"]
+        )
+    assert keys["distributed.comm.require-encryption"] is True
+    tls_commands = [
+        argv for name, argv in TOOL_COMMANDS if name == "deploy/tls/start-tls-cluster.sh"
+    ]
+    for argv in tls_commands:
+        if argv[0] == "dask":
+            assert {"--tls-ca-file", "--tls-cert", "--tls-key"} <= set(argv)
+            assert any(arg.startswith("tls://") for arg in argv)
+
+
+# --------------------------------------------------------------------------------------------
+# the TLS recipe works: certificates from make-certs.sh, a real scheduler and worker
+# --------------------------------------------------------------------------------------------
+
+
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.2)
+
+
+def test_tls_cluster_runs_with_generated_certificates(tmp_path):
+    from distributed import Client
+
+    certs = tmp_path / "certs"
+    subprocess.run(
+        [str(DEPLOY / "tls" / "make-certs.sh"), str(certs), "localhost"],
+        check=True,
+        capture_output=True,
+    )
+    assert (certs / "scheduler-key.pem").stat().st_mode & 0o077 == 0
+    config = yaml.safe_load((DEPLOY / "tls" / "dask-tls.yaml").read_text())
+    tls = config["distributed"]["comm"]["tls"]
+    tls["ca-file"] = str(certs / "ca.pem")
+    for role in ("scheduler", "worker", "client"):
+        tls[role] = {"cert": str(certs / f"{role}.pem"), "key": str(certs / f"{role}-key.pem")}
+    scheduler_file = tmp_path / "scheduler.json"
+    dask_cli = str(BIN / "dask")
+    flags = ["--tls-ca-file", str(certs / "ca.pem")]
+    scheduler = subprocess.Popen(
+        [dask_cli, "scheduler", "--host", "tls://127.0.0.1", "--port", "0",
+         "--dashboard-address", ":0", "--scheduler-file", str(scheduler_file), *flags,
+         "--tls-cert", str(certs / "scheduler.pem"), "--tls-key", str(certs / "scheduler-key.pem")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    worker = None
+    try:
+        wait_for(scheduler_file, scheduler)
+        address = json.loads(scheduler_file.read_text())["address"]
+        assert address.startswith("tls://")
+        worker = subprocess.Popen(
+            [dask_cli, "worker", address, "--nthreads", "1", "--memory-limit", "500MiB",
+             "--no-dashboard", "--local-directory", str(tmp_path), *flags,
+             "--tls-cert", str(certs / "worker.pem"), "--tls-key", str(certs / "worker-key.pem")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        with dask.config.set(flatten(config)), Client(address, timeout="30s") as client:
+            client.wait_for_workers(1, timeout=60)
+            assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.communicate(timeout=30)
