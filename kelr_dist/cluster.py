@@ -87,7 +87,7 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
         processes=True,
         memory_limit=memory_limit,
         dashboard_address=None,
-        silence_logs=logging.ERROR if quiet else logging.WARNING,
+        silence_logs=logging.CRITICAL if quiet else logging.ERROR,
         env=_WORKER_ENV,
     )
     return cluster, Client(cluster, set_as_default=False)
@@ -110,7 +110,7 @@ def get_client(
     n_workers : worker processes of the embedded cluster (one thread each); default: CPU count.
     memory_limit : memory per embedded worker, bytes or a string like ``"300MiB"``;
         default: 80 % of the machine's RAM divided by ``n_workers``.
-    quiet : only errors from the embedded cluster's logs (default: warnings too).
+    quiet : silence the embedded cluster's logs entirely (default: errors are still logged).
 
     Returns
     -------
@@ -157,5 +157,5 @@ def close_embedded_cluster() -> None:
         return
     cluster, client, _ = _embedded
     _embedded = None
-    client.close()
     cluster.close()
+    client.close()

@@ -33,7 +33,8 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import xarray as xr
-from dask.delayed import Delayed, delayed
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
 from distributed import Client, as_completed
 from tqdm.auto import tqdm
 
@@ -151,54 +152,53 @@ def build_graph(
     max_halo = max(int(r.halo) for r in reductions)
     prefix = f"kelr-{'-'.join(r.name for r in reductions)}-{uuid.uuid4().hex[:12]}"
 
-    loads = data.to_delayed()  # (chains, time chunks, 1) Delayed numpy blocks
-    shared = delayed(reductions, name=f"{prefix}-reductions", traverse=False)
-    head = delayed(_head, pure=True)
-    block_task = delayed(_block_partials, pure=True)
-
+    loads = data.__dask_keys__()  # [chain][time chunk][0] -> key of the block's load task
+    shared = f"{prefix}-reductions"
+    layer: dict[Any, Any] = {shared: reductions}
     blocks = []
     for c in range(data.shape[0]):
-        heads = [
-            head(
-                loads[c, k, 0],
-                min(max_halo, edges[k + 1] - edges[k]),
-                dask_key_name=f"{prefix}-head-{c}-{k}",
-            )
-            if k > 0 and max_halo > 0
-            else None
-            for k in range(len(edges) - 1)
-        ]
+        heads = [(f"{prefix}-head", c, k) for k in range(len(edges) - 1)]
+        if max_halo > 0:
+            for k in range(1, len(edges) - 1):
+                rows = min(max_halo, edges[k + 1] - edges[k])
+                layer[heads[k]] = (_head, loads[c][k][0], rows)
         for k, (start, stop) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
             halo_rows = min(max_halo, n - stop)
             last = bisect.bisect_left(edges, stop + halo_rows)  # blocks k+1..last-1 hold the halo
-            blocks.append(
-                block_task(
-                    loads[c, k, 0],
-                    heads[k + 1 : last],
-                    BlockInfo(c, start, stop, n),
-                    halo_rows,
-                    shared,
-                    dask_key_name=f"{prefix}-block-{c}-{k}",
-                )
+            key = (f"{prefix}-block", c, k)
+            info = BlockInfo(c, start, stop, n)
+            layer[key] = (
+                _block_partials,
+                loads[c][k][0],
+                heads[k + 1 : last],
+                info,
+                halo_rows,
+                shared,
             )
-    return ReductionGraph(tuple(blocks), _tree(blocks, shared, split_every, prefix), reductions)
+            blocks.append(key)
+    root = _tree(layer, blocks, shared, split_every, f"{prefix}-combine")
+    graph = HighLevelGraph.from_collections(prefix, layer, dependencies=[data])
+    return ReductionGraph(
+        tuple(Delayed(key, graph, layer=prefix) for key in blocks),
+        Delayed(root, graph, layer=prefix),
+        reductions,
+    )
 
 
-def _tree(parts: list[Delayed], shared: Delayed, split_every: int, prefix: str) -> Delayed:
-    """``split_every``-ary combine tree over ``parts``, in their order (deterministic)."""
-    combine = delayed(_combine, pure=True)
+def _tree(layer: dict, keys: list, shared: str, split_every: int, name: str) -> Any:
+    """Add a ``split_every``-ary combine tree over ``keys`` (in order) to ``layer``; its root."""
     level = 0
-    while len(parts) > 1:
-        parts = [
-            combine(shared, *group, dask_key_name=f"{prefix}-combine-{level}-{i}")
-            if len(group) > 1
-            else group[0]
-            for i, group in enumerate(
-                parts[j : j + split_every] for j in range(0, len(parts), split_every)
-            )
-        ]
+    while len(keys) > 1:
+        groups = [keys[j : j + split_every] for j in range(0, len(keys), split_every)]
+        keys = []
+        for i, group in enumerate(groups):
+            if len(group) == 1:
+                keys.append(group[0])
+                continue
+            keys.append((name, level, i))
+            layer[keys[-1]] = (_combine, shared, *group)
         level += 1
-    return parts[0]
+    return keys[0]
 
 
 def _show_progress(progress: bool | None) -> bool:
@@ -248,7 +248,7 @@ def run_reductions(
         disable=not _show_progress(progress),
         file=sys.stderr,
     )
-    done = as_completed(futures)
+    done = as_completed(futures, loop=client.loop)
     del futures  # block partials are released as soon as they are counted
     with bar:
         for future in done:

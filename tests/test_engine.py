@@ -1,0 +1,280 @@
+"""The Dask engine against the numpy reference executor, on real clusters and zarr stores."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from functools import partial
+
+import dask
+import dask.array as da
+import numpy as np
+import psutil
+import pytest
+import xarray as xr
+import zarr
+from distributed import Client, LocalCluster
+from distributed.comm import CommClosedError
+
+from kelr_dist.cluster import close_embedded_cluster, get_client
+from kelr_dist.engine import build_graph, run_reduction, run_reductions
+from kelr_dist.reduction import BlockInfo, Reduction, reduce_in_memory
+
+DIMS = ("chain", "time", "component")
+MAX_LAG = 5
+log = logging.getLogger(__name__)
+
+
+# --- test kernels (module level: worker processes import them) ---------------------------------
+
+
+def lagged_kernel(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+    """Brute-force ``sum_n x[n] (x) x[n+s]`` over the block's n with ``n + s`` in the chain."""
+    y = np.concatenate([x, halo])
+    sums = np.zeros((MAX_LAG + 1, x.shape[1], x.shape[1]))
+    pairs = np.zeros(MAX_LAG + 1)
+    for s in range(MAX_LAG + 1):
+        m = max(0, min(len(x), len(y) - s))
+        sums[s] = (x[:m, :, None] * y[s : s + m, None, :]).sum(axis=0)  # no BLAS: bitwise stable
+        pairs[s] = m
+    return {"sums": sums, "pairs": pairs}
+
+
+def moments_kernel(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    return {"count": len(x), "sum": x.sum(axis=0), "sumsq": (x * x).sum(axis=0)}
+
+
+def exact_blocks_kernel(full: np.ndarray, x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+    """Counts blocks whose rows or halo differ from ``full[chain]``, and rows seen per chain."""
+    series = full[info.chain]
+    wrong = not (
+        info.chain_length == series.shape[0]
+        and np.array_equal(x, series[info.start : info.stop])
+        and np.array_equal(halo, series[info.stop : info.stop + MAX_LAG])
+    )
+    rows = np.zeros(full.shape[0])
+    rows[info.chain] = info.length
+    return {"wrong": int(wrong), "rows": rows}
+
+
+def sleepy_lagged_kernel(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+    time.sleep(0.02)
+    return lagged_kernel(x, info, halo)
+
+
+def failing_kernel(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    if info.start == 5:
+        raise ZeroDivisionError(f"kernel failed at row {info.start}")
+    return {"count": len(x)}
+
+
+LAGGED = Reduction("lagged", lagged_kernel, halo=MAX_LAG)
+MOMENTS = Reduction("moments", moments_kernel)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def assert_partials_close(actual, expected, rtol: float) -> None:
+    """Each array agrees to ``rtol`` relative to its largest entry."""
+    if isinstance(expected, dict):
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            assert_partials_close(actual[key], expected[key], rtol)
+        return
+    expected = np.asarray(expected, dtype=float)
+    scale = max(np.abs(expected).max(), 1e-300)
+    assert np.abs(np.asarray(actual) - expected).max() <= rtol * scale
+
+
+def make_trajectory(rng: np.random.Generator, chains: int, n: int, d: int = 2) -> np.ndarray:
+    """Random ``(chains, n, d)`` samples; chains are offset so that mixing them shows."""
+    return rng.standard_normal((chains, n, d)) + 10.0 * np.arange(chains)[:, None, None]
+
+
+def random_chunks(rng: np.random.Generator, n: int) -> tuple[int, ...]:
+    """Random block lengths adding up to ``n``, many of them shorter than the halo."""
+    edges = np.sort(rng.choice(np.arange(1, n), size=rng.integers(1, n // 3), replace=False))
+    return tuple(np.diff(np.concatenate([[0], edges, [n]])).tolist())
+
+
+def as_dask(x: np.ndarray, time_chunks) -> xr.DataArray:
+    return xr.DataArray(da.from_array(x, chunks=(1, time_chunks, x.shape[2])), dims=DIMS)
+
+
+def write_zarr(path, x: np.ndarray, time_chunk: int) -> xr.DataArray:
+    """Write ``x`` to a zarr store with plain xarray and open it lazily."""
+    xr.DataArray(x, dims=DIMS).to_dataset(name="x").chunk({"chain": 1, "time": time_chunk}).to_zarr(
+        path, consolidated=False
+    )
+    return xr.open_zarr(path, consolidated=False)["x"]
+
+
+@contextmanager
+def raise_if_dask_computes() -> Iterator[None]:
+    """Fail if anything is computed through the dask scheduler inside the block."""
+
+    def forbidden(dsk, keys, **kwargs):
+        raise RuntimeError("dask computed something while building the graph")
+
+    with dask.config.set(scheduler=forbidden):
+        yield
+
+
+# --- clusters -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def thread_client() -> Iterator[Client]:
+    """In-process cluster (threads): fast, for the many numpy reference cases."""
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def process_client() -> Iterator[Client]:
+    """The embedded cluster: 2 worker processes x 300 MiB (shared by the process tests)."""
+    client = get_client(n_workers=2, memory_limit="300MiB", quiet=True)
+    client.wait_for_workers(2)
+    yield client
+    close_embedded_cluster()
+
+
+# --- numpy reference ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_chunkings_match_reference(thread_client: Client, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    chains = int(rng.integers(1, 4))
+    x = make_trajectory(rng, chains, n=int(rng.integers(20, 80)))
+    chunks = random_chunks(rng, x.shape[1])
+    exact = Reduction("exact", partial(exact_blocks_kernel, x), halo=MAX_LAG)
+    lagged, moments, blocks = run_reductions(
+        as_dask(x, chunks), [LAGGED, MOMENTS, exact], thread_client, split_every=3
+    )
+    assert_partials_close(lagged, reduce_in_memory(LAGGED, x), 1e-12)
+    assert_partials_close(moments, reduce_in_memory(MOMENTS, x), 1e-12)
+    assert blocks["wrong"] == 0
+    np.testing.assert_array_equal(blocks["rows"], np.full(chains, x.shape[1]))
+
+
+def test_lagged_pairs_stop_at_chain_end(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(1), chains=3, n=12)
+    result = run_reduction(as_dask(x, (2, 1, 4, 5)), LAGGED, thread_client)
+    np.testing.assert_array_equal(result["pairs"], 3 * (12 - np.arange(MAX_LAG + 1)))
+    brute = [sum(np.outer(c[n], c[n + s]) for c in x for n in range(12 - s)) for s in range(6)]
+    assert_partials_close(result["sums"], np.array(brute), 1e-12)
+
+
+def test_halo_longer_than_chain_and_single_block(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(2), chains=2, n=4)
+    for chunks in [(4,), (1, 1, 1, 1), (3, 1)]:
+        result = run_reduction(as_dask(x, chunks), LAGGED, thread_client, split_every=2)
+        assert_partials_close(result, reduce_in_memory(LAGGED, x), 1e-12)
+
+
+def test_chain_and_component_chunks_are_normalised(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(3), chains=3, n=30, d=3)
+    data = xr.DataArray(da.from_array(x, chunks=(2, 7, 1)), dims=DIMS)
+    result = run_reduction(data, LAGGED, thread_client)
+    assert_partials_close(result, reduce_in_memory(LAGGED, x), 1e-12)
+
+
+def test_float32_blocks_reach_kernels_as_float64(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(4), chains=1, n=40).astype(np.float32)
+    result = run_reduction(as_dask(x, 9), LAGGED, thread_client)
+    assert_partials_close(result, reduce_in_memory(LAGGED, x.astype(np.float64)), 1e-12)
+
+
+def test_building_the_graph_computes_nothing(tmp_path) -> None:
+    x = make_trajectory(np.random.default_rng(5), chains=2, n=50)
+    data = write_zarr(tmp_path / "t.zarr", x, time_chunk=3)
+    with raise_if_dask_computes():
+        graph = build_graph(data, [LAGGED, MOMENTS], split_every=4)
+        with pytest.raises(RuntimeError, match="computed"):
+            data.sum().compute()  # the guard itself works
+    assert len(graph.blocks) == 2 * 17
+
+
+def test_kernel_error_keeps_type_and_message(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(6), chains=1, n=20)
+    with pytest.raises(ZeroDivisionError, match="kernel failed at row 5"):
+        run_reduction(as_dask(x, 5), Reduction("fails", failing_kernel), thread_client)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"split_every": 1}, "split_every=1"),
+        ({"reductions": []}, "non-empty"),
+        ({"reductions": [Reduction("bad", moments_kernel, halo=-1)]}, "halo=-1"),
+        ({"trajectory": xr.DataArray(np.zeros((1, 3, 2)), dims=DIMS)}, "backed by dask"),
+        ({"trajectory": xr.DataArray(da.zeros((3, 2)), dims=("time", "component"))}, "dims"),
+    ],
+)
+def test_invalid_arguments(thread_client: Client, kwargs: dict, message: str) -> None:
+    args = {
+        "trajectory": as_dask(np.zeros((1, 6, 2)), 2),
+        "reductions": [MOMENTS],
+        "client": thread_client,
+    } | kwargs
+    with pytest.raises(ValueError, match=message):
+        run_reductions(**args)
+
+
+def test_progress_bar_counts_blocks(thread_client: Client, capsys) -> None:
+    x = make_trajectory(np.random.default_rng(7), chains=2, n=30)
+    run_reduction(as_dask(x, 10), MOMENTS, thread_client, progress=True)
+    assert "6/6" in capsys.readouterr().err
+    run_reduction(as_dask(x, 10), MOMENTS, thread_client, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+# --- worker processes and zarr stores ------------------------------------------------------------
+
+
+def test_zarr_chunkings_and_worker_counts_agree(tmp_path, process_client: Client) -> None:
+    rng = np.random.default_rng(8)
+    x = make_trajectory(rng, chains=2, n=500)
+    expected = reduce_in_memory(LAGGED, x)
+    for time_chunk in (3, 64, 170):
+        data = write_zarr(tmp_path / f"chunk{time_chunk}.zarr", x, time_chunk)
+        assert data.data.chunks[1][0] == time_chunk
+        result = run_reduction(data, LAGGED, process_client, split_every=4)
+        assert_partials_close(result, expected, 1e-10)
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as one:
+        with Client(one) as client:
+            assert_partials_close(run_reduction(data, LAGGED, client), expected, 1e-10)
+
+
+def test_killed_worker_gives_identical_result(tmp_path, process_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(9), chains=2, n=3000)
+    data = write_zarr(tmp_path / "t.zarr", x, time_chunk=50)  # 120 blocks, 20 ms each
+    sleepy = Reduction("sleepy", sleepy_lagged_kernel, halo=MAX_LAG)
+    reference = run_reduction(data, sleepy, process_client)
+
+    def kill_one_worker() -> None:
+        while not process_client.processing() or not any(process_client.processing().values()):
+            time.sleep(0.01)
+        time.sleep(0.5)
+        victim = next(iter(process_client.scheduler_info()["workers"]))
+        with suppress(CommClosedError):
+            process_client.run(os._exit, 1, workers=[victim])
+
+    killer = threading.Thread(target=kill_one_worker)
+    killer.start()
+    before = set(process_client.run(os.getpid).values())
+    result = run_reduction(data, sleepy, process_client)
+    killer.join()
+    process_client.wait_for_workers(2)
+    after = set(process_client.run(os.getpid).values())
+    assert before != after  # one worker process really died and was restarted
+    for key in reference:
+        np.testing.assert_array_equal(result[key], reference[key])
+    assert_partials_close(result, reduce_in_memory(LAGGED, x), 1e-12)
