@@ -278,3 +278,107 @@ def test_killed_worker_gives_identical_result(tmp_path, process_client: Client) 
     for key in reference:
         np.testing.assert_array_equal(result[key], reference[key])
     assert_partials_close(result, reduce_in_memory(LAGGED, x), 1e-12)
+
+
+# --- out of core ----------------------------------------------------------------------------------
+
+ROWS_PER_BLOCK = 2**20  # 16 MiB float64 blocks of (rows, 2)
+BLOCKS_PER_CHAIN = 80  # 2 chains x 80 blocks x 16 MiB = 2.5 GiB
+WORKER_MEMORY = 300 * 2**20
+
+
+def increments_kernel(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+    """``sum_n (x[n+1] - x[n])**2`` over the block's n with ``n + 1`` in the chain, ``(d,)``."""
+    steps = np.diff(np.concatenate([x, halo]), axis=0)
+    return {"sq": (steps * steps).sum(axis=0)}
+
+
+def big_block(base: np.ndarray, g: int) -> np.ndarray:
+    """Block number ``g`` (over all chains) of the big store: ``base * a_g + b_g``."""
+    return base * (1.0 + g / 100.0) + g
+
+
+def big_store_expectation(base: np.ndarray) -> dict:
+    """Exact moments and squared increments of the big store, from the moments of ``base``."""
+    n, s1, s2 = len(base), base.sum(axis=0), (base * base).sum(axis=0)
+    inner = (np.diff(base, axis=0) ** 2).sum(axis=0)
+    expected = {"count": 0, "sum": 0.0, "sumsq": 0.0, "sq": 0.0}
+    for c in range(2):
+        for g in range(c * BLOCKS_PER_CHAIN, (c + 1) * BLOCKS_PER_CHAIN):
+            a, b = 1.0 + g / 100.0, float(g)
+            expected["count"] += n
+            expected["sum"] = expected["sum"] + a * s1 + b * n
+            expected["sumsq"] = expected["sumsq"] + a * a * s2 + 2 * a * b * s1 + b * b * n
+            expected["sq"] = expected["sq"] + a * a * inner
+            if g + 1 < (c + 1) * BLOCKS_PER_CHAIN:  # the step into the next block of the chain
+                expected["sq"] = (
+                    expected["sq"] + (big_block(base[:1], g + 1) - a * base[-1] - b)[0] ** 2
+                )
+    return expected
+
+
+@contextmanager
+def peak_rss(pids: list[int], interval: float = 0.02) -> Iterator[dict[int, int]]:
+    """Sample the resident memory of ``pids`` in a thread; yields ``{pid: peak bytes}``."""
+    peaks = dict.fromkeys(pids, 0)
+    processes = [psutil.Process(pid) for pid in pids]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for proc in processes:
+                with suppress(psutil.NoSuchProcess):
+                    peaks[proc.pid] = max(peaks[proc.pid], proc.memory_info().rss)
+            stop.wait(interval)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peaks
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.slow
+def test_out_of_core_store_within_worker_memory(tmp_path, process_client: Client) -> None:
+    shape = (2, BLOCKS_PER_CHAIN * ROWS_PER_BLOCK, 2)
+    nbytes = int(np.prod(shape)) * 8
+    free = shutil.disk_usage(tmp_path).free
+    if free < 2 * nbytes:
+        pytest.skip(f"needs {2 * nbytes / 2**30:.1f} GiB free disk, have {free / 2**30:.1f} GiB")
+    path = tmp_path / "big.zarr"
+    base = np.random.default_rng(10).standard_normal((ROWS_PER_BLOCK, 2))
+    try:
+        store = zarr.open_group(path, mode="w").create_array(
+            "x",
+            shape=shape,
+            chunks=(1, ROWS_PER_BLOCK, 2),
+            dtype="float64",
+            compressors=None,
+            dimension_names=DIMS,
+        )
+        for g in range(2 * BLOCKS_PER_CHAIN):
+            c, k = divmod(g, BLOCKS_PER_CHAIN)
+            store[c, k * ROWS_PER_BLOCK : (k + 1) * ROWS_PER_BLOCK] = big_block(base, g)
+        data = xr.open_zarr(path, consolidated=False)["x"]
+        pids = list(process_client.run(os.getpid).values())
+        increments = Reduction("increments", increments_kernel, halo=1)
+        start = time.perf_counter()
+        with peak_rss(pids) as peaks:
+            moments, steps = run_reductions(data, [MOMENTS, increments], process_client)
+        elapsed = time.perf_counter() - start
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    log.info(
+        "out of core: %.2f GiB in %.1f s, worker peak RSS %s MiB",
+        nbytes / 2**30,
+        elapsed,
+        [round(p / 2**20) for p in peaks.values()],
+    )
+    assert all(0 < peak < WORKER_MEMORY for peak in peaks.values()), peaks
+    expected = big_store_expectation(base)
+    assert moments["count"] == expected["count"]
+    for key in ("sum", "sumsq"):
+        assert_partials_close(moments[key], expected[key], 1e-10)
+    assert_partials_close(steps["sq"], expected["sq"], 1e-10)
