@@ -1,0 +1,288 @@
+"""Order and threshold selection: δ_M, R_M, η_M for every order in one sweep (paper §4).
+
+For one set of coefficients (they do not depend on the order), the order-``M`` estimate at a
+sample is the running sum of its *shell* contributions ``Σ_{level(m) = L} ĉ_m Ψ_m(X_n)`` over
+``L ≤ M``. One pass over the data evaluates every shell at every sample (a compiled loop over
+the index set: there is no matrix-product form for per-sample shell sums), accumulates the
+running sums and records, per order, mergeable statistics of ``p_M(X_n)``:
+
+* the smallest positive value (``δ_M``, eq:deltaM) and the smallest value (most negative);
+* histograms of ``|p_M(X_n)|`` for positive and negative values on a fixed grid of quarter
+  octaves (bin edges ``2^{t/4}``), so the rejection rate ``R_M(δ) = #{p_M(X_n) < δ} / N``
+  (crit1) is exact for every threshold on the grid — the threshold can be chosen *after* the
+  sweep without another pass.
+
+The automatic threshold (:func:`choose_delta`). Where ``p_M < 0`` the error of the estimate is at
+least ``|p_M|`` (``p_eq > 0``), so ``ε_M = max(0, -min_n p_M(X_n))`` is a certified lower bound of
+``‖p_eq - p_M‖_∞`` measured where the density is smallest — exactly where ``B̂ = -∇p_M/p_M`` is
+fragile. By eq:D_Mdelta, a threshold ``δ = κ ε`` keeps only points with ``p_eq ≥ δ - ε =
+(κ - 1) ε``, where ``p_M`` has relative error ``≤ 1/(κ - 1)`` if the error is of size ``ε``
+there. We use ``κ = 3`` (relative error ≤ 1/2) and never go below the paper's ``δ_M``.
+The paper's own choice ``δ = δ_M`` (≈ 1e-7) keeps samples with ``p_M ≈ 1e-7``, where ``B̂``
+reaches 1e5 and ruins the response; tying δ to the error of the estimate removes them.
+
+The automatic order (:func:`choose_order`): ``ε_M`` falls while the truncation (Gibbs)
+oscillations shrink and rises once sampling noise in high-order coefficients dominates, so its
+minimum balances bias and variance. Among orders after which every ``η`` stays within twice its
+final level (the series has converged, crit2), we take the smallest order whose ``ε_M`` is
+within 10% of the smallest ``ε``; the rejection rate at the resulting δ is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import numba
+import numpy as np
+
+from kelr_dist.bases import TensorBasis
+from kelr_dist.density import KernelDensity, check_samples, row_blocks
+from kelr_dist.reduction import BlockInfo, Reduction
+
+#: histogram grid: |p| in [2^{t/4}, 2^{(t+1)/4}) for t = T_MIN..T_MAX (clamped at both ends)
+T_MIN = -4 * 90
+T_MAX = 4 * 20
+N_BINS = T_MAX - T_MIN + 1
+
+#: κ of the automatic threshold δ = κ ε_M
+DELTA_FACTOR = 3.0
+
+
+def bin_edges() -> np.ndarray:
+    """Lower edges ``2^{t/4}`` of the histogram bins, ``(N_BINS,)``."""
+    return 2.0 ** (np.arange(T_MIN, T_MAX + 1) / 4.0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _bin(value):  # pragma: no cover - compiled
+    mant, expo = math.frexp(value)  # value = mant 2^expo, mant in [0.5, 1)
+    quarter = (mant >= 0.5946035575013605) + (mant >= 0.7071067811865476)
+    quarter += mant >= 0.8408964152537145
+    t = 4 * (expo - 1) + quarter
+    if t < T_MIN:
+        t = T_MIN
+    elif t > T_MAX:
+        t = T_MAX
+    return t - T_MIN
+
+
+@numba.njit(cache=True, nogil=True)
+def _sweep(first, tails, coef_t, shift, floor, stop, pos, neg, zeros, min_pos, min_val):
+    """Shell sums of one row block, then per-order statistics of the running sums.
+
+    first (n, M1+1), tails (n, R), coef_t (R, M1+1): Ψ_1 table, tail products and coefficients.
+    A term (m1, r) has level max(m1 + shift[r], floor[r]); m1 runs to stop[r].
+    """  # pragma: no cover - compiled
+    n_levels = pos.shape[0]
+    acc = np.empty(n_levels)
+    for n in range(first.shape[0]):
+        acc[:] = 0.0
+        for r in range(tails.shape[1]):
+            h = tails[n, r]
+            if h == 0.0:
+                continue
+            s = shift[r]
+            f = floor[r]
+            below = 0.0
+            split = min(max(f - s, 0), stop[r] + 1)
+            for m in range(split):  # all of these land on level f
+                below += first[n, m] * coef_t[r, m]
+            acc[f] += h * below
+            for m in range(split, stop[r] + 1):
+                acc[m + s] += h * first[n, m] * coef_t[r, m]
+        running = 0.0
+        for level in range(n_levels):
+            running += acc[level]
+            if running > 0.0:
+                pos[level, _bin(running)] += 1
+                if running < min_pos[level]:
+                    min_pos[level] = running
+            elif running < 0.0:
+                neg[level, _bin(-running)] += 1
+            else:
+                zeros[level] += 1
+            if running < min_val[level]:
+                min_val[level] = running
+
+
+def _layout(basis: TensorBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tail r: level shift, level floor and last first-coordinate degree."""
+    tails = basis.tails
+    if basis.index_set == "total":
+        shift = tails.sum(axis=1)
+        floor = np.zeros(len(tails), dtype=np.int64)
+    else:
+        shift = np.zeros(len(tails), dtype=np.int64)
+        floor = tails.max(axis=1, initial=0)
+    stop = np.asarray([basis.first_stop(t) for t in tails], dtype=np.int64)
+    return shift.astype(np.int64), floor.astype(np.int64), stop
+
+
+def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Partial statistics of ``p_M(X_n)`` for every order ``M = 0..max_level`` over ``x (n, d)``.
+
+    Returns counts ``pos``/``neg`` ``(levels, N_BINS)``, ``zeros`` ``(levels,)``, ``n``, and the
+    minima ``min_pos`` and ``min_val`` ``(levels,)`` (combine with :func:`combine_sweeps`).
+    """
+    basis = density.basis
+    x = check_samples(basis, x)
+    levels = basis.max_level + 1
+    out = {
+        "pos": np.zeros((levels, N_BINS), dtype=np.int64),
+        "neg": np.zeros((levels, N_BINS), dtype=np.int64),
+        "zeros": np.zeros(levels, dtype=np.int64),
+        "min_pos": np.full(levels, np.inf),
+        "min_val": np.full(levels, np.inf),
+        "n": np.int64(x.shape[0]),
+    }
+    coef_t = np.ascontiguousarray(density.matrix().T)
+    shift, floor, stop = _layout(basis)
+    for rows in row_blocks(x.shape[0]):
+        values = [
+            c.evaluate(x[rows, k], m)[0]
+            for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
+        ]
+        tails, _ = basis.tail_products(values)
+        _sweep(
+            np.ascontiguousarray(values[0]),
+            np.ascontiguousarray(tails),
+            coef_t,
+            shift,
+            floor,
+            stop,
+            out["pos"],
+            out["neg"],
+            out["zeros"],
+            out["min_pos"],
+            out["min_val"],
+        )
+    return out
+
+
+def combine_sweeps(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Merge two :func:`sweep_sums` partials: counts add, minima take the minimum."""
+    return {k: np.minimum(a[k], b[k]) if k.startswith("min") else a[k] + b[k] for k in a}
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """δ_M, R_M and η_M for orders ``0..max_level`` (eq:deltaM, crit1, crit2).
+
+    Attributes
+    ----------
+    orders : ``(L,)`` the orders scanned.
+    delta_paper : ``δ_M`` of eq:deltaM, the smallest positive ``p_M(X_n)``.
+    negative_excursion : ``ε_M = max(0, -min_n p_M(X_n))``, a lower bound of the sup error.
+    eta : ``η_M`` (crit2); ``nan`` at the last order (needs order M+1).
+    eta_noise : the independent-sample noise level of ``η_M``.
+    n : number of samples; ``pos``/``neg``/``zeros``: the histograms of ``p_M(X_n)``.
+    """
+
+    orders: np.ndarray
+    delta_paper: np.ndarray
+    negative_excursion: np.ndarray
+    eta: np.ndarray
+    eta_noise: np.ndarray
+    n: int
+    pos: np.ndarray
+    neg: np.ndarray
+    zeros: np.ndarray
+
+    @classmethod
+    def from_sums(cls, density: KernelDensity, sums: dict[str, np.ndarray]) -> Criteria:
+        levels = density.basis.max_level + 1
+        eta = np.full(levels, np.nan)
+        noise = np.full(levels, np.nan)
+        eta[:-1] = density.eta()
+        noise[:-1] = density.eta_noise()
+        return cls(
+            orders=np.arange(levels),
+            delta_paper=np.where(np.isfinite(sums["min_pos"]), sums["min_pos"], np.nan),
+            negative_excursion=np.maximum(-sums["min_val"], 0.0),
+            eta=eta,
+            eta_noise=noise,
+            n=int(sums["n"]),
+            pos=sums["pos"],
+            neg=sums["neg"],
+            zeros=sums["zeros"],
+        )
+
+    def rejection(self, delta: float | np.ndarray) -> np.ndarray:
+        """``R_M(δ) = #{p_M(X_n) < δ} / N`` per order (crit1); δ is a scalar or per order ``(L,)``.
+
+        Exact when δ is a bin edge (as :func:`choose_delta` returns) or a value no sample
+        reaches between edges; otherwise counts the whole bin holding δ as rejected.
+        """
+        delta = np.broadcast_to(np.asarray(delta, dtype=np.float64), self.orders.shape)
+        below = self.neg.sum(axis=1) + self.zeros
+        edges = bin_edges()
+        # bins whose lower edge is below δ hold values < δ (exact if δ is an upper edge)
+        cut = np.searchsorted(edges, delta, side="left")
+        cum = np.concatenate(
+            [np.zeros((len(self.orders), 1), dtype=np.int64), np.cumsum(self.pos, axis=1)], axis=1
+        )
+        return (below + cum[np.arange(len(self.orders)), cut]) / self.n
+
+    def rejection_paper(self) -> np.ndarray:
+        """``R_M`` at the paper's threshold ``δ_M``: the fraction with ``p_M(X_n) ≤ 0``."""
+        return (self.neg.sum(axis=1) + self.zeros) / self.n
+
+
+def round_up_to_edge(delta: np.ndarray) -> np.ndarray:
+    """The smallest histogram bin edge ``≥ δ`` (so ``R_M(δ)`` is exact)."""
+    edges = bin_edges()
+    idx = np.clip(np.searchsorted(edges, delta, side="left"), 0, len(edges) - 1)
+    return edges[idx]
+
+
+def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray:
+    """Automatic threshold per order: ``δ = κ ε_M`` rounded up to a bin edge, at least ``δ_M``.
+
+    See the module docstring for the justification from eq:D_Mdelta.
+    """
+    raw = np.fmax(factor * criteria.negative_excursion, criteria.delta_paper)
+    raw = np.where(np.isfinite(raw) & (raw > 0), raw, bin_edges()[0])
+    return round_up_to_edge(raw)
+
+
+def choose_order(
+    criteria: Criteria, min_order: int = 0, max_order: int | None = None, tolerance: float = 0.1
+) -> int:
+    """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε_M``.
+
+    Converged (crit2): every later ``η_{M'}`` (M' ≥ M) is at most twice the level the scan ends
+    at — shells beyond M carry no more than sampling noise. Taking the maximum over later orders
+    makes the rule immune to shells that vanish by symmetry (odd shells of symmetric densities).
+    """
+    top = int(criteria.orders[-1]) if max_order is None else int(max_order)
+    if not 0 <= min_order <= top <= criteria.orders[-1]:
+        raise ValueError(
+            f"order range {min_order}..{top} is outside the scanned 0..{criteria.orders[-1]}"
+        )
+    eta = np.nan_to_num(criteria.eta[min_order : top + 1], nan=0.0)
+    later_max = np.maximum.accumulate(eta[::-1])[::-1]
+    floor = later_max[-2] if len(later_max) > 1 else later_max[-1]
+    converged = later_max <= 2.0 * floor
+    eps = criteria.negative_excursion[min_order : top + 1]
+    candidates = criteria.orders[min_order : top + 1][converged]
+    eps_c = eps[converged]
+    return int(candidates[np.argmax(eps_c <= (1.0 + tolerance) * eps_c.min())])
+
+
+def _sweep_chunk(
+    density: KernelDensity, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    return sweep_sums(density, x)
+
+
+def criteria_reduction(density: KernelDensity) -> Reduction:
+    """The order-selection pass: chunk = :func:`sweep_sums`, combine = :func:`combine_sweeps`,
+    finalize = :meth:`Criteria.from_sums`."""
+    return Reduction(
+        name="criteria",
+        chunk=partial(_sweep_chunk, density),
+        combine=combine_sweeps,
+        finalize=partial(Criteria.from_sums, density),
+    )
