@@ -2,8 +2,8 @@
 
 :func:`get_client` connects to a scheduler when an address is given (argument,
 ``DASK_SCHEDULER_ADDRESS`` or the dask config key ``scheduler-address``); otherwise it starts a
-``LocalCluster`` of single-threaded worker processes sized to the machine, once per process, and
-reuses it. That embedded cluster is the only module-level state of the package;
+``LocalCluster`` of single-threaded worker processes sized to the machine (its HTTP server on a
+free local port), once per process, and reuses it. That embedded cluster is the only module-level state of the package;
 :func:`close_embedded_cluster` shuts it down (tests, the end of a CLI run).
 """
 
@@ -86,7 +86,7 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
         threads_per_worker=1,
         processes=True,
         memory_limit=memory_limit,
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # on a free port, this machine only
         silence_logs=logging.CRITICAL if quiet else logging.ERROR,
         env=_WORKER_ENV,
     )

@@ -1,0 +1,150 @@
+"""get_client: the embedded LocalCluster, and real `dask scheduler`/`dask worker` processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import dask
+import dask.array as da
+import numpy as np
+import psutil
+import pytest
+import xarray as xr
+
+from kelr_dist.cluster import ClusterError, close_embedded_cluster, get_client
+from kelr_dist.engine import run_reduction
+from kelr_dist.reduction import BlockInfo, Reduction
+
+
+def column_sums(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
+    return x.sum(axis=0)
+
+
+SUMS = Reduction("sums", column_sums)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def no_address(monkeypatch) -> Iterator[None]:
+    """No scheduler address in the environment or the dask config."""
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    with dask.config.set({"scheduler-address": None}):
+        yield
+
+
+@pytest.fixture(scope="module")
+def scheduler_address(tmp_path_factory) -> Iterator[str]:
+    """A real `dask scheduler` and one `dask worker` process on 127.0.0.1."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    logs = tmp_path_factory.mktemp("dask-processes")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    commands = [
+        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+        ["worker", address, "--nthreads", "1", "--no-dashboard"],
+    ]
+    processes = []
+    try:
+        for command in commands:
+            with open(logs / f"{command[0]}.log", "w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "dask", *command],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def check_sums_on(client) -> None:
+    client.wait_for_workers(1, timeout=60)
+    x = np.random.default_rng(0).standard_normal((2, 40, 3))
+    data = xr.DataArray(da.from_array(x, chunks=(1, 7, 3)), dims=("chain", "time", "component"))
+    result = run_reduction(data, SUMS, client, progress=False)
+    np.testing.assert_allclose(result, x.sum(axis=(0, 1)), rtol=1e-12)
+
+
+def test_connects_to_address(scheduler_address: str) -> None:
+    with get_client(scheduler_address) as client:
+        assert client.scheduler.address == scheduler_address
+        check_sums_on(client)
+
+
+def test_connects_to_environment_address(scheduler_address: str, monkeypatch) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", scheduler_address)
+    with get_client() as client:
+        assert client.scheduler.address == scheduler_address
+        check_sums_on(client)
+
+
+def test_embedded_settings_rejected_with_address(scheduler_address: str) -> None:
+    with pytest.raises(ValueError, match="n_workers=2 applies to the embedded cluster only"):
+        get_client(scheduler_address, n_workers=2)
+
+
+def test_unreachable_address_raises_cluster_error() -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ClusterError, match=f"address='{address}'"):
+        get_client(address)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"memory_limit": "lots"}, "memory_limit='lots'"),
+        ({"memory_limit": 0}, "memory_limit=0"),
+        ({"n_workers": 0}, "n_workers=0"),
+        ({"n_workers": 1.5}, "n_workers=1.5"),
+    ],
+)
+def test_invalid_embedded_settings(no_address: None, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        get_client(**kwargs)
+
+
+def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
+    try:
+        client = get_client(n_workers=1, memory_limit="300MiB", quiet=True)
+        workers = client.scheduler_info()["workers"].values()
+        assert [(w["nthreads"], w["memory_limit"]) for w in workers] == [(1, 300 * 2**20)]
+        assert list(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == ["1"]
+        assert os.getpid() not in client.run(os.getpid).values()  # a worker process
+        assert client.scheduler_info()["services"]["dashboard"] != 8787  # a free port
+        assert get_client() is client
+        assert get_client(n_workers=1, memory_limit=300 * 2**20) is client
+        check_sums_on(client)
+
+        bigger = get_client(n_workers=1, memory_limit="2GB", quiet=True)
+        assert bigger is not client and client.status != "running"
+        memory = [w["memory_limit"] for w in bigger.scheduler_info()["workers"].values()]
+        assert memory == [2 * 10**9]
+
+        close_embedded_cluster()
+        default = get_client(quiet=True)
+        workers = default.scheduler_info()["workers"].values()
+        n = os.cpu_count()
+        assert len(workers) == n
+        expected_memory = int(0.8 * psutil.virtual_memory().total / n)
+        assert all(abs(w["memory_limit"] - expected_memory) < 2**20 for w in workers)
+    finally:
+        close_embedded_cluster()
+    close_embedded_cluster()  # a second close is a no-op
