@@ -255,7 +255,6 @@ def run_reductions(
             if future.status == "error":
                 future.result()  # re-raises the kernel's exception
             bar.update()
-            del future
     partials = total.result()
     return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
 

@@ -202,6 +202,28 @@ def test_building_the_graph_computes_nothing(tmp_path) -> None:
     assert len(graph.blocks) == 2 * 17
 
 
+LOADED_BLOCKS: list[int] = []
+
+
+def record_load(block: np.ndarray) -> np.ndarray:
+    LOADED_BLOCKS.append(block.shape[1])
+    return block
+
+
+def test_reductions_share_one_load_per_block(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(11), chains=2, n=40)
+    loaded = da.from_array(x, chunks=(1, 3, 2)).map_blocks(record_load, dtype=x.dtype)
+    LOADED_BLOCKS.clear()
+    exact = Reduction("exact", partial(exact_blocks_kernel, x), halo=MAX_LAG)
+    with raise_if_dask_computes():
+        lagged, moments, blocks = run_reductions(
+            xr.DataArray(loaded, dims=DIMS), [LAGGED, MOMENTS, exact], thread_client
+        )
+    assert sorted(LOADED_BLOCKS) == sorted([3] * 13 * 2 + [1] * 2)  # each block read once
+    assert blocks["wrong"] == 0
+    assert_partials_close(lagged, reduce_in_memory(LAGGED, x), 1e-12)
+
+
 def test_kernel_error_keeps_type_and_message(thread_client: Client) -> None:
     x = make_trajectory(np.random.default_rng(6), chains=1, n=20)
     with pytest.raises(ZeroDivisionError, match="kernel failed at row 5"):
@@ -259,11 +281,14 @@ def test_killed_worker_gives_identical_result(tmp_path, process_client: Client) 
     sleepy = Reduction("sleepy", sleepy_lagged_kernel, halo=MAX_LAG)
     reference = run_reduction(data, sleepy, process_client)
 
+    busy_victims = []
+
     def kill_one_worker() -> None:
-        while not process_client.processing() or not any(process_client.processing().values()):
+        while not any(process_client.processing().values()):
             time.sleep(0.01)
         time.sleep(0.5)
-        victim = next(iter(process_client.scheduler_info()["workers"]))
+        victim, tasks = next(iter(process_client.processing().items()))
+        busy_victims.append(bool(tasks))
         with suppress(CommClosedError):
             process_client.run(os._exit, 1, workers=[victim])
 
@@ -274,6 +299,7 @@ def test_killed_worker_gives_identical_result(tmp_path, process_client: Client) 
     killer.join()
     process_client.wait_for_workers(2)
     after = set(process_client.run(os.getpid).values())
+    assert busy_victims == [True]  # killed while it had tasks of the job
     assert before != after  # one worker process really died and was restarted
     for key in reference:
         np.testing.assert_array_equal(result[key], reference[key])
