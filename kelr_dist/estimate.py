@@ -373,16 +373,21 @@ def _assemble(
         coords={
             "lag": lags,
             "time": ("lag", lags * attrs["dt"]),
-            "i": list(observable.names),
-            "j": list(forcing.names),
+            # variable-length strings: zarr 3 has no stable spec for fixed-width unicode
+            "i": _names(observable.names),
+            "j": _names(forcing.names),
             "order": orders,
-            "component": [str(c) for c in trajectory["component"].values],
+            "component": _names(trajectory["component"].values),
         },
         attrs=attrs,
     )
     ds["response"].attrs["long_name"] = "kernel-embedding linear response k(t)"
     ds["time"].attrs["long_name"] = "time lag"
     return ds
+
+
+def _names(names: Sequence[Any]) -> np.ndarray:
+    return np.asarray([str(n) for n in names], dtype=object)
 
 
 def density_from_result(ds: xr.Dataset) -> KernelDensity:
