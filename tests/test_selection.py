@@ -1,0 +1,241 @@
+"""Order and threshold selection (eq:deltaM, crit1, crit2): the one-pass sweep against a
+brute-force evaluation at every order, chunking invariance, eta, and the automatic choices."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kelr_dist.bases import Coordinate, Hermite, Laguerre, TensorBasis
+from kelr_dist.density import KernelDensity
+from kelr_dist.moments import fit_basis
+from kelr_dist.reduction import reduce_in_memory
+from kelr_dist.selection import (
+    N_BINS,
+    Criteria,
+    bin_edges,
+    choose_delta,
+    choose_order,
+    combine_sweeps,
+    criteria_reduction,
+    sweep_sums,
+)
+
+
+def bimodal(n: int, rng: np.random.Generator) -> np.ndarray:
+    first = rng.random(n) < 0.5
+    left = rng.normal([-1.5, 0.0], [0.5, 0.7], (n, 2))
+    right = rng.normal([1.5, 0.5], [0.5, 0.6], (n, 2))
+    return np.where(first[:, None], left, right)
+
+
+def gamma_gauss(n: int, rng: np.random.Generator) -> np.ndarray:
+    return np.column_stack([rng.gamma(2.0, 1.0, n), rng.standard_normal(n)])
+
+
+CASES = {
+    "1d-hermite": (
+        lambda n, r: bimodal(n, r)[:, :1],
+        lambda: (Coordinate(Hermite(), 0.0, 1.6),),
+        14,
+        "total",
+    ),
+    "2d-total": (
+        bimodal,
+        lambda: (Coordinate(Hermite(), 0, 1.6), Coordinate(Hermite(), 0.2, 0.8)),
+        16,
+        "total",
+    ),
+    "2d-box-laguerre": (
+        gamma_gauss,
+        lambda: (Coordinate(Laguerre(1.0), 0.0, 0.7), Coordinate(Hermite(), 0.0, 1.2)),
+        (7, 5),
+        "box",
+    ),
+    "3d-total": (
+        lambda n, r: np.column_stack([bimodal(n, r), r.gamma(2.0, 1.0, n)]),
+        lambda: (
+            Coordinate(Hermite(), 0, 1.6),
+            Coordinate(Hermite(), 0.2, 0.8),
+            Coordinate(Laguerre(1.0), 0.0, 0.8),
+        ),
+        7,
+        "total",
+    ),
+}
+
+
+def fitted(case: str, n: int = 2000, seed: int = 0) -> tuple[KernelDensity, np.ndarray]:
+    sampler, coords, order, index_set = CASES[case]
+    rng = np.random.default_rng(seed)
+    basis = TensorBasis(coords(), order, index_set)
+    # fit on one sample, sweep over another (as with a subsample or a later pass)
+    density = KernelDensity.fit(basis, sampler(n, rng))
+    return density, sampler(n, rng)
+
+
+def brute_values(density: KernelDensity, x: np.ndarray) -> np.ndarray:
+    """``p_M(X_n)`` for every order, ``(levels, n)``, by evaluate(x, order=M)."""
+    return np.stack([density.pdf(x, order=m) for m in range(density.basis.max_level + 1)])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sweep_statistics_equal_brute_force_at_every_order(case):
+    density, x = fitted(case)
+    p = brute_values(density, x)
+    sums = sweep_sums(density, x)
+    criteria = Criteria.from_sums(density, sums)
+    scale = np.abs(p).max(axis=1)
+    assert (p < 0).any(), "the case must exercise negative values"
+    # delta_M (eq:deltaM): smallest positive p_M(X_n); the most negative value
+    positive_min = np.where(p > 0, p, np.inf).min(axis=1)
+    np.testing.assert_allclose(sums["min_pos"], positive_min, rtol=1e-12, atol=1e-13 * scale.max())
+    np.testing.assert_allclose(sums["min_val"], p.min(axis=1), rtol=1e-12, atol=1e-13 * scale.max())
+    np.testing.assert_allclose(
+        criteria.negative_excursion, np.maximum(-p.min(axis=1), 0), atol=1e-13 * scale.max()
+    )
+    assert (sums["pos"].sum(axis=1) + sums["neg"].sum(axis=1) + sums["zeros"] == len(x)).all()
+    # R_M at bin edges (crit1): exact counts, up to values within rounding of an edge
+    edges = bin_edges()
+    for delta in edges[[0, 150, 300, 320, 340, 360, 380, 400, N_BINS - 1]]:
+        rate = criteria.rejection(delta)
+        brute = (p < delta).mean(axis=1)
+        ambiguous = (np.abs(p - delta) <= 1e-12 * scale[:, None]).mean(axis=1)
+        assert np.all(np.abs(rate - brute) <= ambiguous), (delta, rate, brute)
+    np.testing.assert_array_equal(criteria.rejection_paper(), (p <= 0).mean(axis=1))
+    # the rejection is a non-decreasing function of the threshold
+    rates = np.stack([criteria.rejection(e) for e in edges[::10]])
+    assert np.all(np.diff(rates, axis=0) >= 0)
+
+
+def test_sweep_over_the_fitting_sample_has_no_zero_order_rejection():
+    # p_0 = Psi_0 > 0 everywhere (c_0 = 1): nothing is rejected at order 0
+    density, x = fitted("2d-total")
+    criteria = reduce_in_memory(criteria_reduction(density), x)
+    assert criteria.rejection_paper()[0] == 0
+    assert criteria.negative_excursion[0] == 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    case=st.sampled_from(list(CASES)),
+    seed=st.integers(0, 2**32 - 1),
+    cuts=st.lists(st.integers(1, 499), min_size=1, max_size=6),
+)
+def test_sweep_partials_over_any_chunking_combine_to_the_one_chunk_result(case, seed, cuts):
+    density, x = fitted(case, n=500, seed=seed % 1000)
+    lengths = np.diff([0, *sorted(set(cuts)), 500]).tolist()
+    reduction = criteria_reduction(density)
+    whole = reduce_in_memory(reduction, x)
+    split = reduce_in_memory(reduction, x, lengths)
+    for key in ("pos", "neg", "zeros"):
+        np.testing.assert_array_equal(getattr(split, key), getattr(whole, key))
+    assert split.n == whole.n == 500
+    for key in ("delta_paper", "negative_excursion"):
+        a, b = getattr(split, key), getattr(whole, key)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-300)
+    # combine_sweeps is commutative and associative on the raw partials
+    parts = [sweep_sums(density, x[s]) for s in np.split(np.arange(500), np.cumsum(lengths)[:-1])]
+    left = parts[0]
+    for part in parts[1:]:
+        left = combine_sweeps(left, part)
+    right = parts[-1]
+    for part in parts[-2::-1]:
+        right = combine_sweeps(part, right)
+    for key in left:
+        np.testing.assert_array_equal(left[key], right[key])
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_eta_is_the_shell_norm_of_the_coefficients(case):
+    density, _ = fitted(case)
+    basis = density.basis
+    m = basis.indices
+    level = m.sum(axis=1) if basis.index_set == "total" else m.max(axis=1)
+    expect = [
+        np.sqrt(np.sum(density.coefficients[level == L + 1] ** 2)) for L in range(basis.max_level)
+    ]
+    criteria = Criteria.from_sums(density, sweep_sums(density, density_points(density)))
+    np.testing.assert_allclose(criteria.eta[:-1], expect, rtol=1e-13)
+    assert np.isnan(criteria.eta[-1])
+    noise = [np.sqrt(np.sum(density.variances[level == L + 1])) for L in range(basis.max_level)]
+    np.testing.assert_allclose(criteria.eta_noise[:-1], noise, rtol=1e-13)
+
+
+def density_points(density: KernelDensity) -> np.ndarray:
+    return np.array([[c.loc + c.scale for c in density.basis.coordinates]])
+
+
+# --------------------------------------------------------------------------- automatic choices
+
+
+def constructed(eta, eps, delta_paper=None) -> Criteria:
+    levels = len(eps)
+    eta = np.r_[np.asarray(eta, dtype=float), np.nan]
+    return Criteria(
+        orders=np.arange(levels),
+        delta_paper=np.full(levels, 1e-7) if delta_paper is None else np.asarray(delta_paper),
+        negative_excursion=np.asarray(eps, dtype=float),
+        eta=eta,
+        eta_noise=np.full(levels, np.nan),
+        n=1000,
+        pos=np.zeros((levels, N_BINS), dtype=np.int64),
+        neg=np.zeros((levels, N_BINS), dtype=np.int64),
+        zeros=np.zeros(levels, dtype=np.int64),
+    )
+
+
+def test_choose_order_on_constructed_criteria():
+    # eta decays to a noise floor ~1e-3 from order 6 on; eps is least at 9, within 10% from 7
+    eta = [0.5, 0.3, 0.1, 0.05, 0.02, 0.01, 1e-3, 1.2e-3, 0.9e-3, 1.1e-3, 1e-3]
+    eps = [0.0, 0.0, 0.02, 0.01, 5e-3, 3e-3, 2e-3, 1.05e-3, 1.2e-3, 1.0e-3, 1.5e-3, 2e-3]
+    criteria = constructed(eta, eps)
+    assert choose_order(criteria) == 7
+    assert choose_order(criteria, tolerance=0.0) == 9
+    assert choose_order(criteria, min_order=8) == 9
+    # a shell that vanishes by symmetry (odd orders) does not fake convergence
+    eta_sym = [0.5, 0.0, 0.3, 0.0, 0.1, 0.0, 1e-3, 0.0, 1e-3, 0.0, 1e-3]
+    assert choose_order(constructed(eta_sym, eps)) == 7
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(-1, 5), (6, 5), (0, 12)])
+def test_choose_order_rejects_ranges_outside_the_scan(lo, hi):
+    criteria = constructed([0.1] * 11, [0.0] * 12)
+    with pytest.raises(ValueError, match="order range"):
+        choose_order(criteria, min_order=lo, max_order=hi)
+
+
+def test_choose_delta_is_three_times_the_negative_excursion_rounded_up_to_an_edge():
+    eps = np.array([0.0, 1e-4, 3e-3, 0.0])
+    delta_paper = np.array([1e-9, 1e-7, 1e-5, 2e-2])
+    criteria = constructed([0.1] * 3, eps, delta_paper)
+    delta = choose_delta(criteria)
+    edges = bin_edges()
+    assert np.isin(delta, edges).all()
+    want = np.maximum(3 * eps, delta_paper)
+    assert np.all(delta >= want)
+    # the smallest edge at or above the raw value
+    below = edges[np.searchsorted(edges, delta) - 1]
+    assert np.all(below < want)
+    assert np.all(choose_delta(criteria, factor=10.0) >= np.maximum(10 * eps, delta_paper))
+
+
+def test_automatic_choices_on_data_gaussian_low_bimodal_high():
+    rng = np.random.default_rng(2)
+    n = 100_000
+    chosen = {}
+    for name, x in [
+        ("gauss", rng.multivariate_normal([0, 0], [[1, 0.5], [0.5, 2]], n)),
+        ("bimodal", bimodal(n, rng)),
+    ]:
+        density = KernelDensity.fit(TensorBasis(tuple(fit_basis(x)), 24), x)
+        criteria = reduce_in_memory(criteria_reduction(density), x, 30_000)
+        order = choose_order(criteria)
+        delta = choose_delta(criteria)[order]
+        chosen[name] = order
+        # the threshold is at least 3 eps and delta_M, and R_M at it is exact (a bin edge)
+        p = density.pdf(x, order=order)
+        assert delta >= 3 * max(-p.min(), 0) and delta >= p[p > 0].min()
+        assert criteria.rejection(delta)[order] == pytest.approx((p < delta).mean(), abs=1e-5)
+    assert chosen["gauss"] <= 8
+    assert chosen["bimodal"] >= 2 * chosen["gauss"] and chosen["bimodal"] >= 12
