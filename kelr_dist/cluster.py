@@ -3,8 +3,9 @@
 :func:`get_client` connects to a scheduler when an address is given (argument,
 ``DASK_SCHEDULER_ADDRESS`` or the dask config key ``scheduler-address``); otherwise it starts a
 ``LocalCluster`` of single-threaded worker processes sized to the machine (its HTTP server on a
-free local port), once per process, and reuses it. That embedded cluster is the only module-level state of the package;
-:func:`close_embedded_cluster` shuts it down (tests, the end of a CLI run).
+free local port), once per process, and reuses it. That embedded cluster is the only
+module-level state of the package; :func:`close_embedded_cluster` shuts it down (tests, the end
+of a CLI run).
 """
 
 from __future__ import annotations
