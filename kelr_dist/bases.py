@@ -37,6 +37,8 @@ MAX_MATRIX_BYTES = 2 * 1024**3
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _RESCALE = 2.0**64  # rescale the running recurrence once it exceeds this
 _LOG_RESCALE = 64.0 * math.log(2.0)
+#: |x| (Hermite) or x / 10 (Laguerre) below which the branch-free vectorised kernels are used
+FAST_RANGE = 30.0
 
 
 @numba.njit(cache=True, nogil=True)
@@ -146,6 +148,67 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
             # θβ > 1: (G^β)' -> 0 and G^β -> 0, nothing to add
 
 
+@numba.njit(cache=True, nogil=True)
+def _hermite_columns(x, order, beta, values, derivs):  # pragma: no cover - compiled
+    """Vectorised twin of :func:`_hermite_kernel` for moderate ``|x|``: outputs ``(order+1, n)``.
+
+    The weight is carried from the start (no rescaling), so the loop over samples is free of
+    branches and runs in SIMD; valid while ``W^β`` and the polynomials stay in range.
+    """
+    n = x.shape[0]
+    for i in range(n):
+        values[0, i] = math.exp(-beta * (0.5 * x[i] * x[i] + _LOG_SQRT_2PI))
+    for m in range(1, order + 1):
+        a = 1.0 / math.sqrt(float(m))
+        b = math.sqrt((m - 1.0) / m)
+        prev = values[m - 1]
+        prev2 = values[m - 2] if m >= 2 else values[0]
+        out = values[m]
+        for i in range(n):
+            out[i] = a * x[i] * prev[i] - b * prev2[i]
+    if derivs.shape[0] > 0:
+        for m in range(order + 1):
+            root = math.sqrt(float(m))
+            cur = values[m]
+            low = values[m - 1] if m >= 1 else values[0]
+            out = derivs[m]
+            for i in range(n):
+                out[i] = root * low[i] - beta * x[i] * cur[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def _laguerre_columns(x, order, theta, beta, values, derivs):  # pragma: no cover - compiled
+    """Vectorised twin of :func:`_laguerre_kernel` for ``0 < x`` of moderate size."""
+    n = x.shape[0]
+    log_norm = -beta * math.lgamma(theta + 1.0)
+    want_d = derivs.shape[0] > 0
+    for i in range(n):
+        values[0, i] = math.exp(log_norm + beta * (theta * math.log(x[i]) - x[i]))
+        if want_d:
+            derivs[0, i] = 0.0
+    for m in range(order):
+        inv_c = 1.0 / math.sqrt((m + 1.0) * (m + theta + 1.0))
+        a0 = (2.0 * m + 1.0 + theta) * inv_c
+        b = math.sqrt(m * (m + theta)) * inv_c
+        cur = values[m]
+        prev = values[m - 1] if m >= 1 else values[0]
+        out = values[m + 1]
+        for i in range(n):
+            out[i] = (a0 - x[i] * inv_c) * cur[i] - b * prev[i]
+        if want_d:
+            dcur = derivs[m]
+            dprev = derivs[m - 1] if m >= 1 else derivs[0]
+            dout = derivs[m + 1]
+            for i in range(n):
+                dout[i] = (a0 - x[i] * inv_c) * dcur[i] - inv_c * cur[i] - b * dprev[i]
+    if want_d:
+        for m in range(order + 1):
+            cur = values[m]
+            dout = derivs[m]
+            for i in range(n):
+                dout[i] += cur[i] * beta * (theta / x[i] - 1.0)
+
+
 def _check_order(order: int) -> int:
     if int(order) != order or order < 0:
         raise ValueError(f"order must be a non-negative integer, got {order!r}")
@@ -228,13 +291,37 @@ Family = Hermite | Laguerre
 def _evaluate(
     family: Family, x: np.ndarray, order: int, weight: float, derivatives: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    values = np.empty((x.shape[0], order + 1))
-    derivs = np.empty((x.shape[0] if derivatives else 0, order + 1))
+    """Tables ``(n, order + 1)`` (Fortran order: each function's column is contiguous).
+
+    Samples inside :data:`FAST_RANGE` go through the vectorised kernels; the rest (far tails,
+    ``x ≤ 0`` for Laguerre, weights below -1) through the rescaled per-sample recurrences.
+    """
+    n = x.shape[0]
+    values = np.empty((order + 1, n))
+    derivs = np.empty((order + 1 if derivatives else 0, n))
     if isinstance(family, Hermite):
-        _hermite_kernel(x, order, float(weight), values, derivs)
+        lo, hi = (-FAST_RANGE, FAST_RANGE) if weight >= -1.0 else (0.0, -1.0)
     else:
-        _laguerre_kernel(x, order, float(family.theta), float(weight), values, derivs)
-    return values, derivs
+        lo, hi = (0.0, 10.0 * FAST_RANGE) if weight >= -1.0 else (0.0, -1.0)
+    inside = (x > lo) & (x <= hi)
+    if isinstance(family, Hermite):
+        _hermite_columns(x, order, float(weight), values, derivs)
+    else:
+        _laguerre_columns(
+            np.where(inside, x, 1.0), order, float(family.theta), float(weight), values, derivs
+        )
+    if not inside.all():
+        far = np.flatnonzero(~inside)
+        v = np.empty((far.size, order + 1))
+        dv = np.empty((far.size if derivatives else 0, order + 1))
+        if isinstance(family, Hermite):
+            _hermite_kernel(x[far], order, float(weight), v, dv)
+        else:
+            _laguerre_kernel(x[far], order, float(family.theta), float(weight), v, dv)
+        values[:, far] = v.T
+        if derivatives:
+            derivs[:, far] = dv.T
+    return values.T, derivs.T
 
 
 @dataclass(frozen=True)
@@ -392,22 +479,24 @@ class TensorBasis:
         self, tables: list[np.ndarray], derivative_tables: list[np.ndarray] | None = None
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """``H[n, r] = Π_{k≥2} T_k[n, R[r]]`` ``(n, |R|)`` and, if derivative tables are given,
-        ``∂_k H`` for k = 2..d (each ``(n, |R|)``)."""
+        ``∂_k H`` for k = 2..d (each ``(n, |R|)``). For d = 2 these are the tables themselves
+        (no copy)."""
         n = tables[0].shape[0]
         if self.dim == 1:
             return np.ones((n, 1)), []
+        if self.dim == 2:
+            grads = [] if derivative_tables is None else [derivative_tables[1]]
+            return tables[1], grads
         factors = [t[:, self.tails[:, k]] for k, t in enumerate(tables[1:])]
-        product = factors[0].copy()
-        for f in factors[1:]:
-            product *= f
-        grads: list[np.ndarray] = []
-        if derivative_tables is not None:
-            for k, dt in enumerate(derivative_tables[1:]):
-                g = dt[:, self.tails[:, k]].copy()
-                for j, f in enumerate(factors):
-                    if j != k:
-                        g *= f
-                grads.append(g)
+        product = np.prod(factors, axis=0)
+        grads = []
+        for k, dt in enumerate((derivative_tables or [])[1:]):
+            grads.append(
+                np.prod(
+                    [dt[:, self.tails[:, k]] if j == k else f for j, f in enumerate(factors)],
+                    axis=0,
+                )
+            )
         return product, grads
 
     def spec(self) -> str:

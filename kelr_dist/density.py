@@ -156,9 +156,8 @@ class KernelDensity:
         )
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
         n = x.shape[0]
-        # one GEMM for Ψ_1 C and Ψ_1' C
-        both = np.concatenate([values[0], derivs[0]]) @ coef
-        first, first_grad = both[:n], both[n:]
+        first = values[0] @ coef
+        first_grad = derivs[0] @ coef
         gradient = np.empty((n, basis.dim))
         density = np.einsum("nr,nr->n", first, tails)
         gradient[:, 0] = np.einsum("nr,nr->n", first_grad, tails)

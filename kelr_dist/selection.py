@@ -30,7 +30,6 @@ within 10% of the smallest ``ε``; the rejection rate at the resulting δ is rep
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -55,56 +54,66 @@ def bin_edges() -> np.ndarray:
     return 2.0 ** (np.arange(T_MIN, T_MAX + 1) / 4.0)
 
 
+#: mantissa bits of the quarter-octave edges 2^{1/4}, 2^{1/2}, 2^{3/4}
+_QUARTERS = tuple(int((2.0 ** (k / 4) - 1.0) * 2**52) for k in (1, 2, 3))
+_MANTISSA = (1 << 52) - 1
+#: samples per tile of the sweep (keeps the tile's running sums in cache)
+SWEEP_TILE = 512
+
+
 @numba.njit(cache=True, nogil=True)
-def _bin(value):  # pragma: no cover - compiled
-    mant, expo = math.frexp(value)  # value = mant 2^expo, mant in [0.5, 1)
-    quarter = (mant >= 0.5946035575013605) + (mant >= 0.7071067811865476)
-    quarter += mant >= 0.8408964152537145
-    t = 4 * (expo - 1) + quarter
-    if t < T_MIN:
-        t = T_MIN
-    elif t > T_MAX:
-        t = T_MAX
-    return t - T_MIN
+def _bin(bits):  # pragma: no cover - compiled
+    """Histogram bin of |v| from the IEEE bits of v: t = 4 (exponent) + quarter, clamped."""
+    expo = ((bits >> 52) & 0x7FF) - 1023
+    mant = bits & _MANTISSA
+    t = 4 * expo + (mant >= _QUARTERS[0]) + (mant >= _QUARTERS[1]) + (mant >= _QUARTERS[2])
+    return min(max(t, T_MIN), T_MAX) - T_MIN
 
 
 @numba.njit(cache=True, nogil=True)
 def _sweep(first, tails, coef_t, shift, floor, stop, pos, neg, zeros, min_pos, min_val):
     """Shell sums of one row block, then per-order statistics of the running sums.
 
-    first (n, M1+1), tails (n, R), coef_t (R, M1+1): Ψ_1 table, tail products and coefficients.
-    A term (m1, r) has level max(m1 + shift[r], floor[r]); m1 runs to stop[r].
+    first (M1+1, n), tails (R, n): Ψ_1 table and tail products, function-major (each row
+    contiguous over samples, so the inner loops run in SIMD); coef_t (R, M1+1). A term
+    (m1, r) has level max(m1 + shift[r], floor[r]); m1 runs to stop[r].
     """  # pragma: no cover - compiled
     n_levels = pos.shape[0]
-    acc = np.empty(n_levels)
-    for n in range(first.shape[0]):
-        acc[:] = 0.0
-        for r in range(tails.shape[1]):
-            h = tails[n, r]
-            if h == 0.0:
-                continue
-            s = shift[r]
-            f = floor[r]
-            below = 0.0
-            split = min(max(f - s, 0), stop[r] + 1)
-            for m in range(split):  # all of these land on level f
-                below += first[n, m] * coef_t[r, m]
-            acc[f] += h * below
-            for m in range(split, stop[r] + 1):
-                acc[m + s] += h * first[n, m] * coef_t[r, m]
-        running = 0.0
+    n = first.shape[1]
+    acc = np.empty((n_levels, SWEEP_TILE))
+    bits = acc.view(np.int64)
+    for lo in range(0, n, SWEEP_TILE):
+        width = min(SWEEP_TILE, n - lo)
+        acc[:, :width] = 0.0
+        for r in range(tails.shape[0]):
+            h = tails[r, lo : lo + width]
+            for m in range(stop[r] + 1):
+                c = coef_t[r, m]
+                if c == 0.0:
+                    continue
+                level = max(m + shift[r], floor[r])
+                row = acc[level]
+                col = first[m, lo : lo + width]
+                for i in range(width):
+                    row[i] += c * h[i] * col[i]
+        for level in range(1, n_levels):
+            prev = acc[level - 1]
+            row = acc[level]
+            for i in range(width):
+                row[i] += prev[i]
         for level in range(n_levels):
-            running += acc[level]
-            if running > 0.0:
-                pos[level, _bin(running)] += 1
-                if running < min_pos[level]:
-                    min_pos[level] = running
-            elif running < 0.0:
-                neg[level, _bin(-running)] += 1
-            else:
-                zeros[level] += 1
-            if running < min_val[level]:
-                min_val[level] = running
+            for i in range(width):
+                v = acc[level, i]
+                if v > 0.0:
+                    pos[level, _bin(bits[level, i])] += 1
+                    if v < min_pos[level]:
+                        min_pos[level] = v
+                elif v < 0.0:
+                    neg[level, _bin(bits[level, i])] += 1
+                else:
+                    zeros[level] += 1
+                if v < min_val[level]:
+                    min_val[level] = v
 
 
 def _layout(basis: TensorBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,8 +155,8 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
         ]
         tails, _ = basis.tail_products(values)
         _sweep(
-            np.ascontiguousarray(values[0]),
-            np.ascontiguousarray(tails),
+            np.ascontiguousarray(values[0].T),
+            np.ascontiguousarray(tails.T),
             coef_t,
             shift,
             floor,
