@@ -1,0 +1,403 @@
+"""Reports on a result of :func:`kelr_dist.estimate.estimate_response`: a table and figures.
+
+- :func:`summary` — the terminal table of ``kelr report`` (and the tail of ``kelr estimate``):
+  basis, chosen order ``M``, threshold ``δ``, rejection rate ``R_M``, run time and, when the
+  result holds ``response_exact``, the errors of every estimate against it
+  (:func:`response_errors`).
+- :func:`write_figures` — PNG figures (matplotlib, Agg canvas; no pyplot state):
+  ``criteria.png`` (``η_M``, ``R_M``, ``δ_M`` against ``M``, crit1/crit2/eq:deltaM),
+  ``response.png`` (every entry ``k_ij(t)`` of eq:lin_oper: kernel embedding with its
+  standard-error band, KDE, quasi-Gaussian and exact FDT where present; diagonal entries
+  normalised to ``k_ii(0) = 1`` as in the paper's figures) and ``density.png`` (the estimated
+  ``p_M`` of eq:kme2: marginals, and for ``d = 2`` a map; where the store came from a built-in
+  model, the true ``p_eq`` normalised on the same grid and the absolute error map, as in the
+  paper's Figure fig:p_tri).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from kelr_dist.analysis import normalized
+
+#: estimates compared with ``response_exact``: variable -> label
+ESTIMATES = {
+    "response": "kernel embedding",
+    "response_kde": "KDE",
+    "response_gaussian": "quasi-Gaussian",
+}
+#: errors against the exact response are taken over lags with ``time <= ERROR_HORIZON``
+ERROR_HORIZON = 10.0
+#: grid points per axis of the density figure, by dimension (at most ~2e5 points)
+DENSITY_GRID = {1: 400, 2: 161, 3: 41}
+# the density figure shows where the marginal exceeds this fraction of its maximum
+_SHOWN_FRACTION = 1e-3
+_STYLE = {
+    "response": {"color": "C0", "linestyle": "-"},
+    "response_kde": {"color": "C1", "linestyle": "--"},
+    "response_gaussian": {"color": "C2", "linestyle": ":"},
+    "response_exact": {"color": "black", "linestyle": "-", "linewidth": 0.9},
+}
+_LABELS = {**ESTIMATES, "response_exact": "exact FDT"}
+
+
+def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
+    """Open a result written by :func:`kelr_dist.estimate.write_result` (zarr or ``.nc``).
+
+    Raises
+    ------
+    ValueError
+        the path does not exist, cannot be read, or holds no ``response(lag, i, j)``.
+    """
+    source = os.fspath(path)
+    if not Path(source).exists():
+        raise ValueError(f"result {source!r} does not exist")
+    try:
+        if source.endswith(".nc"):
+            ds = xr.load_dataset(source)
+        else:
+            ds = xr.open_zarr(source, consolidated=False).load()
+    except Exception as err:  # xarray/zarr/netCDF raise many types for "not readable"
+        raise ValueError(
+            f"result {source!r} is not a readable result ({type(err).__name__}: {err})"
+        ) from None
+    if "response" not in ds or set(ds["response"].dims) != {"lag", "i", "j"}:
+        raise ValueError(f"result {source!r} holds no variable response(lag, i, j)")
+    return ds
+
+
+def chosen_order(ds: xr.Dataset) -> int | tuple[int, ...] | None:
+    """The order ``M`` the estimate used (``attrs["order"]``, JSON), or None if absent."""
+    value = ds.attrs.get("order")
+    if isinstance(value, str):
+        value = json.loads(value)
+    if isinstance(value, list | tuple):
+        return tuple(int(v) for v in value)
+    return None if value is None else int(value)
+
+
+def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str, dict[str, float]]:
+    """Errors of every estimate against ``response_exact`` (the same samples, exact score).
+
+    For each estimate in :data:`ESTIMATES` present: the maximum over lags with
+    ``time <= horizon`` of ``|k - k_exact|`` over the diagonal entries (positions ``p`` of
+    ``i`` and ``j``) and over the off-diagonal entries (``nan`` when there are none), and the
+    largest standard error of the estimate over the same lags.
+
+    Returns
+    -------
+    ``{variable: {"diagonal": ..., "off_diagonal": ..., "stderr": ...}}``; empty without
+    ``response_exact``.
+    """
+    if "response_exact" not in ds:
+        return {}
+    lags = ds["time"].values <= horizon
+    exact = ds["response_exact"].transpose("lag", "i", "j").values[lags]
+    q, d = exact.shape[1:]
+    diagonal = np.zeros((q, d), dtype=bool)
+    diagonal[np.arange(min(q, d)), np.arange(min(q, d))] = True
+    errors = {}
+    for name in ESTIMATES:
+        if name not in ds:
+            continue
+        error = np.abs(ds[name].transpose("lag", "i", "j").values[lags] - exact).max(axis=0)
+        stderr = ds.get(f"{name}_stderr")
+        errors[name] = {
+            "diagonal": float(error[diagonal].max()),
+            "off_diagonal": float(error[~diagonal].max()) if (~diagonal).any() else math.nan,
+            "stderr": math.nan if stderr is None else float(stderr.values[lags].max()),
+        }
+    return errors
+
+
+def _short(text: str) -> str:
+    """Numbers in ``text`` to 4 significant digits (long basis specs on one line)."""
+    return re.sub(r"-?\d+\.\d+(?:e[-+]?\d+)?", lambda m: f"{float(m.group()):.4g}", text)
+
+
+def _number(value: float) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+def summary(ds: xr.Dataset, name: str | None = None) -> str:
+    """The report table of a result (several lines, no trailing newline)."""
+    a = ds.attrs
+    order = chosen_order(ds)
+    origin = f"model {a['model']}, " if "model" in a else ""
+    t_max = float(ds["time"].values[-1])
+    rows = [
+        ("result", name or a.get("store", "")),
+        (
+            "trajectory",
+            f"{a.get('store', '?')} ({origin}{a.get('chains', '?')} chain(s), "
+            f"{a.get('n_samples', '?')} samples, dt {a.get('dt', '?')})",
+        ),
+        ("basis", _short(str(a.get("basis", "?")))),
+        ("index set", f"{a.get('index_set', '?')}, max order {a.get('max_order', '?')}"),
+        ("order M", f"{order} ({a.get('order_selection', '?')})"),
+        ("delta", f"{_number(a.get('delta', math.nan))} ({a.get('delta_rule', '?')})"),
+        ("rejection", _number(a.get("rejection", math.nan))),
+        ("lags", f"0..{ds.sizes['lag'] - 1} (t <= {t_max:.4g})"),
+        ("responses", ", ".join(str(v) for v in ds.data_vars if _is_response(ds, v))),
+        ("run time", f"{float(a.get('runtime_seconds', math.nan)):.1f} s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label:<{width}}  {value}" for label, value in rows]
+    errors = response_errors(ds)
+    if errors:
+        horizon = min(ERROR_HORIZON, t_max)
+        lines.append(f"errors vs exact FDT, max over t <= {horizon:.4g} of |k - k_exact|:")
+        lines.append(f"  {'estimate':<18}{'diagonal':>12}{'off-diagonal':>14}{'max stderr':>12}")
+        for variable, e in errors.items():
+            lines.append(
+                f"  {ESTIMATES[variable]:<18}{_number(e['diagonal']):>12}"
+                f"{_number(e['off_diagonal']):>14}{_number(e['stderr']):>12}"
+            )
+    return "\n".join(lines)
+
+
+def _is_response(ds: xr.Dataset, name: Any) -> bool:
+    return set(ds[name].dims) == {"lag", "i", "j"} and not str(name).endswith("_stderr")
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+# --------------------------------------------------------------------------------------------
+
+
+def _positive(values: np.ndarray) -> np.ndarray:
+    """``values`` with non-positive entries masked (NaN) for a log axis."""
+    values = np.asarray(values, dtype=float)
+    return np.where(values > 0, values, np.nan)
+
+
+def plot_criteria(ds: xr.Dataset) -> Figure:
+    """``η_M`` (crit2), ``R_M`` (crit1) and ``δ_M`` (eq:deltaM) against ``M`` (log scale).
+
+    The chosen order is marked; the noise level of ``η_M`` and the paper's ``δ_M``/``R_M``
+    (threshold at the smallest positive ``p_M(X_i)``) are drawn dashed when present.
+    """
+    orders = ds["order"].values
+    panels = [
+        ("eta", "η_M", "eta_noise", "noise level of η_M"),
+        ("rejection", "R_M", "rejection_paper", "R_M with the paper's δ_M"),
+        ("delta", "δ used", "delta_paper", "paper's δ_M (smallest p_M(X_i) > 0)"),
+    ]
+    fig = Figure(figsize=(13, 4), layout="constrained")
+    axes = fig.subplots(1, 3)
+    order = chosen_order(ds)
+    marked = max(order) if isinstance(order, tuple) else order
+    titles = ("norm of the order M+1 coefficients", "rejection rate", "positivity threshold")
+    for ax, (name, label, second, second_label), title in zip(axes, panels, titles, strict=True):
+        ax.semilogy(orders, _positive(ds[name].values), "o-", ms=3, label=label)
+        if second in ds:
+            ax.semilogy(orders, _positive(ds[second].values), "--", label=second_label)
+        if marked is not None:
+            ax.axvline(marked, color="red", linewidth=0.8, label=f"chosen M = {marked}")
+        ax.set_title(f"{label}: {title}")
+        ax.set_xlabel("order M")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("order selection criteria (log scale)")
+    return fig
+
+
+def plot_responses(ds: xr.Dataset) -> Figure:
+    """Every entry ``k_ij(t)`` against time; diagonal entries normalised to ``k_ii(0) = 1``."""
+    try:
+        shown, note = normalized(ds), "diagonal entries normalised to k_ii(0) = 1"
+    except ValueError:
+        shown, note = ds, "not normalised (zero diagonal at lag 0)"
+    names_i = [str(v) for v in ds["i"].values]
+    names_j = [str(v) for v in ds["j"].values]
+    q, d = len(names_i), len(names_j)
+    fig = Figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
+    axes = fig.subplots(q, d, squeeze=False)
+    time = ds["time"].values
+    for (a, i), (b, j) in ((x, y) for x in enumerate(names_i) for y in enumerate(names_j)):
+        ax = axes[a, b]
+        for name in ("response", "response_kde", "response_gaussian", "response_exact"):
+            if name not in shown:
+                continue
+            k = shown[name].sel(i=i, j=j).values
+            ax.plot(time, k, label=_LABELS[name], **_STYLE[name])
+            if name == "response" and "response_stderr" in shown:
+                s = shown["response_stderr"].sel(i=i, j=j).values
+                ax.fill_between(time, k - 2 * s, k + 2 * s, color="C0", alpha=0.2, lw=0)
+        diagonal = a == b
+        ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
+        ax.set_xlabel(f"time t (dt = {ds.attrs.get('dt', '?')})")
+        ax.set_ylabel(f"response of {i} to forcing on {j}")
+        ax.axhline(0.0, color="grey", linewidth=0.5)
+        ax.grid(True, alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if "response_stderr" in shown:
+        handles.append(Patch(color="C0", alpha=0.2))
+        labels.append("kernel embedding ± 2 stderr")
+    axes[0, 0].legend(handles, labels, fontsize="small")
+    fig.suptitle(f"linear response operator ({note})")
+    return fig
+
+
+def _density_axes(density: Any, n: int) -> list[np.ndarray]:
+    """Per coordinate, ``n`` grid points covering the fitted basis' weight (wide; cropped later)."""
+    axes = []
+    for coordinate in density.basis.coordinates:
+        family, loc, scale = coordinate.family, coordinate.loc, coordinate.scale
+        if hasattr(family, "theta"):  # Laguerre: y = (x - loc) / scale >= 0, Gamma(θ+1) weight
+            k = float(family.theta) + 1.0
+            axes.append(loc + scale * np.linspace(0.0, k + 10.0 * math.sqrt(k) + 5.0, n))
+        else:
+            axes.append(loc + scale * np.linspace(-5.0, 5.0, n))
+    return axes
+
+
+def _true_density(ds: xr.Dataset, points: np.ndarray) -> np.ndarray | None:
+    """Unnormalised ``p_eq`` of the store's built-in model at ``points (n, d)``, else None."""
+    if "model" not in ds.attrs:
+        return None
+    from kelr_dist.models import make_model
+
+    params = ds.attrs.get("model_params", "{}")
+    try:
+        model = make_model(ds.attrs["model"], **json.loads(params))
+        log_p = np.asarray(model.log_density(points), dtype=float)
+    except (ValueError, TypeError):  # not a built-in model after all: no reference
+        return None
+    finite = np.isfinite(log_p)
+    if not finite.any():
+        return None
+    return np.where(finite, np.exp(log_p - log_p[finite].max()), 0.0)
+
+
+def _marginals(grid: np.ndarray, axes: list[np.ndarray]) -> list[np.ndarray]:
+    """Marginal densities of a gridded density ``grid (n_1, .., n_d)`` (trapezoid rule)."""
+    d = grid.ndim
+    out = []
+    for k in range(d):
+        m = grid
+        for other in reversed([o for o in range(d) if o != k]):
+            m = np.trapezoid(m, axes[other], axis=other)
+        out.append(m)
+    return out
+
+
+def _normalise(grid: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
+    total = grid
+    for k in reversed(range(grid.ndim)):
+        total = np.trapezoid(total, axes[k], axis=k)
+    return grid / total
+
+
+def _shown_range(*curves: np.ndarray, x: np.ndarray) -> tuple[float, float]:
+    """Where any curve exceeds :data:`_SHOWN_FRACTION` of its maximum."""
+    keep = np.zeros(x.shape, dtype=bool)
+    for c in curves:
+        if np.nanmax(c) > 0:
+            keep |= c > _SHOWN_FRACTION * np.nanmax(c)
+    if not keep.any():
+        return float(x[0]), float(x[-1])
+    return float(x[keep].min()), float(x[keep].max())
+
+
+def plot_density(ds: xr.Dataset) -> Figure | None:
+    """The estimated density ``p_M`` at the chosen order (eq:kme2), None for ``d > 3``.
+
+    Marginals of ``p_M`` (and of the true ``p_eq`` of a built-in model, normalised on the
+    grid); for ``d = 2`` also maps of ``p_M``, ``p_eq`` and ``|p_M - p_eq|`` (Figure fig:p_tri).
+    """
+    from kelr_dist.estimate import density_from_result
+
+    density = density_from_result(ds)
+    d = density.basis.dim
+    if d not in DENSITY_GRID:
+        return None
+    order = chosen_order(ds)
+    axes = _density_axes(density, DENSITY_GRID[d])
+    mesh = np.meshgrid(*axes, indexing="ij")
+    points = np.stack([m.ravel() for m in mesh], axis=1)
+    shape = tuple(a.size for a in axes)
+    estimate = density.pdf(points, order).reshape(shape)
+    truth = _true_density(ds, points)
+    truth = None if truth is None else _normalise(truth.reshape(shape), axes)
+    names = [str(c) for c in ds["component"].values] if "component" in ds else list(range(d))
+    maps = d == 2
+    rows = 2 if maps else 1
+    columns = 3 if maps and truth is not None else d
+    fig = Figure(figsize=(4.5 * columns, 3.8 * rows), layout="constrained")
+    grid = fig.subplots(rows, columns, squeeze=False)
+    est_marginals = _marginals(estimate, axes)
+    true_marginals = _marginals(truth, axes) if truth is not None else [None] * d
+    for k in range(d):
+        ax = grid[0, k]
+        ax.plot(axes[k], est_marginals[k], color="C0", label=f"p_M (M = {order})")
+        curves = [est_marginals[k]]
+        if true_marginals[k] is not None:
+            ax.plot(axes[k], true_marginals[k], color="black", lw=0.9, ls="--", label="true p_eq")
+            curves.append(true_marginals[k])
+        ax.set_xlim(*_shown_range(*curves, x=axes[k]))
+        ax.set_title(f"marginal density of {names[k]}")
+        ax.set_xlabel(str(names[k]))
+        ax.set_ylabel("density")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    for k in range(d, columns):
+        grid[0, k].set_visible(False)
+    if maps:
+        limits = [grid[0, k].get_xlim() for k in range(2)]
+        panels = [("estimated p_M", estimate, "viridis")]
+        if truth is not None:
+            error = np.abs(estimate - truth)
+            panels += [("true p_eq", truth, "viridis"), ("|p_M - p_eq|", error, "magma")]
+        for c, (title, values, cmap) in enumerate(panels):
+            ax = grid[1, c]
+            image = ax.pcolormesh(axes[0], axes[1], values.T, cmap=cmap, shading="auto")
+            fig.colorbar(image, ax=ax, label="density" if c < 2 else "absolute error")
+            ax.set_xlim(*limits[0])
+            ax.set_ylim(*limits[1])
+            ax.set_title(title)
+            ax.set_xlabel(str(names[0]))
+            ax.set_ylabel(str(names[1]))
+        for c in range(len(panels), columns):
+            grid[1, c].set_visible(False)
+    fig.suptitle(
+        "estimated equilibrium density" + (" and the true one" if truth is not None else "")
+    )
+    return fig
+
+
+def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Path]:
+    """Write ``criteria.png``, ``response.png`` and ``density.png`` (when drawn) to ``directory``.
+
+    Returns
+    -------
+    The paths written. Each file is written to a temporary name and renamed, so an
+    interrupted report leaves no truncated PNG.
+    """
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = {"response.png": plot_responses(ds)}
+    if "order" in ds.dims and "eta" in ds:
+        figures["criteria.png"] = plot_criteria(ds)
+    if "coefficients" in ds:
+        density = plot_density(ds)
+        if density is not None:
+            figures["density.png"] = density
+    written = []
+    for name, fig in figures.items():
+        target = folder / name
+        partial = folder / f".{name}.partial"
+        fig.savefig(partial, dpi=110, format="png")
+        os.replace(partial, target)
+        written.append(target)
+    return written
