@@ -80,22 +80,25 @@ def _run_blocks(
     rng: np.random.Generator,
     normals_per_sample: int,
     kernel: Kernel,
+    d: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Advance ``state`` by ``n_samples`` stored samples, drawing normals in sub-blocks.
 
-    ``kernel(x0, normals (k, normals_per_sample), out (k, d))`` fills ``out`` with the next
-    ``k`` samples. The normals are drawn from ``rng`` in order, so the result does not depend
-    on the sub-block size nor on how a run is split into calls.
+    ``kernel(x0 (d,), normals (k, normals_per_sample), out (k, d))`` fills ``out`` with the
+    next ``k`` samples. The normals are drawn from ``rng`` in order, so the result does not
+    depend on the sub-block size nor on how a run is split into calls.
 
     Returns
     -------
     samples : (n_samples, d) float64.
-    new_state : (d,) float64, the last sample (``state`` itself when ``n_samples == 0``).
+    new_state : (d,) float64, the last sample (a copy of ``state`` when ``n_samples == 0``).
     """
     x = np.array(state, dtype=np.float64)  # a copy: the caller's state is never modified
-    if n_samples < 0:
-        raise ValueError(f"n_samples={n_samples} is negative")
-    out = np.empty((n_samples, x.shape[0]))
+    if x.shape != (d,):
+        raise ValueError(f"state of shape {x.shape} must have shape ({d},)")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
+        raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
+    out = np.empty((n_samples, d))
     per_block = max(1, _NORMALS_PER_BLOCK // normals_per_sample)
     buffer = np.empty((min(per_block, n_samples), normals_per_sample))
     for start in range(0, n_samples, per_block):
@@ -107,15 +110,35 @@ def _run_blocks(
     return out, x
 
 
-def _positive(name: str, value: float) -> float:
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}={value!r} must be a finite positive number")
-    return value
+def _real(name: str, value: Any) -> float:
+    """``value`` as a finite float, or a ValueError naming the parameter."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        result = math.nan
+    if not math.isfinite(result):
+        raise ValueError(f"{name}={value!r} must be a finite real number")
+    return result
 
 
-def _subsample(value: int) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
+def _matrix(name: str, value: Any) -> np.ndarray:
+    """``value`` as a float64 array, or a ValueError naming the parameter."""
+    try:
+        return np.array(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} must be a matrix of real numbers") from None
+
+
+def _positive(name: str, value: Any) -> float:
+    """``value`` as a finite positive float, or a ValueError naming the parameter."""
+    result = _real(name, value)
+    if result <= 0:
+        raise ValueError(f"{name}={value!r} must be positive")
+    return result
+
+
+def _subsample(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"subsample={value!r} must be a positive integer")
     return int(value)
 
@@ -150,7 +173,7 @@ class OrnsteinUhlenbeck:
         sigma: Any = _OU_SIGMA,
         dt: float = 0.05,
     ) -> None:
-        self.gamma = np.array(gamma, dtype=np.float64)
+        self.gamma = _matrix("gamma", gamma)
         if self.gamma.ndim != 2 or self.gamma.shape[0] != self.gamma.shape[1]:
             raise ValueError(f"gamma={gamma!r} must be a square (d, d) matrix")
         d = self.gamma.shape[0]
@@ -158,7 +181,7 @@ class OrnsteinUhlenbeck:
             raise ValueError(
                 f"gamma={gamma!r} must be finite with eigenvalues of positive real part"
             )
-        self.sigma = np.array(sigma, dtype=np.float64)
+        self.sigma = _matrix("sigma", sigma)
         if self.sigma.shape != (d, d) or not np.all(np.isfinite(self.sigma)):
             raise ValueError(f"sigma={sigma!r} must be a finite ({d}, {d}) matrix")
         diffusion = self.sigma @ self.sigma.T
@@ -207,7 +230,8 @@ class OrnsteinUhlenbeck:
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
             return integrators.linear_gaussian(x0, normals, out, self._transition, self._noise)
 
-        return _run_blocks(state, n_samples, rng, self.gamma.shape[0], kernel)
+        d = self.gamma.shape[0]
+        return _run_blocks(state, n_samples, rng, d, kernel, d)
 
     def score(self, x: np.ndarray) -> np.ndarray:
         return -np.asarray(x, dtype=np.float64) @ self._precision
@@ -259,7 +283,7 @@ class TripleWell:
     ) -> None:
         self.a = _positive("a", a)
         self.kT = _positive("kT", kT)
-        self.gamma = float(gamma)
+        self.gamma = _real("gamma", gamma)
         if not 0.0 < self.gamma < 1.0:
             raise ValueError(f"gamma={gamma!r} must lie in (0, 1)")
         self.step = _positive("step", step)
@@ -303,7 +327,7 @@ class TripleWell:
                 self.gamma, self.kT, self.variant == "radial",
             )  # fmt: skip
 
-        return _run_blocks(state, n_samples, rng, 4 * self.subsample, kernel)
+        return _run_blocks(state, n_samples, rng, 4 * self.subsample, kernel, 2)
 
     def score(self, x: np.ndarray) -> np.ndarray:
         return -self.gradient(x) / self.kT
@@ -351,9 +375,7 @@ class LangevinMorse:
         self.kT = _positive("kT", kT)
         self.epsilon = _positive("epsilon", epsilon)
         self.a = _positive("a", a)
-        self.x0 = float(x0)
-        if not math.isfinite(self.x0):
-            raise ValueError(f"x0={x0!r} must be finite")
+        self.x0 = _real("x0", x0)
         self.step = _positive("step", step)
         self.subsample = _subsample(subsample)
         self.dt = self.step * self.subsample
@@ -389,7 +411,7 @@ class LangevinMorse:
                 self.kT, self.epsilon, self.a, self.x0,
             )  # fmt: skip
 
-        return _run_blocks(state, n_samples, rng, self.subsample, kernel)
+        return _run_blocks(state, n_samples, rng, self.subsample, kernel, 2)
 
     def score(self, x: np.ndarray) -> np.ndarray:
         x = _points(x, 2)

@@ -354,6 +354,9 @@ def test_model_metadata() -> None:
         ("ou", {"sigma": [[1.0, 0.0], [1.0, 0.0]]}, "sigma"),
         ("ou", {"sigma": [[1.0]]}, "sigma"),
         ("ou", {"dt": 0}, "dt"),
+        ("ou", {"gamma": [["a", 0.0], [0.0, 1.0]]}, "gamma"),
+        ("triple-well", {"kT": "hot"}, "kT"),
+        ("triple-well", {"subsample": 2.5}, "subsample"),
     ],
 )
 def test_bad_names_and_parameters_are_named(name: str, params: dict, named: str) -> None:
@@ -361,7 +364,12 @@ def test_bad_names_and_parameters_are_named(name: str, params: dict, named: str)
         make_model(name, **params)
 
 
-def test_negative_sample_count_is_an_error() -> None:
-    model = make_model("ou")
-    with pytest.raises(ValueError, match="n_samples"):
-        model.advance(np.zeros(2), -1, np.random.default_rng(0))
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_bad_advance_arguments_are_named(name: str) -> None:
+    model = make_model(name)
+    rng = np.random.default_rng(0)
+    for n_samples in (-1, 2.0, True):
+        with pytest.raises(ValueError, match="n_samples"):
+            model.advance(np.zeros(2), n_samples, rng)
+    with pytest.raises(ValueError, match="state"):
+        model.advance(np.zeros(3), 10, rng)
