@@ -65,7 +65,13 @@ from kelr_dist.response import (
     identity_observable,
     response_reduction,
 )
-from kelr_dist.selection import Criteria, choose_delta, choose_order, criteria_reduction
+from kelr_dist.selection import (
+    Criteria,
+    active_coordinates,
+    choose_delta,
+    choose_order,
+    criteria_reduction,
+)
 from kelr_dist.store import as_trajectory, open_trajectory
 
 #: default highest order scanned, by dimension (about 2000-3000 basis functions)
@@ -129,7 +135,7 @@ def _max_lag(max_lag: int | None, max_time: float | None, dt: float, n: int) -> 
 
 
 def _orders(
-    order: Any, max_order: Any, index_set: IndexSet, d: int
+    order: Any, max_order: Any, index_set: str, d: int
 ) -> tuple[int | tuple[int, ...], int | tuple[int, ...] | None]:
     """(fitted order of the basis, user order or None for automatic)."""
     if isinstance(order, str):
@@ -137,7 +143,7 @@ def _orders(
             raise ValueError(f"order must be 'auto', an integer or a tuple, got {order!r}")
         chosen = None
     elif isinstance(order, Sequence):
-        if index_set != "box":
+        if index_set == "total":
             raise ValueError("a per-coordinate order tuple needs index_set='box'")
         chosen = tuple(int(m) for m in order)
     else:
@@ -153,6 +159,25 @@ def _orders(
     if isinstance(chosen, int) and isinstance(fitted, int) and chosen > fitted:
         raise ValueError(f"order={chosen} is above max_order={fitted}")
     return fitted, chosen
+
+
+def _first_set(index_set: str) -> IndexSet:
+    return "total" if index_set == "auto" else index_set  # type: ignore[return-value]
+
+
+def _resolve_index_set(
+    density: KernelDensity, max_order: Any, chosen: int | None
+) -> tuple[IndexSet, Any, Any]:
+    """``index_set="auto"``: total degree, unless at most one coordinate is active
+    (:func:`kelr_dist.selection.active_coordinates`); then a box with order 0 on the inactive
+    ones and the 1-D default order on the active one."""
+    active = active_coordinates(density)
+    fitted = density.basis.order
+    if active.all() or active.sum() > 1:
+        return "total", fitted, chosen
+    top = DEFAULT_MAX_ORDER[1] if max_order is None else int(max_order)
+    box = tuple(top if a else 0 for a in active)
+    return "box", box, None if chosen is None else tuple(chosen if a else 0 for a in active)
 
 
 def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable | None:
@@ -189,7 +214,7 @@ def estimate_response(
     basis: str | Sequence[Any] = "auto",
     order: Any = "auto",
     max_order: Any = None,
-    index_set: IndexSet = "total",
+    index_set: str = "auto",
     max_lag: int | None = None,
     max_time: float | None = None,
     delta: str | float = "auto",
@@ -216,7 +241,10 @@ def estimate_response(
         (:func:`kelr_dist.moments.parse_basis_spec`), or a list of coordinates.
     order : ``"auto"`` (criteria of §4), an order ``M`` or a box tuple ``(M_1, ..)``.
     max_order : highest order fitted and scanned (default by dimension, ``DEFAULT_MAX_ORDER``).
-    index_set : ``"total"`` (``|m|_1 ≤ M``) or ``"box"``.
+    index_set : ``"total"`` (``|m|_1 ≤ M``), ``"box"`` (``m_k ≤ M_k``) or ``"auto"``: total
+        degree unless at most one coordinate carries structure beyond its weight
+        (:func:`kelr_dist.selection.active_coordinates`), then a box with order 0 on the others,
+        as in the paper's Langevin example.
     max_lag, max_time : largest lag in rows or in time units (one of them).
     delta : ``"auto"`` (error-tied threshold, :func:`kelr_dist.selection.choose_delta`),
         ``"paper"`` (``δ_M`` of eq:deltaM) or a number.
@@ -246,6 +274,8 @@ def estimate_response(
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
     lag = _max_lag(max_lag, max_time, step, n)
+    if index_set not in ("auto", "total", "box"):
+        raise ValueError(f"index_set must be 'auto', 'total' or 'box', got {index_set!r}")
     fitted, chosen = _orders(order, max_order, index_set, d)
     if not (delta in ("auto", "paper") or (isinstance(delta, float | int) and delta > 0)):
         raise ValueError(f"delta must be 'auto', 'paper' or a positive number, got {delta!r}")
@@ -264,22 +294,27 @@ def estimate_response(
     _check_finite(moments, source)
     gamma_pass = gamma_reduction_for(moments, basis)
     gamma = run(gamma_pass)[0] if gamma_pass is not None else None
-    coordinates = choose_basis(moments, gamma, basis)
-    tensor = TensorBasis(tuple(coordinates), fitted, index_set)
+    coordinates = tuple(choose_basis(moments, gamma, basis))
+    if index_set == "auto" and isinstance(chosen, tuple):
+        index_set = "box"
 
     # pass 1: coefficients (+ KDE bins)
-    passes = [coefficient_reduction(tensor)]
+    passes = [coefficient_reduction(TensorBasis(coordinates, fitted, _first_set(index_set)))]
     if kde:
         sample: SampleMoments = first[1]
         h = silverman_bandwidth(np.sqrt(np.diag(np.atleast_2d(sample.cov))), int(sample.count))
         passes.append(binned_kde_reduction(default_grid(sample.minimum, sample.maximum, h), h))
     density, *kde_estimate = run(*passes)
+    if index_set == "auto":
+        index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
+        if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
+            density = run(coefficient_reduction(TensorBasis(coordinates, fitted, "box")))[0]
 
     # pass 1b: criteria for every order -> order and δ
     criteria: Criteria = run(criteria_reduction(density))[0]
     if chosen is None:
         chosen = choose_order(criteria)
-    level = max(chosen) if isinstance(chosen, tuple) and index_set == "box" else chosen
+    level = max(chosen) if isinstance(chosen, tuple) else chosen
     deltas = choose_delta(criteria)
     if delta == "auto":
         threshold = float(deltas[level])

@@ -21,7 +21,11 @@ there. We use ``κ = 3`` (relative error ≤ 1/2) and never go below the paper's
 The paper's own choice ``δ = δ_M`` (≈ 1e-7) keeps samples with ``p_M ≈ 1e-7``, where ``B̂``
 reaches 1e5 and ruins the response; tying δ to the error of the estimate removes them.
 
-The automatic order (:func:`choose_order`): ``ε_M`` falls while the truncation (Gibbs)
+An order whose estimate stays positive on every sample has ``ε_M = 0``, although its error is of
+the size of its neighbours'; the threshold therefore uses ``ε̃_M``, the largest ``ε`` within two
+orders of M (:func:`error_scale`).
+
+The automatic order (:func:`choose_order`): ``ε̃_M`` falls while the truncation (Gibbs)
 oscillations shrink and rises once sampling noise in high-order coefficients dominates, so its
 minimum balances bias and variance. Among orders after which every ``η`` stays within twice its
 final level (the series has converged, crit2), we take the smallest order whose ``ε_M`` is
@@ -47,6 +51,8 @@ N_BINS = T_MAX - T_MIN + 1
 
 #: κ of the automatic threshold δ = κ ε_M
 DELTA_FACTOR = 3.0
+#: orders on each side whose negative excursion also bounds the error at M
+ERROR_WINDOW = 2
 
 
 def bin_edges() -> np.ndarray:
@@ -246,12 +252,25 @@ def round_up_to_edge(delta: np.ndarray) -> np.ndarray:
     return edges[idx]
 
 
-def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray:
-    """Automatic threshold per order: ``δ = κ ε_M`` rounded up to a bin edge, at least ``δ_M``.
+def error_scale(criteria: Criteria, window: int = ERROR_WINDOW) -> np.ndarray:
+    """``ε̃_M = max_{|M' - M| ≤ window} ε_{M'}``: the error size the threshold is tied to.
 
-    See the module docstring for the justification from eq:D_Mdelta.
+    ``ε_M`` bounds the sup error from below only where ``p_M`` dips below zero; an order whose
+    estimate happens to stay positive on every sample has ``ε_M = 0`` although its error is of
+    the size of its neighbours'. The error changes slowly with M, so the neighbours' bound
+    stands in.
     """
-    raw = np.fmax(factor * criteria.negative_excursion, criteria.delta_paper)
+    eps = criteria.negative_excursion
+    padded = np.pad(eps, window, mode="edge")
+    return np.lib.stride_tricks.sliding_window_view(padded, 2 * window + 1).max(axis=1)
+
+
+def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray:
+    """Automatic threshold per order: ``δ = κ ε̃_M`` rounded up to a bin edge, at least ``δ_M``.
+
+    See the module docstring for the justification from eq:D_Mdelta and :func:`error_scale`.
+    """
+    raw = np.fmax(factor * error_scale(criteria), criteria.delta_paper)
     raw = np.where(np.isfinite(raw) & (raw > 0), raw, bin_edges()[0])
     return round_up_to_edge(raw)
 
@@ -259,7 +278,7 @@ def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray
 def choose_order(
     criteria: Criteria, min_order: int = 0, max_order: int | None = None, tolerance: float = 0.1
 ) -> int:
-    """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε_M``.
+    """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε̃_M``.
 
     Converged (crit2): every later ``η_{M'}`` (M' ≥ M) is at most twice the level the scan ends
     at — shells beyond M carry no more than sampling noise. Taking the maximum over later orders
@@ -274,10 +293,35 @@ def choose_order(
     later_max = np.maximum.accumulate(eta[::-1])[::-1]
     floor = later_max[-2] if len(later_max) > 1 else later_max[-1]
     converged = later_max <= 2.0 * floor
-    eps = criteria.negative_excursion[min_order : top + 1]
+    eps = error_scale(criteria)[min_order : top + 1]
     candidates = criteria.orders[min_order : top + 1][converged]
     eps_c = eps[converged]
     return int(candidates[np.argmax(eps_c <= (1.0 + tolerance) * eps_c.min())])
+
+
+#: coefficients up to this level decide which coordinates carry structure
+INDEX_SET_LEVEL = 10
+#: a coordinate whose coefficients hold less than this share of that energy is inactive
+INACTIVE_ENERGY = 0.05
+
+
+def active_coordinates(density: KernelDensity) -> np.ndarray:
+    """Which coordinates carry structure beyond their weight, ``(d,)`` bool.
+
+    Coordinate ``k`` is *inactive* when the coefficients that involve it (``m_k > 0``) hold less
+    than :data:`INACTIVE_ENERGY` of ``Σ ĉ_m²`` over ``0 < |m|_1 ≤`` :data:`INDEX_SET_LEVEL`
+    (the low orders, where a smooth density's structure lives and sampling noise is small):
+    the density is then, to that accuracy, its weight in ``y_k`` times a density of the other
+    coordinates — the situation of the paper's Langevin example (§5.2), where ``M_2 = 0``.
+    """
+    idx = density.basis.indices
+    low = (idx.sum(axis=1) > 0) & (idx.sum(axis=1) <= INDEX_SET_LEVEL)
+    energy = density.coefficients**2
+    total = energy[low].sum()
+    if total == 0.0:
+        return np.zeros(density.basis.dim, dtype=bool)
+    shares = np.array([energy[low & (idx[:, k] > 0)].sum() for k in range(idx.shape[1])]) / total
+    return shares >= INACTIVE_ENERGY
 
 
 def _sweep_chunk(
