@@ -33,6 +33,11 @@ IndexSet = Literal["total", "box"]
 
 #: Largest dense coefficient matrix the basis may ask for (bytes).
 MAX_MATRIX_BYTES = 2 * 1024**3
+#: Memory the kernels may use for the basis tables of one row block (bytes).
+TABLE_BUDGET = 256 * 1024**2
+#: Rows per block the kernels aim for, and the fewest worth running with.
+ROW_BLOCK = 8192
+MIN_ROWS = 256
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _RESCALE = 2.0**64  # rescale the running recurrence once it exceeds this
@@ -498,6 +503,27 @@ class TensorBasis:
                 )
             )
         return product, grads
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of basis tables per sample in the kernels: the per-coordinate value and
+        derivative tables plus the tail products and their d - 1 gradients."""
+        tables = sum(m + 1 for m in self.max_orders)
+        return 8 * 2 * (tables + self.dim * len(self.tails) + self.max_orders[0] + 1)
+
+    def row_block(self) -> int:
+        """Rows per block so the tables stay within :data:`TABLE_BUDGET`.
+
+        Raises ``ValueError`` (naming the bytes) when even :data:`MIN_ROWS` rows would not fit.
+        """
+        need = MIN_ROWS * self.row_bytes
+        if need > TABLE_BUDGET:
+            raise ValueError(
+                f"order {self.order!r} needs {need / 2**30:.2f} GiB of basis tables for "
+                f"{MIN_ROWS} samples (budget {TABLE_BUDGET / 2**30:.2f} GiB); choose a smaller "
+                "order or fewer coordinates"
+            )
+        return int(min(ROW_BLOCK, TABLE_BUDGET // self.row_bytes))
 
     def spec(self) -> str:
         return ",".join(c.spec() for c in self.coordinates)

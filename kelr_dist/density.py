@@ -8,7 +8,8 @@ the other coordinates' tables, see :class:`~kelr_dist.bases.TensorBasis`). The s
 
 Partial sums (``chunk``), their combination (``+``) and the finished estimate (``finalize``) are
 kept apart as a :class:`~kelr_dist.reduction.Reduction`. Every kernel here works on row
-sub-blocks of :data:`ROW_BLOCK` samples so its memory does not grow with the block it is given.
+sub-blocks (:meth:`~kelr_dist.bases.TensorBasis.row_block`) so its memory does not grow with the
+block it is given.
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.bases import Laguerre, TensorBasis
+from kelr_dist.bases import ROW_BLOCK, Laguerre, TensorBasis
 from kelr_dist.reduction import BlockInfo, Reduction
-
-#: rows per sub-block inside the kernels (tables of a few MiB at order 60)
-ROW_BLOCK = 8192
 
 Order = int | tuple[int, ...] | None
 
@@ -72,7 +70,7 @@ def coefficient_sums(basis: TensorBasis, x: np.ndarray) -> dict[str, np.ndarray 
     orders = basis.max_orders
     total = np.zeros((orders[0] + 1, len(basis.tails)))
     total_sq = np.zeros_like(total)
-    for rows in row_blocks(x.shape[0]):
+    for rows in row_blocks(x.shape[0], basis.row_block()):
         tables = [
             c.coefficient_table(x[rows, k], m)
             for k, (c, m) in enumerate(zip(basis.coordinates, orders, strict=True))
@@ -141,7 +139,7 @@ class KernelDensity:
         coef = self.matrix(order)
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
-        for rows in row_blocks(x.shape[0]):
+        for rows in row_blocks(x.shape[0], self.basis.row_block()):
             density[rows], gradient[rows] = self._evaluate_block(x[rows], coef)
         return density, gradient
 

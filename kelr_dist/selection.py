@@ -154,7 +154,7 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
     }
     coef_t = np.ascontiguousarray(density.matrix().T)
     shift, floor, stop = _layout(basis)
-    for rows in row_blocks(x.shape[0]):
+    for rows in row_blocks(x.shape[0], basis.row_block()):
         values = [
             c.evaluate(x[rows, k], m)[0]
             for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
