@@ -10,6 +10,8 @@ leaves none behind. Progress bars are shown on a terminal only, and never with `
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
 EXIT_INPUT_ERROR = 2
 EXIT_INTERRUPTED = 130
 SYNCHRONOUS = "synchronous"
+PROBE_TIMEOUT = 5.0  # seconds to open a TCP connection to a named scheduler
 
 
 def _one_line(text: str) -> str:
@@ -230,7 +233,7 @@ def simulate(
     from kelr_dist.simulate import simulate as run_simulation
 
     built = make_model(model, **params)  # bad parameters fail before the store exists
-    client = _connect(scheduler) if scheduler else None
+    client = _client(scheduler, None, None, quiet) if scheduler else None
     try:
         trajectory = run_simulation(
             built,
@@ -249,10 +252,37 @@ def simulate(
     click.echo(_format_info(_describe(trajectory)))
 
 
-def _connect(address: str) -> Any:
+def _probe_scheduler(address: str | None) -> None:
+    """Fail at once when nothing listens at a ``tcp://``/``tls://`` scheduler address.
+
+    A refused connection is known immediately, whereas a ``distributed.Client`` keeps retrying
+    it until its connect timeout; other schemes are left to the client.
+    """
+    from kelr_dist.cluster import ClusterError
+
+    if not address:
+        return
+    scheme, _, location = address.rpartition("://")
+    host, _, port = location.rpartition(":")
+    if scheme not in ("", "tcp", "tls") or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT).close()
+    except OSError as err:
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at address={address!r}: {err}"
+        ) from None
+
+
+def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet: bool) -> Any:
+    """``"synchronous"``, or a client of the scheduler (argument or ``DASK_SCHEDULER_ADDRESS``)
+    or of the embedded cluster."""
     from kelr_dist.cluster import get_client
 
-    return get_client(address)
+    if scheduler == SYNCHRONOUS:
+        return SYNCHRONOUS
+    _probe_scheduler(scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+    return get_client(scheduler, n_workers=workers, memory_limit=memory_limit, quiet=quiet)
 
 
 def _describe(trajectory: Any) -> dict[str, Any]:
@@ -342,7 +372,7 @@ def _run_estimate(
     store's component names. Everything that can be checked cheaply (outputs, the store) is
     checked before a cluster starts; the outputs are written once the estimate is complete.
     """
-    from kelr_dist.cluster import close_embedded_cluster, get_client
+    from kelr_dist.cluster import close_embedded_cluster
     from kelr_dist.estimate import estimate_response, write_result
     from kelr_dist.report import summary, write_figures
     from kelr_dist.store import open_trajectory
@@ -350,10 +380,7 @@ def _run_estimate(
     _check_outputs([result, netcdf], overwrite)
     trajectory = open_trajectory(store, variable)
     kwargs = options([str(c) for c in trajectory["component"].values])
-    if scheduler == SYNCHRONOUS:
-        client: Any = SYNCHRONOUS
-    else:
-        client = get_client(scheduler, n_workers=workers, memory_limit=memory_limit, quiet=quiet)
+    client = _client(scheduler, workers, memory_limit, quiet)
     try:
         ds = estimate_response(store, client=client, progress=_progress(quiet), **kwargs)
     finally:
