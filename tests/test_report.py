@@ -1,0 +1,142 @@
+"""Reports: errors against an analytic OU response, the summary table, PNG figures."""
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from kelr_dist.estimate import estimate_response, write_result
+from kelr_dist.models import make_model
+from kelr_dist.report import (
+    chosen_order,
+    open_result,
+    plot_density,
+    plot_responses,
+    response_errors,
+    summary,
+    write_figures,
+)
+from kelr_dist.simulate import simulate
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DT = 0.05
+
+
+def analytic_result(n_lags=401):
+    """A result-shaped Dataset whose estimates are ``expm(-Γt)`` plus known perturbations."""
+    model = make_model("ou")
+    lags = np.arange(n_lags)
+    time = lags * DT
+    exact = model.response(time)  # (T, 2, 2)
+    estimate = exact.copy()
+    estimate[10, 0, 0] += 0.03  # diagonal error at t = 0.5
+    estimate[50, 1, 0] -= 0.07  # off-diagonal error at t = 2.5
+    estimate[300, 0, 1] += 5.0  # at t = 15 > 10: outside the error horizon
+    kde = exact + 0.2
+    dims = ("lag", "i", "j")
+    return xr.Dataset(
+        {
+            "response": (dims, estimate),
+            "response_stderr": (dims, np.full(exact.shape, 0.01)),
+            "response_exact": (dims, exact),
+            "response_kde": (dims, kde),
+        },
+        coords={"lag": lags, "time": ("lag", time), "i": ["x1", "x2"], "j": ["x1", "x2"]},
+        attrs={"order": "7", "delta": 1e-7, "rejection": 0.0012, "dt": DT, "basis": "auto"},
+    )
+
+
+def test_errors_against_the_analytic_response():
+    ds = analytic_result()
+    errors = response_errors(ds)
+    assert set(errors) == {"response", "response_kde"}
+    assert errors["response"]["diagonal"] == pytest.approx(0.03, rel=1e-12)
+    assert errors["response"]["off_diagonal"] == pytest.approx(0.07, rel=1e-12)
+    assert errors["response"]["stderr"] == pytest.approx(0.01)
+    assert errors["response_kde"]["diagonal"] == pytest.approx(0.2, rel=1e-12)
+    # a longer horizon sees the error at t = 15
+    assert response_errors(ds, horizon=20.0)["response"]["off_diagonal"] == pytest.approx(5.0)
+    assert response_errors(ds.drop_vars("response_exact")) == {}
+
+
+def test_errors_without_off_diagonal_entries():
+    ds = analytic_result().isel(i=[0], j=[0])
+    errors = response_errors(ds)["response"]
+    assert errors["diagonal"] == pytest.approx(0.03) and np.isnan(errors["off_diagonal"])
+
+
+def test_summary_table():
+    text = summary(analytic_result(), "out.zarr")
+    assert "out.zarr" in text
+    assert "order M     7" in text
+    assert "1e-07" in text and "0.0012" in text
+    assert "max over t <= 10 of |k - k_exact|" in text
+    row = next(line for line in text.splitlines() if "kernel embedding" in line)
+    assert row.split()[-3:] == ["0.03", "0.07", "0.01"]
+    assert chosen_order(analytic_result()) == 7
+    assert chosen_order(analytic_result().assign_attrs(order="[90, 0]")) == (90, 0)
+
+
+def test_response_figure_has_every_entry():
+    fig = plot_responses(analytic_result())
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 4
+    titles = sorted(ax.get_title() for ax in axes)
+    assert titles == [
+        "k[x1, x1](t)  (normalised)", "k[x1, x2](t)", "k[x2, x1](t)", "k[x2, x2](t)  (normalised)"
+    ]  # fmt: skip
+    # response, kde, exact per panel (and the stderr band)
+    assert all(len(ax.get_lines()) >= 3 for ax in axes)
+
+
+@pytest.fixture(scope="module")
+def ou_result(tmp_path_factory):
+    """A real (small) estimate of a simulated OU store, written as zarr."""
+    folder = tmp_path_factory.mktemp("report")
+    simulate("ou", folder / "ou.zarr", 20000, chunk=5000, progress=False)
+    ds = estimate_response(
+        folder / "ou.zarr", max_order=6, max_lag=40, exact=True, kde=True, client="synchronous"
+    )
+    write_result(ds, folder / "result.zarr")
+    return folder
+
+
+def test_figures_are_png_files(ou_result):
+    ds = open_result(ou_result / "result.zarr")
+    written = write_figures(ds, ou_result / "figures")
+    assert sorted(p.name for p in written) == ["criteria.png", "density.png", "response.png"]
+    for path in written:
+        data = path.read_bytes()
+        assert data[:8] == PNG_SIGNATURE and len(data) > 20_000, path
+    assert not list((ou_result / "figures").glob(".*"))  # no temporary files left
+
+
+def test_density_figure_compares_with_the_true_density(ou_result):
+    ds = open_result(ou_result / "result.zarr")
+    fig = plot_density(ds)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert "true p_eq" in titles and "|p_M - p_eq|" in titles
+    # the marginal panels show p_M and the true marginal; both integrate to about 1
+    marginal = next(ax for ax in fig.axes if ax.get_title() == "marginal density of x1")
+    for line in marginal.get_lines():
+        x, y = line.get_data()
+        assert np.trapezoid(y, x) == pytest.approx(1.0, abs=0.05)
+    # without a known model there is no reference
+    anonymous = ds.copy()
+    anonymous.attrs = {k: v for k, v in ds.attrs.items() if k not in ("model", "model_params")}
+    titles = [ax.get_title() for ax in plot_density(anonymous).axes if ax.get_visible()]
+    assert "true p_eq" not in titles and "estimated p_M" in titles
+
+
+def test_open_result_errors(tmp_path, ou_result):
+    with pytest.raises(ValueError, match="does not exist"):
+        open_result(tmp_path / "missing.zarr")
+    xr.Dataset({"x": ("time", np.zeros(3))}).to_zarr(tmp_path / "other.zarr", consolidated=False)
+    with pytest.raises(ValueError, match=r"holds no variable response\(lag, i, j\)"):
+        open_result(tmp_path / "other.zarr")
+    (tmp_path / "junk.nc").write_text("not netcdf")
+    with pytest.raises(ValueError, match="is not a readable result"):
+        open_result(tmp_path / "junk.nc")
+    ds = open_result(ou_result / "result.zarr")
+    assert json.loads(ds.attrs["model_params"])["dt"] == DT
