@@ -194,7 +194,12 @@ class OrnsteinUhlenbeck:
         self._precision = np.linalg.inv(self._covariance)
         self._transition = expm(-self.gamma * self.dt)
         step_cov = self._covariance - self._transition @ self._covariance @ self._transition.T
-        self._noise = cholesky(0.5 * (step_cov + step_cov.T), lower=True)
+        try:
+            self._noise = cholesky(0.5 * (step_cov + step_cov.T), lower=True)
+        except np.linalg.LinAlgError:
+            raise ValueError(
+                f"dt={dt!r} is too small for the transition covariance to be resolved"
+            ) from None
         self._stationary_factor = cholesky(self._covariance, lower=True)
 
     def params(self) -> dict[str, Any]:

@@ -354,6 +354,7 @@ def test_model_metadata() -> None:
         ("ou", {"sigma": [[1.0, 0.0], [1.0, 0.0]]}, "sigma"),
         ("ou", {"sigma": [[1.0]]}, "sigma"),
         ("ou", {"dt": 0}, "dt"),
+        ("ou", {"dt": 1e-20}, "dt"),
         ("ou", {"gamma": [["a", 0.0], [0.0, 1.0]]}, "gamma"),
         ("triple-well", {"kT": "hot"}, "kT"),
         ("triple-well", {"subsample": 2.5}, "subsample"),
