@@ -1,7 +1,56 @@
 """Shared test set-up: one BLAS thread (tests share two cores; multithreaded BLAS on a busy
-machine is several times slower for the small matrix products the kernels do)."""
+machine is several times slower for the small matrix products the kernels do), and real
+``dask scheduler`` / ``dask worker`` processes for the tests that need them."""
 
 import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def dask_processes(tmp_path_factory) -> Iterator[str]:
+    """A real ``dask scheduler`` and two ``dask worker`` processes (one thread each) on
+    127.0.0.1, started from the command line; yields the scheduler address."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    logs = tmp_path_factory.mktemp("dask-processes")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    commands = [
+        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+        *[["worker", address, "--nthreads", "1", "--no-dashboard"]] * 2,
+    ]
+    processes = []
+    try:
+        for k, command in enumerate(commands):
+            with open(logs / f"{command[0]}-{k}.log", "w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "dask", *command],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

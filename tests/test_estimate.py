@@ -1,0 +1,462 @@
+"""estimate_response end to end: result schema and round trips, the same result on every cluster
+and chunking, a killed worker, atomic result writes, the OU oracle and the input errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from distributed import Client, LocalCluster
+from distributed.comm import CommClosedError
+
+from kelr_dist.cluster import close_embedded_cluster, get_client
+from kelr_dist.estimate import estimate_response, write_result
+from kelr_dist.models import make_model
+from kelr_dist.response import Observable
+from kelr_dist.simulate import simulate
+
+N = 20_000  # samples per chain of the small OU store
+CHAINS = 2
+SMALL = {"max_order": 8, "max_lag": 20}  # fast settings shared by the equality tests
+# attributes that legitimately differ between two runs of the same estimate
+RUN_ATTRS = ("created", "runtime_seconds", "chunking", "store")
+
+
+# --- module-level callbacks (worker processes import them) -------------------------------------
+
+
+def slow_identity(x: np.ndarray) -> np.ndarray:
+    """``A(x) = x``, taking 50 ms per block: stretches the response pass for the kill test."""
+    time.sleep(0.05)
+    return x
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def rechunk_store(source: Path, target: Path, time_chunk: int) -> Path:
+    """Rewrite the store ``source`` with plain xarray, ``time_chunk`` samples per chunk."""
+    ds = xr.open_zarr(source, consolidated=False)
+    for var in ds.variables.values():
+        var.encoding.pop("chunks", None)
+        var.encoding.pop("preferred_chunks", None)
+    ds.chunk({"time": time_chunk}).to_zarr(target, consolidated=False)
+    return target
+
+
+def assert_same_result(actual: xr.Dataset, expected: xr.Dataset, rtol: float = 1e-10) -> None:
+    """Same variables, coordinates and attributes; numbers within ``rtol`` of each variable's
+    largest entry; run-specific attributes (time stamps, chunking, store) ignored."""
+    assert set(actual.data_vars) == set(expected.data_vars)
+    assert dict(actual.sizes) == dict(expected.sizes)
+    for name, coord in expected.coords.items():
+        np.testing.assert_array_equal(actual[name].values, coord.values)
+    for name, var in expected.data_vars.items():
+        assert actual[name].dims == var.dims, name
+        want = np.asarray(var.values, dtype=float)
+        got = np.asarray(actual[name].values, dtype=float)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        scale = np.nanmax(np.abs(want)) if np.isfinite(want).any() else 0.0
+        np.testing.assert_allclose(got, want, rtol=0, atol=rtol * scale, err_msg=name)
+    assert set(actual.attrs) == set(expected.attrs)
+    for key, want in expected.attrs.items():
+        if key not in RUN_ATTRS:
+            assert_same_attr(actual.attrs[key], want, rtol, key)
+
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def assert_same_attr(actual, expected, rtol: float, key: str) -> None:
+    """Equal, up to ``rtol`` on every number (also the numbers inside a string such as the
+    basis' fitted ``loc``/``scale``, which depend on the summation order in the last digit)."""
+    if isinstance(expected, str):
+        assert isinstance(actual, str), key
+        assert NUMBER.split(actual) == NUMBER.split(expected), key
+        got, want = NUMBER.findall(actual), NUMBER.findall(expected)
+        assert len(got) == len(want), key
+        np.testing.assert_allclose(
+            [float(g) for g in got], [float(w) for w in want], rtol=rtol, err_msg=key
+        )
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=rtol, err_msg=key)
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, Path]:
+    """One simulated OU trajectory (2 chains x 20 000, chunks of 5 000) and three rechunked
+    copies written with xarray (chunks of 3 000, 7 001 and 500 samples)."""
+    root = tmp_path_factory.mktemp("stores")
+    base = root / "ou.zarr"
+    simulate("ou", base, N, chains=CHAINS, seed=3, chunk=5_000, progress=False)
+    out = {"base": base}
+    for chunk in (3_000, 7_001, 500):
+        out[f"chunk{chunk}"] = rechunk_store(base, root / f"ou-{chunk}.zarr", chunk)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(stores: dict[str, Path]) -> xr.Dataset:
+    """The estimate in this process (``client="synchronous"``), with every extra variable."""
+    return estimate_response(stores["base"], client="synchronous", exact=True, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def process_client() -> Iterator[Client]:
+    """The embedded cluster: 2 worker processes, one thread each."""
+    client = get_client(n_workers=2, memory_limit="1GiB", quiet=True)
+    client.wait_for_workers(2)
+    yield client
+    close_embedded_cluster()
+
+
+# --- schema and round trips -----------------------------------------------------------------------
+
+
+def test_result_schema(stores: dict[str, Path]) -> None:
+    ds = estimate_response(
+        stores["base"], client="synchronous", exact=True, kde=True, gaussian=True, **SMALL
+    )
+    model = make_model("ou")
+    lag = SMALL["max_lag"]
+    for name in ("response", "response_exact", "response_kde", "response_gaussian"):
+        for var in (name, f"{name}_stderr"):
+            assert ds[var].dims == ("lag", "i", "j"), var
+            assert ds[var].shape == (lag + 1, 2, 2), var
+            assert np.all(np.isfinite(ds[var].values)), var
+        assert np.all(ds[f"{name}_stderr"].values[1:] > 0), name
+    np.testing.assert_array_equal(ds["lag"].values, np.arange(lag + 1))
+    assert ds["time"].dims == ("lag",)
+    np.testing.assert_allclose(ds["time"].values, np.arange(lag + 1) * model.dt, rtol=1e-15)
+    assert list(ds["i"].values) == list(model.components) == list(ds["j"].values)
+    assert list(ds["component"].values) == list(model.components)
+
+    orders = ds["order"].values
+    np.testing.assert_array_equal(orders, np.arange(SMALL["max_order"] + 1))
+    for name in ("delta", "rejection", "eta", "eta_noise", "delta_paper", "rejection_paper"):
+        assert ds[name].dims == ("order",), name
+    assert ((ds["rejection"] >= 0) & (ds["rejection"] <= 1)).all()
+
+    # coefficients of the total-degree set |m|_1 <= max_order, with their multi-indices
+    p = ds.sizes["basis_function"]
+    assert p == (SMALL["max_order"] + 1) * (SMALL["max_order"] + 2) // 2
+    assert ds["coefficients"].dims == ds["coefficient_variance"].dims == ("basis_function",)
+    assert ds["multi_index"].dims == ("basis_function", "component")
+    index = ds["multi_index"].values
+    assert index.sum(axis=1).max() == SMALL["max_order"] and index.min() == 0
+    assert len({tuple(m) for m in index}) == p
+    assert ds["coefficients"].values[np.flatnonzero((index == 0).all(axis=1))[0]] == pytest.approx(
+        1.0
+    )  # c_0 = E[W^(1-beta) psi_0 ...] normalises p_M
+
+    attrs = ds.attrs
+    chosen = json.loads(attrs["order"])
+    assert 0 <= chosen <= SMALL["max_order"] and attrs["order_selection"] == "auto"
+    assert json.loads(attrs["max_order"]) == SMALL["max_order"]
+    assert attrs["basis"].count("hermite") == 2 and attrs["index_set"] == "total"
+    assert attrs["delta"] > 0 and 0 <= attrs["rejection"] < 0.01
+    assert (attrs["n_samples"], attrs["chains"], attrs["chain_length"]) == (CHAINS * N, CHAINS, N)
+    assert attrs["dt"] == model.dt and attrs["max_lag"] == lag
+    assert json.loads(attrs["chunking"]) == [5_000] * 4
+    assert attrs["store"] == str(stores["base"]) and attrs["variable"] == "x"
+    assert attrs["model"] == "ou" and json.loads(attrs["model_params"])["dt"] == model.dt
+    assert attrs["kelr_dist_version"] and attrs["runtime_seconds"] > 0
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
+def test_result_round_trips_losslessly(reference: xr.Dataset, tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"result{suffix}"
+    write_result(reference, path)
+    with open_result(path) as back:
+        back = back.load()
+    assert back.attrs == reference.attrs
+    assert set(back.variables) == set(reference.variables)
+    for name, var in reference.variables.items():
+        assert back[name].dims == var.dims, name
+        assert back[name].attrs == var.attrs, name
+        if var.dtype == object:
+            assert [str(v) for v in back[name].values] == list(var.values), name
+        else:
+            assert back[name].dtype == var.dtype, name
+            np.testing.assert_array_equal(back[name].values, var.values, err_msg=name)
+    with pytest.raises(ValueError, match="exists"):
+        write_result(reference, path)
+    write_result(reference.assign_attrs(note="second"), path, overwrite=True)
+    with open_result(path) as again:
+        assert again.attrs["note"] == "second"
+
+
+# --- the same result everywhere -------------------------------------------------------------------
+
+
+def test_same_result_for_every_chunking(stores: dict[str, Path], reference: xr.Dataset) -> None:
+    for key in ("chunk3000", "chunk7001", "chunk500"):
+        ds = estimate_response(stores[key], client="synchronous", exact=True, **SMALL)
+        chunk = int(key.removeprefix("chunk"))
+        assert json.loads(ds.attrs["chunking"])[0] == chunk
+        assert_same_result(ds, reference)
+
+
+def test_same_result_on_one_and_two_worker_processes(
+    stores: dict[str, Path], reference: xr.Dataset, process_client: Client
+) -> None:
+    assert len(process_client.scheduler_info()["workers"]) == 2
+    two = estimate_response(stores["chunk3000"], client=process_client, exact=True, **SMALL)
+    assert_same_result(two, reference)
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        one = estimate_response(stores["chunk7001"], client=client, exact=True, **SMALL)
+    assert_same_result(one, reference)
+
+
+def test_same_result_via_dask_scheduler_and_worker_processes(
+    stores: dict[str, Path], reference: xr.Dataset, dask_processes: str
+) -> None:
+    with Client(dask_processes, timeout="30s") as client:
+        client.wait_for_workers(2, timeout=60)
+        pids = set(client.run(os.getpid).values())
+    assert len(pids) == 2 and os.getpid() not in pids  # two separate worker processes
+    ds = estimate_response(stores["base"], client=dask_processes, exact=True, **SMALL)
+    assert_same_result(ds, reference)
+
+
+def test_killed_worker_during_response_pass_gives_the_same_result(
+    stores: dict[str, Path], reference: xr.Dataset, process_client: Client
+) -> None:
+    """80 blocks of 500 rows, 50 ms each in the response pass: one worker is killed while it
+    runs tasks of that pass; the job completes and the result is the undisturbed one."""
+    slow = Observable(("x1", "x2"), slow_identity)
+    killed: list[bool] = []
+
+    def kill_during_response_pass() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            busy = {
+                worker: tasks
+                for worker, tasks in process_client.processing().items()
+                if any("response" in str(task) for task in tasks)
+            }
+            if busy:
+                time.sleep(0.3)  # well into the pass
+                victim = next(iter(busy))
+                killed.append(bool(process_client.processing().get(victim)))
+                with suppress(CommClosedError):
+                    process_client.run(os._exit, 1, workers=[victim])
+                return
+            time.sleep(0.01)
+
+    before = set(process_client.run(os.getpid).values())
+    killer = threading.Thread(target=kill_during_response_pass)
+    killer.start()
+    ds = estimate_response(
+        stores["chunk500"], client=process_client, exact=True, observable=slow, **SMALL
+    )
+    killer.join()
+    process_client.wait_for_workers(2, timeout=60)
+    after = set(process_client.run(os.getpid).values())
+    assert killed == [True]  # killed while it held tasks of the response pass
+    assert before != after  # a worker process really died and was replaced
+    assert_same_result(ds, reference)
+
+
+# --- atomic writes --------------------------------------------------------------------------------
+
+
+def failing_block(block: np.ndarray, block_info: dict | None = None) -> np.ndarray:
+    """Raises on the last block: a write that fails after earlier chunks reached the store."""
+    location = (block_info or {}).get(0, {}).get("chunk-location", (0,))
+    if location[0] == 3:
+        raise OSError("disk went away while writing")
+    return block
+
+
+def failing_dataset(reference: xr.Dataset) -> xr.Dataset:
+    data = da.arange(4_000, chunks=1_000, dtype=float).map_blocks(failing_block, dtype=float)
+    return reference.assign(extra=("extra_dim", data))
+
+
+def open_result(path: Path) -> xr.Dataset:
+    """A written result: netCDF for ``*.nc``, else zarr."""
+    if path.suffix == ".nc":
+        return xr.open_dataset(path)
+    return xr.open_zarr(path, consolidated=False)
+
+
+def no_complete_result(path: Path) -> bool:
+    """Nothing that opens as a result (with a ``response``) exists at ``path``."""
+    try:
+        with open_result(path) as ds:
+            return "response" not in ds
+    except (OSError, ValueError, FileNotFoundError, KeyError):
+        return True
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".nc"])
+def test_failed_write_leaves_no_result(reference: xr.Dataset, tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"result{suffix}"
+    with pytest.raises(OSError, match="disk went away"):
+        write_result(failing_dataset(reference), path)
+    assert not path.exists() and no_complete_result(path)
+    assert list(tmp_path.iterdir()) == []  # the temporary sibling is removed too
+
+    # a failed overwrite keeps the previous result intact
+    write_result(reference, path)
+    with pytest.raises(OSError, match="disk went away"):
+        write_result(failing_dataset(reference), path, overwrite=True)
+    assert list(tmp_path.iterdir()) == [path]
+    with open_result(path) as back:
+        assert "extra" not in back
+        np.testing.assert_array_equal(back["response"].values, reference["response"].values)
+
+
+WRITER = """
+import sys, time
+import dask.array as da
+import xarray as xr
+from kelr_dist.estimate import write_result
+
+def slow(block):
+    time.sleep(0.2)
+    return block
+
+ref = xr.open_zarr(sys.argv[1], consolidated=False).load()
+big = da.zeros((400, 2**17), chunks=(1, 2**17)).map_blocks(slow, dtype=float)
+print("writing", flush=True)
+write_result(ref.assign(big=(("row", "col"), big)), sys.argv[2])
+"""
+
+
+def test_killed_writer_leaves_no_result(reference: xr.Dataset, tmp_path: Path) -> None:
+    """A process killed (SIGKILL) while writing a large result: only a temporary sibling stays,
+    nothing at the target path."""
+    source = tmp_path / "reference.zarr"
+    write_result(reference, source)
+    target = tmp_path / "big.zarr"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(source), str(target)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until chunks of the big variable land
+            partial = [p for p in tmp_path.glob(".big.zarr.tmp-*/big/c/*/*")]
+            if len(partial) >= 3:
+                break
+            time.sleep(0.05)
+        assert partial, "the writer never started writing chunks"
+        writer.send_signal(signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert writer.returncode == -signal.SIGKILL
+    assert not target.exists() and no_complete_result(target)
+    assert [p.name.startswith(".big.zarr.tmp-") for p in tmp_path.iterdir() if p != source] == [
+        True
+    ]
+
+
+# --- the OU oracle through the whole pipeline -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ou_oracle(tmp_path_factory) -> tuple[xr.Dataset, xr.Dataset]:
+    """2-D OU (non-symmetric Γ), 2 chains x 150 000, all choices automatic, t <= 3; and the
+    same with the exact score given as a function instead of from the store attributes."""
+    path = tmp_path_factory.mktemp("oracle") / "ou.zarr"
+    model = make_model("ou")
+    simulate(model, path, 150_000, chains=2, seed=11, chunk=50_000, progress=False)
+    common = {"client": "synchronous", "max_order": 12, "max_time": 3.0}
+    return (
+        estimate_response(path, exact=True, **common),
+        estimate_response(path, score=model.score, **common),
+    )
+
+
+def test_ou_response_matches_expm_within_standard_errors(ou_oracle) -> None:
+    ds, _ = ou_oracle
+    model = make_model("ou")
+    assert ds.sizes["lag"] == 61 and ds["time"].values[-1] == pytest.approx(3.0)
+    truth = model.response(ds["time"].values)
+    for name in ("response", "response_exact"):
+        z = (ds[name].values - truth) / ds[f"{name}_stderr"].values
+        assert np.sqrt(np.mean(z**2)) < 2.0, name
+        assert np.abs(z).max() < 3.0, name
+    # the estimate adds little to the sampling error of the exact FDT on the same data
+    sigma = ds["response_exact_stderr"].values
+    assert np.abs(ds["response"].values - ds["response_exact"].values).max() <= 2 * sigma.max()
+    assert json.loads(ds.attrs["order"]) <= 10 and ds.attrs["rejection"] < 1e-3
+
+
+def test_exact_from_store_attributes_equals_given_score(ou_oracle) -> None:
+    from_store, from_score = ou_oracle
+    for name in ("response_exact", "response_exact_stderr"):
+        np.testing.assert_array_equal(from_store[name].values, from_score[name].values)
+
+
+# --- input errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"variable": "y"}, r"variable 'y'.*no such variable.*'x'"),
+        ({"order": "high"}, "order must be 'auto'.*'high'"),
+        ({"order": -1}, "order must be a non-negative integer, got -1"),
+        ({"order": 2.5}, "order must be a non-negative integer, got 2.5"),
+        ({"order": 9, "max_order": 8}, "order=9 is above max_order=8"),
+        ({"order": (3, 0), "index_set": "total"}, "needs index_set='box'"),
+        ({"max_lag": 5, "max_time": 1.0}, "max_lag or max_time, not both"),
+        ({"max_lag": N}, f"max_lag={N} must be smaller than the chain length {N}"),
+        ({"max_lag": -2}, "max_lag must be a non-negative integer"),
+        ({"max_time": -1.0}, "max_time must be non-negative"),
+        ({"index_set": "simplex"}, "index_set must be.*'simplex'"),
+        ({"delta": -1.0}, "delta must be.*-1.0"),
+        ({"basis": "chebyshev,hermite"}, "chebyshev"),
+    ],
+)
+def test_invalid_arguments(stores: dict[str, Path], kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        estimate_response(stores["base"], client="synchronous", **kwargs)
+
+
+def test_non_finite_samples_are_rejected() -> None:
+    x = np.random.default_rng(0).standard_normal((1_000, 2))
+    x[700, 1] = np.nan
+    with pytest.raises(ValueError, match="coordinate 1 has 1 non-finite samples"):
+        estimate_response(x, client="synchronous", max_order=4, max_lag=5)
+    x[700, 1] = np.inf
+    with pytest.raises(ValueError, match="non-finite"):
+        estimate_response(x, client="synchronous", max_order=4, max_lag=5)
+
+
+def test_exact_without_a_model_is_rejected() -> None:
+    x = np.random.default_rng(0).standard_normal((1_000, 2))
+    with pytest.raises(ValueError, match="exact=True needs the store's model"):
+        estimate_response(x, client="synchronous", exact=True, max_order=4, max_lag=5)
+
+
+def test_missing_store_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        estimate_response(tmp_path / "nowhere.zarr", client="synchronous")
