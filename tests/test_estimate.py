@@ -240,6 +240,18 @@ def test_same_result_via_dask_scheduler_and_worker_processes(
     assert_same_result(ds, reference)
 
 
+def test_simulate_on_the_embedded_client_gives_the_same_store(
+    stores: dict[str, Path], process_client: Client, tmp_path: Path
+) -> None:
+    """``simulate(..., client=get_client())`` then the estimate: the store equals the one
+    simulated in this process (fails while ``simulate`` calls ``as_completed`` without the
+    client's loop: the embedded client is not the default client, "No clients found")."""
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, N, chains=CHAINS, seed=3, chunk=5_000, client=process_client)
+    here = xr.open_zarr(stores["base"], consolidated=False)["x"].values
+    np.testing.assert_array_equal(xr.open_zarr(path, consolidated=False)["x"].values, here)
+
+
 def test_killed_worker_during_response_pass_gives_the_same_result(
     stores: dict[str, Path], reference: xr.Dataset, process_client: Client
 ) -> None:
