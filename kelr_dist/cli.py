@@ -166,7 +166,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("model", type=click.Choice(MODEL_NAMES))
+@click.argument("model", type=click.Choice(MODEL_NAMES), metavar="MODEL")
 @click.argument("store", type=click.Path(dir_okay=True, file_okay=False))
 @click.option("--samples", type=click.IntRange(min=1), required=True, help="Samples per chain.")
 @click.option(

@@ -1,0 +1,309 @@
+"""The ``kelr`` command line, run as a real process (``python -m kelr_dist.cli``).
+
+End to end: simulate -> info -> estimate (embedded 2-worker cluster) -> report, and a job file
+with a user observable from a module on ``PYTHONPATH``; every documented bad input exits with
+code 2, one line on stderr and no partial output.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from kelr_dist.estimate import estimate_response
+from kelr_dist.simulate import simulate
+
+KELR = [sys.executable, "-m", "kelr_dist.cli"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TIMEOUT = 300
+
+
+def environment(**extra):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    return env
+
+
+def kelr(*args, cwd, env=None):
+    return subprocess.run(
+        [*KELR, *map(str, args)],
+        cwd=cwd,
+        env=env or environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def leftovers(folder):
+    """Temporary siblings an atomic write would leave behind."""
+    return [p.name for p in Path(folder).iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_simulate_info_estimate_report(tmp_path):
+    store, out, figures = tmp_path / "ou.zarr", tmp_path / "ou-response.zarr", tmp_path / "fig"
+    run = kelr("simulate", "ou", store, "--samples", 20000, "--chunk", 5000, "--seed", 3,
+               "--quiet", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "(1, 20000, 2)" in run.stdout
+
+    run = kelr("info", store, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    for text in ("x1, x2", "20000 samples per chain x 1 chain(s)", "dt            0.05",
+                 "5000 samples per time chunk, 4 blocks", "model ou, seed 3"):  # fmt: skip
+        assert text in run.stdout
+
+    run = kelr("estimate", store, out, "--max-order", 6, "--max-lag", 50, "--exact",
+               "--workers", 2, "--quiet", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "errors vs exact FDT" in run.stdout and "kernel embedding" in run.stdout
+
+    ds = xr.open_zarr(out, consolidated=False).load()
+    for name in ("response", "response_stderr", "response_exact", "response_exact_stderr"):
+        assert ds[name].dims == ("lag", "i", "j") and ds[name].shape == (51, 2, 2)
+    for name in ("delta", "rejection", "eta", "eta_noise", "delta_paper", "rejection_paper"):
+        assert ds[name].dims == ("order",)
+    assert ds["coefficients"].dims == ("basis_function",)
+    assert ds["multi_index"].dims == ("basis_function", "component")
+    assert list(ds["i"].values) == ["x1", "x2"] and list(ds["j"].values) == ["x1", "x2"]
+    np.testing.assert_allclose(ds["time"].values, 0.05 * np.arange(51))
+    for key in ("order", "basis", "index_set", "delta", "rejection", "n_samples", "chains",
+                "dt", "chunking", "kelr_dist_version", "store", "model", "model_params",
+                "runtime_seconds", "max_lag", "created"):  # fmt: skip
+        assert key in ds.attrs, key
+    assert ds.attrs["n_samples"] == 20000 and ds.attrs["max_lag"] == 50
+    assert ds.attrs["model"] == "ou"
+    # the estimate agrees with the exact FDT on the same samples within its error bars
+    error = np.abs(ds["response"] - ds["response_exact"]).max().item()
+    assert error < 3 * ds["response_stderr"].max().item()
+
+    run = kelr("report", out, "--figures", figures, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "order M" in run.stdout and "rejection" in run.stdout and "run time" in run.stdout
+    pngs = sorted(figures.glob("*.png"))
+    assert [p.name for p in pngs] == ["criteria.png", "density.png", "response.png"]
+    for png in pngs:
+        data = png.read_bytes()
+        assert data[:8] == PNG_SIGNATURE and len(data) > 20_000
+    assert leftovers(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    simulate("ou", folder / "ou.zarr", 20000, chunk=5000, progress=False)
+    return folder / "ou.zarr"
+
+
+def test_job_file_with_a_user_observable(tmp_path, store):
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "kelr_cli_observables.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+
+            def first_and_sum(x):
+                return np.stack([x[:, 0], x[:, 0] + x[:, 1]], axis=1)
+            """
+        )
+    )
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "job.yaml").write_text(
+        textwrap.dedent(
+            f"""
+            input: {{store: {os.path.relpath(store, jobs)}}}
+            basis: {{order: 4, max_order: 6}}
+            observable: {{function: "kelr_cli_observables:first_and_sum", names: [first, sum]}}
+            lags: {{max_lag: 20}}
+            baselines: {{exact: true}}
+            outputs: {{result: out/result.zarr, netcdf: out/result.nc, figures: out/figures}}
+            cluster: {{workers: 1}}
+            """
+        )
+    )
+    run = kelr("run", "job.yaml", "--quiet", cwd=jobs, env=environment(PYTHONPATH=str(modules)))
+    assert run.returncode == 0, run.stderr
+    assert {p.name for p in (jobs / "out").iterdir()} == {"result.zarr", "result.nc", "figures"}
+    assert len(list((jobs / "out" / "figures").glob("*.png"))) == 3
+    result = xr.open_zarr(jobs / "out" / "result.zarr", consolidated=False).load()
+    xr.testing.assert_identical(result, xr.load_dataset(jobs / "out" / "result.nc"))
+    assert list(result["i"].values) == ["first", "sum"]
+    assert result.attrs["order"] == "4"
+
+    # brute-force twin: the response is linear in A, so with A = x the rows combine to it
+    twin = estimate_response(
+        store, order=4, max_order=6, max_lag=20, exact=True, client="synchronous"
+    )
+    for name in ("response", "response_exact"):
+        k = twin[name].values
+        expected = np.stack([k[:, 0], k[:, 0] + k[:, 1]], axis=1)
+        np.testing.assert_allclose(result[name].values, expected, rtol=1e-10, atol=1e-12)
+
+
+def broken_store(folder):
+    path = folder / "broken.zarr"
+    xr.Dataset({"x": (("a", "b"), np.zeros((10, 2)))}).to_zarr(path, consolidated=False)
+    return path
+
+
+def job_file(folder, text):
+    path = folder / "job.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# (name, set-up(folder, store) -> argv, expected message, outputs that must not exist)
+DOCUMENTED_BAD_INPUTS = [
+    (
+        "missing store",
+        lambda f, s: ["estimate", f / "missing.zarr", f / "out.zarr"],
+        "the store does not exist",
+        ["out.zarr"],
+    ),
+    (
+        "broken store",
+        lambda f, s: ["estimate", broken_store(f), f / "out.zarr", "--scheduler", "synchronous"],
+        "dims ('a', 'b') found",
+        ["out.zarr"],
+    ),
+    (
+        "bad order",
+        lambda f, s: ["estimate", s, f / "out.zarr", "--order", "sixty"],
+        "Invalid value for '--order': expected 'auto' or a non-negative integer",
+        ["out.zarr"],
+    ),
+    (
+        "max-lag with max-time",
+        lambda f, s: ["estimate", s, f / "out.zarr", "--max-lag", 5, "--max-time", 1.0],
+        "--max-lag and --max-time are mutually exclusive",
+        ["out.zarr"],
+    ),
+    (
+        "unreachable scheduler",
+        lambda f, s: [
+            "estimate",
+            s,
+            f / "out.zarr",
+            "--scheduler",
+            f"tcp://127.0.0.1:{free_port()}",
+        ],
+        "cannot reach the Dask scheduler",
+        ["out.zarr"],
+    ),
+    (
+        "bad job key",
+        lambda f, s: [
+            "run",
+            job_file(
+                f, f"input: {{store: {s}}}\nbasis: {{orders: 3}}\noutputs: {{result: out.zarr}}\n"
+            ),
+        ],
+        "job.yaml: basis.orders: unknown key",
+        ["out.zarr"],
+    ),
+]
+# more bad inputs, run in this process through the same entry point (KelrGroup.main)
+OTHER_BAD_INPUTS = [
+    ("broken store info",
+     lambda f, s: ["info", broken_store(f)], "dims ('a', 'b') found", []),
+    ("basis for the wrong dimension (raised inside the estimate)",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--basis", "hermite", "--scheduler",
+                   "synchronous"],
+     "has 1 entries for 2 coordinates", ["out.zarr"]),
+    ("existing output",
+     lambda f, s: ["estimate", s, (f / "out.zarr").mkdir() or f / "out.zarr"],
+     "exists; remove it, choose another path or pass --overwrite", []),
+    ("bad job order",
+     lambda f, s: ["run", job_file(f, f"input: {{store: {s}}}\nbasis: {{order: sixty}}\n"
+                                      "outputs: {result: out.zarr}\n")],
+     "job.yaml: basis.order: expected 'auto' or a non-negative integer", ["out.zarr"]),
+    ("invalid YAML",
+     lambda f, s: ["run", job_file(f, "input: {store: [x\n")], "not valid YAML", []),
+    ("bad model parameter",
+     lambda f, s: ["simulate", "ou", f / "new.zarr", "--samples", 100, "--param", "dt=-1"],
+     "dt=-1", ["new.zarr"]),
+    ("unknown model",
+     lambda f, s: ["simulate", "lorenz", f / "new.zarr", "--samples", 100],
+     "Invalid value for 'MODEL'", ["new.zarr"]),
+    ("missing result",
+     lambda f, s: ["report", f / "nothing.zarr"], "does not exist", []),
+]  # fmt: skip
+
+
+def check_failure(code, stdout, stderr, folder, message, absent):
+    assert code == 2, (stdout, stderr)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("kelr") and ": error: " in lines[0]
+    assert message in lines[0]
+    assert "Traceback" not in stderr
+    for output in absent:
+        assert not (folder / output).exists(), output
+    assert leftovers(folder) == []
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory, store):
+    """The documented bad inputs, run as processes at once: ``name -> (code, out, err, folder)``."""
+    started = {}
+    for name, argv, _, _ in DOCUMENTED_BAD_INPUTS:
+        folder = tmp_path_factory.mktemp("bad")
+        process = subprocess.Popen(
+            [*KELR, *map(str, argv(folder, store))],
+            cwd=folder,
+            env=environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started[name] = (process, folder)
+    runs = {}
+    for name, (process, folder) in started.items():
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+        runs[name] = (process.returncode, stdout, stderr, folder)
+    return runs
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "absent"), [(n, m, a) for n, _, m, a in DOCUMENTED_BAD_INPUTS]
+)
+def test_documented_bad_input_exits_2_with_one_line(bad_runs, name, message, absent):
+    check_failure(*bad_runs[name], message, absent)
+
+
+@pytest.mark.parametrize(("name", "argv", "message", "absent"), OTHER_BAD_INPUTS)
+def test_other_bad_input_exits_2_with_one_line(
+    tmp_path, store, capsys, monkeypatch, name, argv, message, absent
+):
+    from kelr_dist.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main([str(a) for a in argv(tmp_path, store)], prog_name="kelr")
+    captured = capsys.readouterr()
+    check_failure(exit_info.value.code, captured.out, captured.err, tmp_path, message, absent)
+
+
+def test_help_has_an_example_for_every_command(tmp_path):
+    run = kelr("--help", cwd=tmp_path)
+    assert run.returncode == 0
+    for command in ("simulate", "info", "estimate", "run", "report"):
+        assert command in run.stdout
+    from kelr_dist.cli import main
+
+    for command in main.commands.values():
+        assert "Example" in (command.help or ""), command.name
