@@ -423,9 +423,10 @@ def _run_estimate(
 @click.option(
     "--index-set",
     type=click.Choice(INDEX_SETS),
-    default="total",
+    default="auto",
     show_default=True,
-    help="Multi-indices: total degree |m| <= M, or box m_k <= M_k.",
+    help="Multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless "
+    "only one coordinate is active).",
 )
 @click.option(
     "--max-lag",

@@ -15,7 +15,8 @@ Schema (every key but ``input.store`` and ``outputs.result`` is optional; defaul
                                   # "laguerre(theta=1),hermite" (kelr_dist.moments)
       order: auto                 # "auto", an order M, or a list [M1, M2] (index_set: box)
       max_order: null             # highest order fitted and scanned (null: by dimension)
-      index_set: total            # "total" (|m|_1 <= M) or "box" (m_k <= M_k)
+      index_set: auto             # "total" (|m|_1 <= M), "box" (m_k <= M_k) or "auto" (total
+                                  # unless one coordinate is active: box, paper §5.2)
     observable: identity          # A(x): a built-in name or a function reference (below)
     forcing: constant             # c(x): a built-in name or a function reference (below)
     lags:                         # at most one of:
@@ -75,7 +76,7 @@ Order = str | int | tuple[int, ...]
 
 OBSERVABLES = ("identity", "square")
 FORCINGS = ("constant", "linear")
-INDEX_SETS = ("total", "box")
+INDEX_SETS = ("auto", "total", "box")
 DELTA_RULES = ("auto", "paper")
 
 
@@ -383,7 +384,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]] | tuple[Check, Any]] = {
         "spec": (check_basis, "auto"),
         "order": (check_order, "auto"),
         "max_order": (check_max_order, None),
-        "index_set": (_index_set, "total"),
+        "index_set": (_index_set, "auto"),
     },
     "observable": (check_observable, "identity"),
     "forcing": (check_forcing, "constant"),

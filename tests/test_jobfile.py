@@ -103,7 +103,7 @@ def test_full_job_resolves_paths_against_the_job_folder(tmp_path, user_module):
 def test_defaults_and_built_ins(tmp_path):
     job = parse_job(MINIMAL, tmp_path / "job.yaml")
     assert job.store == tmp_path / "data/traj.zarr" and job.variable == "x"
-    assert (job.basis, job.order, job.max_order, job.index_set) == ("auto", "auto", None, "total")
+    assert (job.basis, job.order, job.max_order, job.index_set) == ("auto", "auto", None, "auto")
     assert (job.max_lag, job.max_time, job.delta) == (None, None, "auto")
     assert not (job.exact or job.kde or job.gaussian or job.overwrite)
     assert job.netcdf is None and job.figures is None and job.scheduler is None
@@ -130,7 +130,7 @@ def test_defaults_and_built_ins(tmp_path):
         (with_("basis", "max_order", "auto"), "basis.max_order: expected a non-negative integer"),
         (with_("basis", "spec", "hermit,hermite"), "basis.spec: basis spec entry 0 ('hermit')"),
         (with_("basis", "spec", "hermite(beta=0.1)"), "basis.spec: basis spec entry 0"),
-        (with_("basis", "index_set", "cube"), "basis.index_set: expected one of ['total', 'box']"),
+        (with_("basis", "index_set", "cube"), "index_set: expected one of ['auto', 'total',"),
         (with_("basis", "orders", 3), "basis.orders: unknown key; allowed: spec, order"),
         (with_("lags", "max_lag", 1.5), "lags.max_lag: expected a non-negative integer"),
         (with_("lags", "max_time", "long"), "lags.max_time: expected a non-negative number"),
