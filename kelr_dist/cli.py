@@ -9,6 +9,7 @@ leaves none behind. Progress bars are shown on a terminal only, and never with `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -233,8 +234,12 @@ def simulate(
     from kelr_dist.simulate import simulate as run_simulation
 
     built = make_model(model, **params)  # bad parameters fail before the store exists
-    client = _client(scheduler, None, None, quiet) if scheduler else None
-    try:
+    with contextlib.ExitStack() as stack:
+        client = _client(scheduler, None, None, quiet) if scheduler else None
+        if client is not None:
+            stack.callback(client.close)
+            # not the global default client: make it current for the simulator's as_completed
+            stack.enter_context(client.as_current())
         trajectory = run_simulation(
             built,
             store,
@@ -246,9 +251,6 @@ def simulate(
             burn_in=burn_in,
             progress=_progress(quiet),
         )
-    finally:
-        if client is not None:
-            client.close()
     click.echo(_format_info(_describe(trajectory)))
 
 
