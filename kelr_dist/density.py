@@ -60,16 +60,25 @@ def check_samples(basis: TensorBasis, x: np.ndarray, name: str = "x") -> np.ndar
     return x
 
 
-def coefficient_sums(basis: TensorBasis, x: np.ndarray) -> dict[str, np.ndarray | int]:
-    """Partial sums of eq:kme_MC over a block of samples ``x (n, d)``.
+#: the coefficients' variances use every VARIANCE_STRIDE-th sample (by global time index)
+VARIANCE_STRIDE = 16
 
-    Returns ``{"sum": (M_1+1, |R|), "sumsq": (M_1+1, |R|), "n": n}`` in the basis' layout
-    (``sumsq`` holds ``Σ_n (Π_k T_k)²`` for the coefficients' Monte-Carlo variance).
+
+def coefficient_sums(
+    basis: TensorBasis, x: np.ndarray, start: int = 0
+) -> dict[str, np.ndarray | int]:
+    """Partial sums of eq:kme_MC over a block of samples ``x (n, d)`` starting at time ``start``.
+
+    Returns ``{"sum": (M_1+1, |R|), "sumsq": (M_1+1, |R|), "n": n, "n_sq": n'}`` in the basis'
+    layout. ``sumsq`` holds ``Σ (Π_k T_k)²`` over the ``n'`` rows whose time index is a
+    multiple of :data:`VARIANCE_STRIDE` (the Monte-Carlo variance needs no more, and this
+    halves the matrix products; the subsample does not depend on the chunking).
     """
     x = check_samples(basis, x)
     orders = basis.max_orders
     total = np.zeros((orders[0] + 1, len(basis.tails)))
     total_sq = np.zeros_like(total)
+    first_sq = -start % VARIANCE_STRIDE
     for rows in row_blocks(x.shape[0], basis.row_block()):
         tables = [
             c.coefficient_table(x[rows, k], m)
@@ -77,8 +86,12 @@ def coefficient_sums(basis: TensorBasis, x: np.ndarray) -> dict[str, np.ndarray 
         ]
         tails, _ = basis.tail_products(tables)
         total += tables[0].T @ tails
-        total_sq += np.square(tables[0]).T @ np.square(tails)
-    return {"sum": total, "sumsq": total_sq, "n": x.shape[0]}
+        offset = (first_sq - rows.start) % VARIANCE_STRIDE
+        total_sq += np.square(tables[0][offset::VARIANCE_STRIDE]).T @ np.square(
+            tails[offset::VARIANCE_STRIDE]
+        )
+    n_sq = len(range(first_sq, x.shape[0], VARIANCE_STRIDE))
+    return {"sum": total, "sumsq": total_sq, "n": x.shape[0], "n_sq": n_sq}
 
 
 @dataclass(frozen=True)
@@ -103,7 +116,7 @@ class KernelDensity:
         """Finalize combined :func:`coefficient_sums` partials."""
         n = int(sums["n"])
         mean = basis.from_matrix(np.asarray(sums["sum"])) / n
-        mean_sq = basis.from_matrix(np.asarray(sums["sumsq"])) / n
+        mean_sq = basis.from_matrix(np.asarray(sums["sumsq"])) / max(int(sums["n_sq"]), 1)
         variances = np.maximum(mean_sq - mean**2, 0.0) / n
         return cls(basis, mean, variances, n)
 
@@ -145,23 +158,35 @@ class KernelDensity:
 
     def _evaluate_block(self, x: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         basis = self.basis
+        # tables in the mapped coordinates y = (x - loc)/scale; the Jacobian is applied at the end
         values, derivs = zip(
             *(
-                c.evaluate(x[:, k], m)
+                c.family.evaluate(c.mapped(x[:, k]), m)
                 for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
             ),
             strict=True,
         )
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
-        n = x.shape[0]
         first = values[0] @ coef
-        first_grad = derivs[0] @ coef
-        gradient = np.empty((n, basis.dim))
         density = np.einsum("nr,nr->n", first, tails)
-        gradient[:, 0] = np.einsum("nr,nr->n", first_grad, tails)
+        gradient = np.empty((x.shape[0], basis.dim))
+        gradient[:, 0] = np.einsum("nr,nr->n", derivs[0] @ coef, tails)
         for k, g in enumerate(tail_grads, start=1):
             gradient[:, k] = np.einsum("nr,nr->n", first, g)
+        jacobian = self.jacobian
+        density *= jacobian
+        gradient *= jacobian / self.scales
         return density, gradient
+
+    @property
+    def scales(self) -> np.ndarray:
+        """Per-coordinate scales of the affine maps, ``(d,)``."""
+        return np.array([c.scale for c in self.basis.coordinates])
+
+    @property
+    def jacobian(self) -> float:
+        """``1 / Π_k scale_k``: the density of x from the density of y."""
+        return float(1.0 / np.prod(self.scales))
 
     def pdf(self, x: np.ndarray, order: Order = None) -> np.ndarray:
         """``p_M`` at ``x (n, d)``, ``(n,)``."""
@@ -169,11 +194,7 @@ class KernelDensity:
 
     def eta(self) -> np.ndarray:
         """``η_M = (Σ_{level(m) = M+1} ĉ_m²)^{1/2}`` for M = 0..max_level-1 (crit2)."""
-        levels = self.basis.levels()
-        shells = np.bincount(
-            levels, weights=self.coefficients**2, minlength=self.basis.max_level + 1
-        )
-        return np.sqrt(shells[1:])
+        return np.sqrt(self._shell_sums(self.coefficients**2)[1:])
 
     def eta_noise(self) -> np.ndarray:
         """Noise level of ``η_M`` for independent samples, ``(Σ_{level = M+1} Var ĉ_m)^{1/2}``."""
@@ -187,7 +208,7 @@ class KernelDensity:
 def _coefficient_chunk(
     basis: TensorBasis, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
 ) -> dict[str, np.ndarray | int]:
-    return coefficient_sums(basis, x)
+    return coefficient_sums(basis, x, info.start)
 
 
 def coefficient_reduction(basis: TensorBasis) -> Reduction:

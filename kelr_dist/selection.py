@@ -29,7 +29,9 @@ The automatic order (:func:`choose_order`): ``ε̃_M`` falls while the truncatio
 oscillations shrink and rises once sampling noise in high-order coefficients dominates, so its
 minimum balances bias and variance. Among orders after which every ``η`` stays within twice its
 final level (the series has converged, crit2), we take the smallest order whose ``ε_M`` is
-within 10% of the smallest ``ε``; the rejection rate at the resulting δ is reported.
+within a factor 2 of the smallest (once η is at its noise floor, ε̃ fluctuates with the noise,
+so a tighter tolerance would pick an arbitrary high order); the rejection rate at the resulting
+δ is reported.
 """
 
 from __future__ import annotations
@@ -152,11 +154,12 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
         "min_val": np.full(levels, np.inf),
         "n": np.int64(x.shape[0]),
     }
-    coef_t = np.ascontiguousarray(density.matrix().T)
+    # tables in the mapped coordinates; the Jacobian goes into the coefficients
+    coef_t = np.ascontiguousarray(density.matrix().T) * density.jacobian
     shift, floor, stop = _layout(basis)
     for rows in row_blocks(x.shape[0], basis.row_block()):
         values = [
-            c.evaluate(x[rows, k], m)[0]
+            c.family.weighted_polynomials(c.mapped(x[rows, k]), m, c.family.beta)
             for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
         ]
         tails, _ = basis.tail_products(values)
@@ -276,7 +279,7 @@ def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray
 
 
 def choose_order(
-    criteria: Criteria, min_order: int = 0, max_order: int | None = None, tolerance: float = 0.1
+    criteria: Criteria, min_order: int = 0, max_order: int | None = None, tolerance: float = 1.0
 ) -> int:
     """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε̃_M``.
 
