@@ -17,6 +17,10 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
+from kelr_dist.allocator import tune_allocator  # noqa: E402
+
+tune_allocator()  # once per process, workers included (they import the package with a kernel)
+
 from kelr_dist import analysis  # noqa: E402  (registers the Dataset.kelr accessor)
 from kelr_dist.analysis import predict_response, ramp, sampled, step, susceptibility  # noqa: E402
 from kelr_dist.bases import Coordinate, Hermite, Laguerre, TensorBasis  # noqa: E402

@@ -167,12 +167,14 @@ class KernelDensity:
             strict=True,
         )
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
-        first = values[0] @ coef
-        density = np.einsum("nr,nr->n", first, tails)
+        # function-major (r, n) views: contiguous rows for the GEMM and the row sums
+        first = coef.T @ values[0].T
+        tails_t = tails.T
+        density = np.einsum("rn,rn->n", first, tails_t)
         gradient = np.empty((x.shape[0], basis.dim))
-        gradient[:, 0] = np.einsum("nr,nr->n", derivs[0] @ coef, tails)
+        gradient[:, 0] = np.einsum("rn,rn->n", coef.T @ derivs[0].T, tails_t)
         for k, g in enumerate(tail_grads, start=1):
-            gradient[:, k] = np.einsum("nr,nr->n", first, g)
+            gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
         jacobian = self.jacobian
         density *= jacobian
         gradient *= jacobian / self.scales
