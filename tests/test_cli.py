@@ -154,6 +154,25 @@ def test_job_file_with_a_user_observable(tmp_path, store):
         np.testing.assert_allclose(result[name].values, expected, rtol=1e-10, atol=1e-12)
 
 
+def test_simulate_and_estimate_on_a_running_scheduler(tmp_path, dask_processes):
+    """``--scheduler`` with real ``dask scheduler``/``dask worker`` processes: the same store
+    and the same estimate as in this process."""
+    store, out = tmp_path / "ou.zarr", tmp_path / "out.nc"
+    run = kelr("simulate", "ou", store, "--samples", 4000, "--chunk", 1000, "--chains", 2,
+               "--seed", 5, "--scheduler", dask_processes, "--quiet", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    twin = simulate("ou", tmp_path / "twin.zarr", 4000, chains=2, seed=5, chunk=1000)
+    np.testing.assert_array_equal(xr.open_zarr(store, consolidated=False)["x"].values, twin)
+
+    run = kelr("estimate", store, out, "--max-order", 4, "--max-lag", 10,
+               "--scheduler", dask_processes, "--quiet", cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    here = estimate_response(store, max_order=4, max_lag=10, client="synchronous")
+    np.testing.assert_allclose(
+        xr.load_dataset(out)["response"].values, here["response"].values, rtol=1e-10, atol=1e-13
+    )
+
+
 def broken_store(folder):
     path = folder / "broken.zarr"
     xr.Dataset({"x": (("a", "b"), np.zeros((10, 2)))}).to_zarr(path, consolidated=False)
