@@ -238,8 +238,6 @@ def simulate(
         client = _client(scheduler, None, None, quiet) if scheduler else None
         if client is not None:
             stack.callback(client.close)
-            # not the global default client: make it current for the simulator's as_completed
-            stack.enter_context(client.as_current())
         trajectory = run_simulation(
             built,
             store,

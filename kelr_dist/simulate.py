@@ -273,7 +273,8 @@ def _run_on_client(client: Any, run: _Run, records: np.ndarray, bar: tqdm) -> No
             client.submit(run.step, chain, record, pure=False)
             for chain, record in enumerate(records)
             if record[0] < run.n_samples
-        ]
+        ],
+        loop=client.loop,  # the given client, not a default one
     )
     for future in pending:
         chain, record = future.result()
