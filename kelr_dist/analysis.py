@@ -39,7 +39,6 @@ from typing import Literal
 import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike
-from scipy.signal import fftconvolve
 
 ErrorModel = Literal["bound", "independent"]
 ERROR_MODELS: tuple[str, ...] = ("bound", "independent")
@@ -264,6 +263,8 @@ def _trapezoid_convolution(kernel: np.ndarray, signal: np.ndarray, end_weight: f
     factor ``dt`` this is the composite trapezoid rule for ``∫_0^t k(t-s) f(s) ds``.
     """
     n = signal.shape[0]
+    from scipy.signal import fftconvolve  # deferred: scipy.signal costs seconds to import
+
     full = fftconvolve(kernel, signal[:, None, :], axes=0)[:n].sum(axis=2)
     ends = np.einsum("npq,q->np", kernel, signal[0]) + np.einsum("pq,nq->np", kernel[0], signal)
     out = full - (1.0 - end_weight) * ends

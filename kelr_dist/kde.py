@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
-from scipy import linalg, ndimage, signal
+from scipy import linalg
 
 from kelr_dist.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
 
@@ -457,7 +457,9 @@ def _convolve_axis(grid: np.ndarray, taps: np.ndarray, axis: int) -> np.ndarray:
     """Linear (zero-padded, no wrap-around) FFT convolution of ``grid`` with ``taps`` on an axis."""
     shape = [1] * grid.ndim
     shape[axis] = taps.shape[0]
-    return signal.fftconvolve(grid, taps.reshape(shape), mode="same", axes=axis)
+    from scipy.signal import fftconvolve  # deferred: scipy.signal costs seconds to import
+
+    return fftconvolve(grid, taps.reshape(shape), mode="same", axes=axis)
 
 
 def _smooth(density: np.ndarray, spacing: np.ndarray, bandwidth: np.ndarray) -> np.ndarray:
@@ -509,6 +511,8 @@ class BinnedKDE:
     def __post_init__(self) -> None:
         values = _smooth(self.counts / self.n, self.grid.spacing, self.bandwidth)
         if self.order == 3:
+            from scipy import ndimage
+
             values = np.stack([ndimage.spline_filter(v, order=3, mode="mirror") for v in values])
         object.__setattr__(self, "node_values", values)
 
@@ -536,6 +540,8 @@ class BinnedKDE:
         inside = np.all((points >= self.grid.lower) & (points <= self.grid.upper), axis=1)
         values = np.zeros((d + 1, points.shape[0]))
         for target in range(d + 1):
+            from scipy import ndimage
+
             values[target, inside] = ndimage.map_coordinates(
                 self.node_values[target],
                 coords[:, inside],
