@@ -431,7 +431,8 @@ def runtime_table(tri: dict[str, Any], lan: dict[str, Any], samples: int) -> str
         "|---|---|---|---|---|",
     ]
     for method, basis, here, paper in rows:
-        speedup = f"{paper / here:.0f}x" if paper else "—"
+        ratio = paper / here if paper else None
+        speedup = "—" if ratio is None else f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.2g}x"
         paper_text = f"{paper:.3g}" if paper else "— (similar to triple-well)"
         lines.append(f"| {method} | {basis} | {here:.3g} | {paper_text} | {speedup} |")
     simulate_seconds = tri["seconds"]["simulate"] + lan["seconds"]["simulate"]
