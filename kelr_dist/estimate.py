@@ -71,11 +71,12 @@ from kelr_dist.selection import (
     choose_delta,
     choose_order,
     criteria_reduction,
+    typical_error,
 )
 from kelr_dist.store import as_trajectory, open_trajectory
 
 #: default highest order scanned, by dimension (about 2000-3000 basis functions)
-DEFAULT_MAX_ORDER = {1: 100, 2: 70, 3: 24, 4: 12}
+DEFAULT_MAX_ORDER = {1: 150, 2: 70, 3: 24, 4: 12}
 #: default largest lag: 2000 rows, at most a twentieth of a chain
 DEFAULT_MAX_LAG = 2000
 SYNCHRONOUS = "synchronous"
@@ -397,6 +398,7 @@ def _assemble(
         delta_paper=("order", criteria.delta_paper),
         rejection_paper=("order", criteria.rejection_paper()),
         negative_excursion=("order", criteria.negative_excursion),
+        negative_median=("order", typical_error(criteria)),
         eta=("order", criteria.eta),
         eta_noise=("order", criteria.eta_noise),
         coefficients=("basis_function", density.coefficients),

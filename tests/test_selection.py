@@ -217,20 +217,27 @@ def test_choose_order_rejects_ranges_outside_the_scan(lo, hi):
         choose_order(criteria, min_order=lo, max_order=hi)
 
 
-def test_choose_delta_is_three_times_the_error_scale_rounded_up_to_an_edge():
-    eps = np.array([0.0, 1e-4, 3e-3, 0.0, 0.0, 0.0, 0.0])
-    delta_paper = np.array([1e-9, 1e-7, 1e-5, 2e-2, 1e-9, 1e-9, 1e-9])
-    criteria = constructed([0.1] * 6, eps, delta_paper)
-    delta = choose_delta(criteria)
+def test_choose_delta_is_the_median_negative_magnitude_rounded_up_to_an_edge():
+    # order 1: negatives at |p| = 2^-20 (x3) and 2^-10 (x2): median bin [2^-20, 2^-19.75)
+    # order 2: one huge excursion does not move the median: 2^-16 (x4), 2^-2 (x1)
+    # orders 0, 3, 4: no negatives; they borrow the largest median within 2 orders (order 2's)
+    # orders 5, 6: none within two orders -> the paper's δ_M
     edges = bin_edges()
+    t = np.arange(len(edges))
+    criteria = constructed([0.1] * 6, [0.0] * 7, np.full(7, 1e-9))
+    for order, tee, count in [(1, -80, 3), (1, -40, 2), (2, -64, 4), (2, -8, 1)]:
+        criteria.neg[order, t[edges == 2.0 ** (tee / 4)][0]] = count
+    delta = choose_delta(criteria)
     assert np.isin(delta, edges).all()
-    want = np.maximum(3 * windowed_excursion(eps), delta_paper)
-    np.testing.assert_allclose(want, [9e-3, 9e-3, 9e-3, 2e-2, 9e-3, 1e-9, 1e-9])
-    assert np.all(delta >= want)
-    # the smallest edge at or above the raw value
-    below = edges[np.searchsorted(edges, delta) - 1]
-    assert np.all(below < want)
-    assert np.all(choose_delta(criteria, factor=10.0) >= 10 * windowed_excursion(eps))
+    upper = {1: 2.0 ** (-79 / 4), 2: 2.0 ** (-63 / 4)}
+    np.testing.assert_allclose(
+        delta, [upper[2], upper[1], upper[2], upper[2], upper[2], 1e-9, 1e-9], rtol=0.2
+    )
+    np.testing.assert_allclose(delta[1:3], [upper[1], upper[2]], rtol=1e-12)
+    # never below δ_M, and the factor scales it
+    criteria.delta_paper[1] = 1e-3
+    assert choose_delta(criteria)[1] >= 1e-3
+    assert choose_delta(criteria, factor=10.0)[2] >= 10 * upper[2]
 
 
 def test_automatic_choices_on_data_gaussian_low_bimodal_high():
@@ -250,9 +257,12 @@ def test_automatic_choices_on_data_gaussian_low_bimodal_high():
         order = choose_order(criteria)
         delta = choose_delta(criteria)[order]
         chosen[name] = order
-        # the threshold is at least 3 eps and delta_M, and R_M at it is exact (a bin edge)
+        # the threshold is at least the median negative magnitude and delta_M, and R_M at it
+        # is exact (a bin edge)
         p = density.pdf(x, order=order)
-        assert delta >= 3 * max(-p.min(), 0) and delta >= p[p > 0].min()
+        negative = np.sort(-p[p < 0])
+        typical = negative[(len(negative) - 1) // 2] if len(negative) else 0.0  # lower median
+        assert delta >= typical and delta >= p[p > 0].min()
         assert criteria.rejection(delta)[order] == pytest.approx((p < delta).mean(), abs=1e-5)
     assert chosen["gauss"] <= 8
     assert chosen["bimodal"] >= 2 * chosen["gauss"] and chosen["bimodal"] >= 12
