@@ -19,55 +19,56 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 from kelr_dist.allocator import tune_allocator  # noqa: E402
 
-tune_allocator()  # once per process, workers included (they import the package with a kernel)
+tune_allocator()  # once per process; engine workers are tuned again for their memory limit
 
 from kelr_dist import analysis  # noqa: E402  (registers the Dataset.kelr accessor)
-from kelr_dist.analysis import predict_response, ramp, sampled, step, susceptibility  # noqa: E402
-from kelr_dist.bases import Coordinate, Hermite, Laguerre, TensorBasis  # noqa: E402
-from kelr_dist.cluster import ClusterError, close_embedded_cluster, get_client  # noqa: E402
-from kelr_dist.density import KernelDensity  # noqa: E402
-from kelr_dist.estimate import (  # noqa: E402
-    density_from_result,
-    estimate_response,
-    write_result,
-)
-from kelr_dist.models import MODEL_NAMES, make_model  # noqa: E402
-from kelr_dist.moments import fit_basis, format_basis  # noqa: E402
-from kelr_dist.response import Forcing, Observable  # noqa: E402
-from kelr_dist.selection import Criteria, choose_delta, choose_order  # noqa: E402
-from kelr_dist.simulate import simulate  # noqa: E402
-from kelr_dist.store import TrajectoryError, describe_trajectory, open_trajectory  # noqa: E402
 
-__all__ = [
-    "MODEL_NAMES",
-    "ClusterError",
-    "Coordinate",
-    "Criteria",
-    "Forcing",
-    "Hermite",
-    "KernelDensity",
-    "Laguerre",
-    "Observable",
-    "TensorBasis",
-    "TrajectoryError",
-    "__version__",
-    "analysis",
-    "choose_delta",
-    "choose_order",
-    "close_embedded_cluster",
-    "density_from_result",
-    "describe_trajectory",
-    "estimate_response",
-    "fit_basis",
-    "format_basis",
-    "get_client",
-    "make_model",
-    "open_trajectory",
-    "predict_response",
-    "ramp",
-    "sampled",
-    "simulate",
-    "step",
-    "susceptibility",
-    "write_result",
-]
+#: public name -> defining module; imported on first use (PEP 562), so that worker processes,
+#: which import the package to unpickle a kernel, load only the modules that kernel needs
+_EXPORTS = {
+    "predict_response": "analysis",
+    "ramp": "analysis",
+    "sampled": "analysis",
+    "step": "analysis",
+    "susceptibility": "analysis",
+    "Coordinate": "bases",
+    "Hermite": "bases",
+    "Laguerre": "bases",
+    "TensorBasis": "bases",
+    "ClusterError": "cluster",
+    "close_embedded_cluster": "cluster",
+    "get_client": "cluster",
+    "KernelDensity": "density",
+    "density_from_result": "estimate",
+    "estimate_response": "estimate",
+    "write_result": "estimate",
+    "MODEL_NAMES": "models",
+    "make_model": "models",
+    "fit_basis": "moments",
+    "format_basis": "moments",
+    "Forcing": "response",
+    "Observable": "response",
+    "Criteria": "selection",
+    "choose_delta": "selection",
+    "choose_order": "selection",
+    "simulate": "simulate",
+    "TrajectoryError": "store",
+    "describe_trajectory": "store",
+    "open_trajectory": "store",
+}
+
+__all__ = ["__version__", "analysis", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        from importlib import import_module
+
+        value = getattr(import_module(f"kelr_dist.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kelr_dist' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

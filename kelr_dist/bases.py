@@ -36,7 +36,7 @@ MAX_MATRIX_BYTES = 2 * 1024**3
 #: Memory the kernels may use for the basis tables of one row block (bytes).
 TABLE_BUDGET = 256 * 1024**2
 #: Rows per block the kernels aim for, and the fewest worth running with.
-ROW_BLOCK = 8192
+ROW_BLOCK = 4096
 MIN_ROWS = 256
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

@@ -35,9 +35,10 @@ import numpy as np
 import xarray as xr
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
-from distributed import Client, as_completed
+from distributed import Client, as_completed, get_worker
 from tqdm.auto import tqdm
 
+from kelr_dist.allocator import release_free_memory, tune_allocator
 from kelr_dist.reduction import BlockInfo, Partial, Reduction
 
 __all__ = ["ReductionGraph", "build_graph", "run_reduction", "run_reductions"]
@@ -74,6 +75,14 @@ def _head(block: np.ndarray, rows: int) -> np.ndarray:
     return np.array(block[0, :rows], dtype=np.float64)
 
 
+def _worker_memory_limit() -> int | None:
+    """The memory limit of the Dask worker running this task (``None`` outside a worker)."""
+    try:
+        return get_worker().memory_manager.memory_limit
+    except ValueError:
+        return None
+
+
 def _block_partials(
     block: np.ndarray,
     heads: list[np.ndarray],
@@ -82,15 +91,18 @@ def _block_partials(
     reductions: tuple[Reduction, ...],
 ) -> tuple[Partial, ...]:
     """Partials of every reduction on one ``(1, L, d)`` block and its halo of ``halo_rows``."""
+    tune_allocator(_worker_memory_limit())
     x = _as_float64(block[0])
     if heads:
         halo = _as_float64(np.concatenate(heads)[:halo_rows])
     else:
         halo = _as_float64(np.empty((0, x.shape[1])))
-    return tuple(
+    partials = tuple(
         reduction.chunk(x, info, halo[: reduction.halo] if reduction.halo else None)
         for reduction in reductions
     )
+    release_free_memory()  # nothing retained between tasks (see kelr_dist.allocator)
+    return partials
 
 
 def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:
