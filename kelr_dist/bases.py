@@ -407,7 +407,7 @@ class TensorBasis:
             object.__setattr__(self, "order", tuple(_check_order(m) for m in orders))
         else:
             object.__setattr__(self, "order", _check_order(self.order))
-        nbytes = 8 * (self.max_orders[0] + 1) * max(1, len(self.tails))
+        nbytes = 8 * (self.max_orders[0] + 1) * self._tail_count()
         if nbytes > MAX_MATRIX_BYTES:
             raise ValueError(
                 f"order {self.order!r} needs a {nbytes / 2**30:.1f} GiB coefficient matrix "
@@ -417,6 +417,12 @@ class TensorBasis:
     @property
     def dim(self) -> int:
         return len(self.coordinates)
+
+    def _tail_count(self) -> int:
+        """``|R|`` without building the tails: C(M + d - 1, d - 1) (total) or Π_{k≥2}(M_k + 1)."""
+        if self.index_set == "total":
+            return math.comb(int(self.order) + self.dim - 1, self.dim - 1)
+        return math.prod(m + 1 for m in self.max_orders[1:])
 
     @property
     def max_orders(self) -> tuple[int, ...]:
