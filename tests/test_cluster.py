@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import dask
@@ -14,6 +11,7 @@ import numpy as np
 import psutil
 import pytest
 import xarray as xr
+from conftest import free_port
 
 from kelr_dist.cluster import ClusterError, close_embedded_cluster, get_client
 from kelr_dist.engine import run_reduction
@@ -27,52 +25,12 @@ def column_sums(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
 SUMS = Reduction("sums", column_sums)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def no_address(monkeypatch) -> Iterator[None]:
     """No scheduler address in the environment or the dask config."""
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     with dask.config.set({"scheduler-address": None}):
         yield
-
-
-@pytest.fixture(scope="module")
-def scheduler_address(tmp_path_factory) -> Iterator[str]:
-    """A real `dask scheduler` and one `dask worker` process on 127.0.0.1."""
-    address = f"tcp://127.0.0.1:{free_port()}"
-    logs = tmp_path_factory.mktemp("dask-processes")
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    commands = [
-        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
-        ["worker", address, "--nthreads", "1", "--no-dashboard"],
-    ]
-    processes = []
-    try:
-        for command in commands:
-            with open(logs / f"{command[0]}.log", "w") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "dask", *command],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
-                )
-        yield address
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def check_sums_on(client) -> None:
@@ -83,22 +41,22 @@ def check_sums_on(client) -> None:
     np.testing.assert_allclose(result, x.sum(axis=(0, 1)), rtol=1e-12)
 
 
-def test_connects_to_address(scheduler_address: str) -> None:
-    with get_client(scheduler_address) as client:
-        assert client.scheduler.address == scheduler_address
+def test_connects_to_address(dask_processes: str) -> None:
+    with get_client(dask_processes) as client:
+        assert client.scheduler.address == dask_processes
         check_sums_on(client)
 
 
-def test_connects_to_environment_address(scheduler_address: str, monkeypatch) -> None:
-    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", scheduler_address)
+def test_connects_to_environment_address(dask_processes: str, monkeypatch) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", dask_processes)
     with get_client() as client:
-        assert client.scheduler.address == scheduler_address
+        assert client.scheduler.address == dask_processes
         check_sums_on(client)
 
 
-def test_embedded_settings_rejected_with_address(scheduler_address: str) -> None:
+def test_embedded_settings_rejected_with_address(dask_processes: str) -> None:
     with pytest.raises(ValueError, match="n_workers=2 applies to the embedded cluster only"):
-        get_client(scheduler_address, n_workers=2)
+        get_client(dask_processes, n_workers=2)
 
 
 def test_unreachable_address_raises_cluster_error() -> None:
