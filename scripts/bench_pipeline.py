@@ -20,7 +20,7 @@ deleted after its run.
 
 Usage::
 
-    python scripts/bench_pipeline.py                      # full sizes (hours on 2 cores)
+    python scripts/bench_pipeline.py                      # full sizes (~25 min on 2 cores)
     python scripts/bench_pipeline.py --quick              # small smoke run
     python scripts/bench_pipeline.py --only speed accuracy
 """
@@ -31,19 +31,15 @@ import argparse
 import json
 import os
 import shutil
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import xarray as xr
 
 from kelr_dist.bases import TensorBasis
-from kelr_dist.cluster import close_embedded_cluster, get_client
+from kelr_dist.cluster import close_embedded_cluster, get_client, peak_memory
 from kelr_dist.density import coefficient_reduction
 from kelr_dist.engine import run_reductions
 from kelr_dist.estimate import estimate_response
@@ -85,29 +81,6 @@ def cached_store(cache: Path, model: str, n: int, *, client: Any, path: Path | N
     return path
 
 
-@contextmanager
-def peak_rss(pids: list[int], interval: float = 0.05) -> Iterator[dict[int, int]]:
-    """Sample the resident memory of ``pids`` in a thread; yields ``{pid: peak bytes}``."""
-    peaks = dict.fromkeys(pids, 0)
-    processes = [psutil.Process(pid) for pid in pids]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            for proc in processes:
-                with suppress(psutil.NoSuchProcess):
-                    peaks[proc.pid] = max(peaks[proc.pid], proc.memory_info().rss)
-            stop.wait(interval)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield peaks
-    finally:
-        stop.set()
-        thread.join()
-
-
 # --- 1. out of core -------------------------------------------------------------------------------
 
 
@@ -128,7 +101,7 @@ def out_of_core(cache: Path, quick: bool) -> None:
         client = get_client(n_workers=2, memory_limit=memory, quiet=True)  # replaces the cluster
         pids = list(client.run(os.getpid).values())
         start = time.perf_counter()
-        with peak_rss(pids) as peaks:
+        with peak_memory(pids) as peaks:
             ds = estimate_response(path, client=client, max_order=8, max_lag=200, exact=True)
         wall = time.perf_counter() - start
     finally:
