@@ -14,14 +14,13 @@ from functools import partial
 import dask
 import dask.array as da
 import numpy as np
-import psutil
 import pytest
 import xarray as xr
 import zarr
 from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
-from kelr_dist.cluster import close_embedded_cluster, get_client
+from kelr_dist.cluster import close_embedded_cluster, get_client, peak_memory
 from kelr_dist.engine import build_graph, run_reduction, run_reductions
 from kelr_dist.reduction import BlockInfo, Reduction, reduce_in_memory
 
@@ -348,29 +347,6 @@ def big_store_expectation(base: np.ndarray) -> dict:
     return expected
 
 
-@contextmanager
-def peak_rss(pids: list[int], interval: float = 0.02) -> Iterator[dict[int, int]]:
-    """Sample the resident memory of ``pids`` in a thread; yields ``{pid: peak bytes}``."""
-    peaks = dict.fromkeys(pids, 0)
-    processes = [psutil.Process(pid) for pid in pids]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            for proc in processes:
-                with suppress(psutil.NoSuchProcess):
-                    peaks[proc.pid] = max(peaks[proc.pid], proc.memory_info().rss)
-            stop.wait(interval)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield peaks
-    finally:
-        stop.set()
-        thread.join()
-
-
 @pytest.mark.slow
 def test_out_of_core_store_within_worker_memory(tmp_path, process_client: Client) -> None:
     shape = (2, BLOCKS_PER_CHAIN * ROWS_PER_BLOCK, 2)
@@ -396,7 +372,7 @@ def test_out_of_core_store_within_worker_memory(tmp_path, process_client: Client
         pids = list(process_client.run(os.getpid).values())
         increments = Reduction("increments", increments_kernel, halo=1)
         start = time.perf_counter()
-        with peak_rss(pids) as peaks:
+        with peak_memory(pids) as peaks:
             moments, steps = run_reductions(data, [MOMENTS, increments], process_client)
         elapsed = time.perf_counter() - start
     finally:
