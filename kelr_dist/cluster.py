@@ -85,15 +85,20 @@ def _connect(address: str) -> Client:
 
 
 def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[LocalCluster, Client]:
-    cluster = LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit=memory_limit,
-        dashboard_address="127.0.0.1:0",  # on a free port, this machine only
-        silence_logs=logging.CRITICAL if quiet else logging.ERROR,
-        env=_WORKER_ENV,
-    )
+    # No pausing: our tasks hold one block and small partials, never accumulated data, so a
+    # pause cannot free memory; a worker whose baseline (numba, scipy, ~230 MiB) sits above 80%
+    # of a small limit would pause for good and hang the job. Over the limit the nanny still
+    # restarts the worker, which fails the job with a clear error instead.
+    with dask.config.set({"distributed.worker.memory.pause": False}):
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=memory_limit,
+            dashboard_address="127.0.0.1:0",  # on a free port, this machine only
+            silence_logs=logging.CRITICAL if quiet else logging.ERROR,
+            env=_WORKER_ENV,
+        )
     return cluster, Client(cluster, set_as_default=False)
 
 

@@ -137,14 +137,9 @@ def thread_client() -> Iterator[Client]:
 
 @pytest.fixture(scope="module")
 def process_client() -> Iterator[Client]:
-    """The embedded cluster: 2 worker processes x 300 MiB (shared by the process tests).
-
-    Pausing is off: a worker whose baseline sits near 80% of so small a limit would otherwise
-    pause for good and hang the job; over the limit the nanny still kills it (the test fails).
-    """
-    with dask.config.set({"distributed.worker.memory.pause": False}):
-        client = get_client(n_workers=2, memory_limit="300MiB", quiet=True)
-        client.wait_for_workers(2)
+    """The embedded cluster: 2 worker processes x 300 MiB (shared by the process tests)."""
+    client = get_client(n_workers=2, memory_limit="300MiB", quiet=True)
+    client.wait_for_workers(2)
     yield client
     close_embedded_cluster()
 
