@@ -32,12 +32,12 @@ from kelr_dist.jobfile import (
     load_job,
 )
 from kelr_dist.models import MODEL_NAMES
+from kelr_dist.reduction import SYNCHRONOUS
 
 #: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors)
 INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
 EXIT_INPUT_ERROR = 2
 EXIT_INTERRUPTED = 130
-SYNCHRONOUS = "synchronous"
 PROBE_TIMEOUT = 5.0  # seconds to open a TCP connection to a named scheduler
 
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
@@ -39,7 +40,7 @@ from distributed import Client, as_completed, get_worker
 from tqdm.auto import tqdm
 
 from kelr_dist.allocator import release_free_memory, tune_allocator
-from kelr_dist.reduction import BlockInfo, Partial, Reduction
+from kelr_dist.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
 __all__ = ["ReductionGraph", "build_graph", "run_reduction", "run_reductions"]
 
@@ -220,7 +221,7 @@ def _show_progress(progress: bool | None) -> bool:
 def run_reductions(
     trajectory: xr.DataArray,
     reductions: Sequence[Reduction],
-    client: Client,
+    client: Client | str,
     *,
     split_every: int = 8,
     progress: bool | None = None,
@@ -234,7 +235,8 @@ def run_reductions(
         ``kelr_dist.store.open_trajectory``).
     reductions : the passes; each ``chunk`` gets one block ``(L, d)`` float64 of one chain,
         its :class:`BlockInfo` and the next ``min(halo, rows left)`` rows of that chain.
-    client : the ``distributed.Client`` to run on (see :func:`kelr_dist.cluster.get_client`).
+    client : the ``distributed.Client`` to run on (see :func:`kelr_dist.cluster.get_client`),
+        or ``"synchronous"``: the same graph in this process (dask's synchronous scheduler).
     split_every : fan-in of the combine tree on the workers.
     progress : tqdm bar over completed blocks on stderr; ``None``: when stderr is a terminal.
 
@@ -251,6 +253,9 @@ def run_reductions(
         An exception raised by a kernel, re-raised with its own type and message.
     """
     graph = build_graph(trajectory, reductions, split_every=split_every)
+    if client == SYNCHRONOUS:
+        (partials,) = dask.compute(graph.total, scheduler="synchronous", optimize_graph=False)
+        return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
     futures = client.compute([*graph.blocks, graph.total], optimize_graph=False)
     total = futures.pop()
     bar = tqdm(
@@ -274,7 +279,7 @@ def run_reductions(
 def run_reduction(
     trajectory: xr.DataArray,
     reduction: Reduction,
-    client: Client,
+    client: Client | str,
     *,
     split_every: int = 8,
     progress: bool | None = None,

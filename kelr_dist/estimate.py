@@ -28,14 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import dask
 import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
 from kelr_dist.bases import IndexSet, TensorBasis
 from kelr_dist.density import KernelDensity, coefficient_reduction
-from kelr_dist.engine import build_graph, run_reductions
+from kelr_dist.engine import run_reductions
 from kelr_dist.kde import (
     SampleMoments,
     binned_kde_reduction,
@@ -47,12 +46,13 @@ from kelr_dist.kde import (
 from kelr_dist.moments import (
     Moments,
     choose_basis,
+    coordinates_from_spec,
     format_basis,
     gamma_reduction_for,
     moments_reduction,
     parse_basis_spec,
 )
-from kelr_dist.reduction import Reduction
+from kelr_dist.reduction import SYNCHRONOUS, Reduction
 from kelr_dist.response import (
     DensityScore,
     Forcing,
@@ -79,23 +79,6 @@ from kelr_dist.store import as_trajectory, open_trajectory
 DEFAULT_MAX_ORDER = {1: 150, 2: 70, 3: 24, 4: 12}
 #: default largest lag: 2000 rows, at most a twentieth of a chain
 DEFAULT_MAX_LAG = 2000
-SYNCHRONOUS = "synchronous"
-
-
-class _Runner:
-    """Runs reductions on a trajectory: on a Dask client, or in this process (synchronous)."""
-
-    def __init__(self, trajectory: xr.DataArray, client: Any, progress: bool | None):
-        self.trajectory = trajectory
-        self.client = client
-        self.progress = progress
-
-    def __call__(self, *reductions: Reduction) -> list[Any]:
-        if self.client == SYNCHRONOUS:
-            graph = build_graph(self.trajectory, reductions)
-            (partials,) = dask.compute(graph.total, scheduler="synchronous", optimize_graph=False)
-            return [r.finalize(p) for r, p in zip(reductions, partials, strict=True)]
-        return run_reductions(self.trajectory, reductions, self.client, progress=self.progress)
 
 
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
@@ -286,7 +269,10 @@ def estimate_response(
     forcing = forcing or constant_forcing(components)
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
-    run = _Runner(traj, _client(client, n_workers, memory_limit), progress)
+    executor = _client(client, n_workers, memory_limit)
+
+    def run(*reductions: Reduction) -> list[Any]:
+        return run_reductions(traj, reductions, executor, progress=progress)
 
     # pass 0 (+0b): moments and tails -> basis
     baselines = kde or gaussian
@@ -430,7 +416,7 @@ def _names(names: Sequence[Any]) -> np.ndarray:
 def density_from_result(ds: xr.Dataset) -> KernelDensity:
     """Rebuild the fitted ``p_M`` (highest order; truncate with ``evaluate(order=...)``)."""
     d = ds.sizes["component"]
-    coordinates = choose_basis(_no_moments(d), None, ds.attrs["basis"])
+    coordinates = coordinates_from_spec(ds.attrs["basis"], d)
     tensor = TensorBasis(tuple(coordinates), _order(ds.attrs["max_order"]), ds.attrs["index_set"])
     return KernelDensity(
         tensor,
@@ -443,21 +429,6 @@ def density_from_result(ds: xr.Dataset) -> KernelDensity:
 def _order(text: str) -> int | tuple[int, ...]:
     value = json.loads(text)
     return tuple(value) if isinstance(value, list) else int(value)
-
-
-def _no_moments(d: int) -> Moments:
-    """Placeholder statistics: a fully specified basis spec needs no data."""
-    nan = np.full(d, np.nan)
-    return Moments(
-        n=np.zeros(d),
-        mean=nan,
-        variance=nan,
-        std=nan,
-        skewness=nan,
-        excess_kurtosis=nan,
-        minimum=nan,
-        maximum=nan,
-    )
 
 
 def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:

@@ -598,6 +598,29 @@ def fit_basis(
     return choose_basis(moments, gamma, spec)
 
 
+def coordinates_from_spec(spec: str | Sequence[object], d: int) -> list[Coordinate]:
+    """Coordinates from a fully specified spec (as :func:`format_basis` writes); no data needed.
+
+    Raises :class:`ValueError` naming the entry when a family or a parameter is left to the data.
+    """
+    coordinates = []
+    for k, (name, params) in enumerate(parse_basis_spec(spec, d)):
+        needed = ("beta", "loc", "scale") + (("theta",) if name == "laguerre" else ())
+        missing = [key for key in needed if key not in params]
+        if name == "auto" or missing:
+            raise ValueError(
+                f"basis entry {k} ({name}) is not fully specified: "
+                f"{'missing ' + ', '.join(missing) if missing else 'the family is auto'}"
+            )
+        family: Hermite | Laguerre = (
+            Hermite(beta=params["beta"])
+            if name == "hermite"
+            else Laguerre(theta=params["theta"], beta=params["beta"])
+        )
+        coordinates.append(Coordinate(family, loc=params["loc"], scale=params["scale"]))
+    return coordinates
+
+
 def format_basis(coordinates: Sequence[Coordinate]) -> str:
     """The spec string of ``coordinates``; :func:`choose_basis` parses it back to them."""
     entries = []

@@ -21,6 +21,9 @@ import numpy as np
 
 Partial = Any  # a number, a numpy array, or a (nested) dict of them
 
+#: the executor name that runs a pass in this process, without a Dask cluster
+SYNCHRONOUS = "synchronous"
+
 
 @dataclass(frozen=True)
 class BlockInfo:

@@ -18,7 +18,7 @@ its halo, ``B`` for every score, and the lagged sums with their block-averaging 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -157,7 +157,6 @@ class _ResponseKernel:
     forcing: Forcing
     max_lag: int
     base_block: int | None = None
-    max_levels: int | None = field(default=None)
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         x_ext = x if halo is None or len(halo) == 0 else np.concatenate([x, halo])
@@ -166,9 +165,7 @@ class _ResponseKernel:
         for name, score in self.scores.items():
             s, kept = score(x)
             b = self.forcing.conjugate(x, s, kept)
-            part = response_block_partial(
-                a_ext, b, self.max_lag, info, self.base_block, self.max_levels
-            )
+            part = response_block_partial(a_ext, b, self.max_lag, info, self.base_block)
             out[name] = {"blocks": part, "kept": int(kept.sum()), "n": x.shape[0]}
         return out
 

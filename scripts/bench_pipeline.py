@@ -75,8 +75,7 @@ def cached_store(cache: Path, model: str, n: int, *, client: Any, path: Path | N
     path = path or cache / f"{model}-{n:.0e}.zarr"
     if not path.exists():
         start = time.perf_counter()
-        with client.as_current():  # simulate's as_completed needs a current client
-            simulate(model, path, n // CHAINS, chains=CHAINS, chunk=1 << 20, client=client)
+        simulate(model, path, n // CHAINS, chains=CHAINS, chunk=1 << 20, client=client)
         say(f"  simulated {path.name}: {time.perf_counter() - start:.1f} s")
     return path
 

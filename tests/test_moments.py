@@ -350,3 +350,15 @@ def test_bad_object_spec_and_laguerre_shift_above_minimum():
         choose_basis(m, spec="hermite,laguerre(theta=1,loc=0)")
     with pytest.raises(ValueError, match="coordinate 0: Laguerre shift"):
         choose_basis(m, spec=[Coordinate(Laguerre(), loc=0.0), "auto"])
+
+
+def test_coordinates_from_a_full_spec_round_trip_and_refuse_missing_keys():
+    from kelr_dist.bases import Coordinate, Hermite, Laguerre
+    from kelr_dist.moments import coordinates_from_spec
+
+    coords = [Coordinate(Laguerre(1.0, 1.0), -0.2, 0.42), Coordinate(Hermite(0.5), 0.1, 1.3)]
+    assert coordinates_from_spec(format_basis(coords), 2) == coords
+    with pytest.raises(ValueError, match="entry 1 .*missing loc, scale"):
+        coordinates_from_spec(format_basis(coords[:1]) + ",hermite(beta=1)", 2)
+    with pytest.raises(ValueError, match="entry 0 .*auto"):
+        coordinates_from_spec("auto", 1)
