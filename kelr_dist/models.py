@@ -441,10 +441,13 @@ def _points(x: np.ndarray, d: int) -> np.ndarray:
 # registry
 # --------------------------------------------------------------------------------------------
 
+from kelr_dist import systems  # noqa: E402  (benchmark systems; imports the helpers above)
+
 _MODELS: dict[str, type] = {
     TripleWell.name: TripleWell,
     LangevinMorse.name: LangevinMorse,
     OrnsteinUhlenbeck.name: OrnsteinUhlenbeck,
+    **{cls.name: cls for cls in systems.SYSTEMS},
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 
