@@ -247,6 +247,20 @@ class Hermite:
         """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
         return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
 
+    def second_derivatives(
+        self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
+    ) -> np.ndarray:
+        """``Ψ_m''`` at ``x (n,)`` from the tables of :meth:`evaluate`, ``(n, order + 1)``.
+
+        Differentiating ``Ψ_m' = √m Ψ_{m-1} - β x Ψ_m`` once more:
+        ``Ψ_m'' = √m Ψ_{m-1}' - β Ψ_m - β x Ψ_m'``.
+        """
+        x = _as_points(x)[:, None]
+        root = np.sqrt(np.arange(values.shape[1], dtype=np.float64))
+        lower = np.zeros_like(derivs)
+        lower[:, 1:] = derivs[:, :-1]
+        return root * lower - self.beta * (values + x * derivs)
+
     def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
         """``ψ_m(x) W(x)^weight`` for m = 0..order, shape ``(n, order + 1)``.
 
@@ -282,6 +296,27 @@ class Laguerre:
         """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
         return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
 
+    def second_derivatives(
+        self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
+    ) -> np.ndarray:
+        """``Ψ_m''`` at ``x (n,)`` from the tables of :meth:`evaluate`, ``(n, order + 1)``.
+
+        With ``w = β(θ/x - 1)`` (so ``(G^β)' = w G^β``) and ``D = ℓ_m' G^β = Ψ_m' - w Ψ_m``, the
+        Laguerre equation ``x ℓ'' + (θ + 1 - x) ℓ' + m ℓ = 0`` gives
+        ``Ψ_m'' = -((θ + 1 - x) D + m Ψ_m) / x + 2 w D + (w² - βθ/x²) Ψ_m`` for ``x > 0``
+        (0 at ``x ≤ 0``, outside the support).
+        """
+        x = _as_points(x)
+        inside = x > 0
+        y = np.where(inside, x, 1.0)[:, None]
+        w = self.beta * (self.theta / y - 1.0)
+        d = derivs - w * values
+        m = np.arange(values.shape[1], dtype=np.float64)
+        out = -((self.theta + 1.0 - y) * d + m * values) / y + 2.0 * w * d
+        out += (w * w - self.beta * self.theta / (y * y)) * values
+        out[~inside] = 0.0
+        return out
+
     def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
         """``ℓ_m(x) G(x; θ)^weight`` for m = 0..order, shape ``(n, order + 1)``."""
         return _evaluate(self, _as_points(x), _check_order(order), weight, derivatives=False)[0]
@@ -291,6 +326,13 @@ class Laguerre:
 
 
 Family = Hermite | Laguerre
+
+
+def polynomials(family: Family, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
+    """The family's orthonormal polynomials ``ψ_m`` (or ``ℓ^{(θ)}_m``) without weight, and their
+    derivatives, at ``x (n,)``: each ``(n, order + 1)`` (the recurrences with weight exponent 0).
+    """
+    return _evaluate(family, _as_points(x), _check_order(order), 0.0, derivatives=True)
 
 
 def _evaluate(
@@ -485,6 +527,11 @@ class TensorBasis:
 
     def _tail_positions(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.tails)), [self.first_stop(t) + 1 for t in self.tails])
+
+    def columns(self, first: np.ndarray, tails: np.ndarray) -> np.ndarray:
+        """Every basis function at the rows of a first-coordinate table ``(n, M_1 + 1)`` and tail
+        products ``(n, |R|)`` (:meth:`tail_products`): ``(n, P)`` in :attr:`indices` order."""
+        return first[:, self.indices[:, 0]] * tails[:, self._tail_positions()]
 
     def tail_products(
         self, tables: list[np.ndarray], derivative_tables: list[np.ndarray] | None = None

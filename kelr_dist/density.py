@@ -21,7 +21,8 @@ from functools import partial
 import numpy as np
 
 from kelr_dist.bases import ROW_BLOCK, Laguerre, TensorBasis
-from kelr_dist.reduction import BlockInfo, Reduction
+from kelr_dist.folds import Folds
+from kelr_dist.reduction import BlockInfo, Reduction, add_partials
 
 Order = int | tuple[int, ...] | None
 
@@ -104,21 +105,39 @@ class KernelDensity:
     coefficients : ``ĉ_m``, ``(P,)`` in ``basis.indices`` order (eq:kme_MC).
     variances : Monte-Carlo variance of each ``ĉ_m`` for independent samples, ``(P,)``.
     n : number of samples.
+    fold_sums, fold_counts : per held-out fold (:mod:`kelr_dist.folds`) the sums of eq:kme_MC's
+        integrands ``(K, P)`` and the samples ``(K,)``, when the pass was split by fold.
     """
 
     basis: TensorBasis
     coefficients: np.ndarray
     variances: np.ndarray
     n: int
+    fold_sums: np.ndarray | None = None
+    fold_counts: np.ndarray | None = None
 
     @classmethod
     def from_sums(cls, basis: TensorBasis, sums: dict[str, np.ndarray | int]) -> KernelDensity:
-        """Finalize combined :func:`coefficient_sums` partials."""
+        """Finalize combined :func:`coefficient_sums` (or :func:`coefficient_reduction`)
+        partials."""
         n = int(sums["n"])
         mean = basis.from_matrix(np.asarray(sums["sum"])) / n
         mean_sq = basis.from_matrix(np.asarray(sums["sumsq"])) / max(int(sums["n_sq"]), 1)
         variances = np.maximum(mean_sq - mean**2, 0.0) / n
-        return cls(basis, mean, variances, n)
+        if "folds" not in sums:
+            return cls(basis, mean, variances, n)
+        folds = sums["folds"]
+        fold_sums = np.stack([basis.from_matrix(np.asarray(f["sum"])) for f in folds])
+        counts = np.array([int(f["n"]) for f in folds])
+        return cls(basis, mean, variances, n, fold_sums, counts)
+
+    def held_out(self, fold: int) -> KernelDensity:
+        """The estimate fitted on every fold but ``fold`` (its coefficients, eq:kme_MC)."""
+        if self.fold_sums is None or self.fold_counts is None:
+            raise ValueError("this estimate was not fitted by fold (coefficient_reduction(folds))")
+        rest = self.n - int(self.fold_counts[fold])
+        coefficients = (self.coefficients * self.n - self.fold_sums[fold]) / rest
+        return KernelDensity(self.basis, coefficients, self.variances, rest)
 
     @classmethod
     def fit(cls, basis: TensorBasis, x: np.ndarray) -> KernelDensity:
@@ -146,23 +165,45 @@ class KernelDensity:
 
         ``order`` truncates without refitting (``None``: the fitted order).
         """
+        density, gradient, _ = self._evaluate(x, order, second=False)
+        return density, gradient
+
+    def derivatives(
+        self, x: np.ndarray, order: Order = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``p_M``, ``∇p_M`` and the diagonal of its Hessian ``∂²_k p_M`` at ``x (n, d)``:
+        ``(n,)``, ``(n, d)``, ``(n, d)`` (eq:kme2 differentiated twice per coordinate)."""
+        density, gradient, second = self._evaluate(x, order, second=True)
+        assert second is not None
+        return density, gradient, second
+
+    def _evaluate(
+        self, x: np.ndarray, order: Order, second: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.basis.dim:
             raise ValueError(f"x must have shape (n, {self.basis.dim}), got {x.shape}")
         coef = self.matrix(order)
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
+        hessian = np.empty(x.shape) if second else None
         for rows in row_blocks(x.shape[0], self.basis.row_block()):
-            density[rows], gradient[rows] = self._evaluate_block(x[rows], coef)
-        return density, gradient
+            out = self._evaluate_block(x[rows], coef, second)
+            density[rows], gradient[rows] = out[0], out[1]
+            if hessian is not None:
+                hessian[rows] = out[2]
+        return density, gradient, hessian
 
-    def _evaluate_block(self, x: np.ndarray, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _evaluate_block(
+        self, x: np.ndarray, coef: np.ndarray, second: bool
+    ) -> tuple[np.ndarray, ...]:
         basis = self.basis
         # tables in the mapped coordinates y = (x - loc)/scale; the Jacobian is applied at the end
+        mapped = [c.mapped(x[:, k]) for k, c in enumerate(basis.coordinates)]
         values, derivs = zip(
             *(
-                c.family.evaluate(c.mapped(x[:, k]), m)
-                for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
+                c.family.evaluate(y, m)
+                for c, y, m in zip(basis.coordinates, mapped, basis.max_orders, strict=True)
             ),
             strict=True,
         )
@@ -178,7 +219,19 @@ class KernelDensity:
         jacobian = self.jacobian
         density *= jacobian
         gradient *= jacobian / self.scales
-        return density, gradient
+        if not second:
+            return density, gradient
+        seconds = [
+            c.family.second_derivatives(y, v, dv)
+            for c, y, v, dv in zip(basis.coordinates, mapped, values, derivs, strict=True)
+        ]
+        _, tail_seconds = basis.tail_products(list(values), seconds)
+        hessian = np.empty((x.shape[0], basis.dim))
+        hessian[:, 0] = np.einsum("rn,rn->n", coef.T @ seconds[0].T, tails_t)
+        for k, g in enumerate(tail_seconds, start=1):
+            hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
+        hessian *= jacobian / self.scales**2
+        return density, gradient, hessian
 
     @property
     def scales(self) -> np.ndarray:
@@ -208,16 +261,38 @@ class KernelDensity:
 
 
 def _coefficient_chunk(
-    basis: TensorBasis, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
-) -> dict[str, np.ndarray | int]:
-    return coefficient_sums(basis, x, info.start)
+    basis: TensorBasis,
+    folds: Folds | None,
+    x: np.ndarray,
+    info: BlockInfo,
+    halo: np.ndarray | None,
+) -> dict:
+    if folds is None:
+        return coefficient_sums(basis, x, info.start)
+    empty = {"sum": np.zeros((basis.max_orders[0] + 1, len(basis.tails))), "n": 0}
+    by_fold = [dict(empty) for _ in range(folds.count)]
+    total = None
+    for fold, rows in folds.segments(info):
+        part = coefficient_sums(basis, x[rows], info.start + rows.start)
+        by_fold[fold] = {"sum": part["sum"], "n": part["n"]}
+        total = part if total is None else add_partials(total, part)
+    assert total is not None
+    return {**total, "folds": by_fold}
 
 
-def coefficient_reduction(basis: TensorBasis) -> Reduction:
-    """The density pass: chunk = :func:`coefficient_sums`, combine = ``+``,
-    finalize = :meth:`KernelDensity.from_sums`."""
+def _combine_coefficients(a: dict, b: dict) -> dict:
+    out = {k: a[k] + b[k] for k in ("sum", "sumsq", "n", "n_sq")}
+    if "folds" in a:
+        out["folds"] = [add_partials(p, q) for p, q in zip(a["folds"], b["folds"], strict=True)]
+    return out
+
+
+def coefficient_reduction(basis: TensorBasis, folds: Folds | None = None) -> Reduction:
+    """The density pass: chunk = :func:`coefficient_sums` (split by held-out fold when ``folds``
+    is given), combine = ``+``, finalize = :meth:`KernelDensity.from_sums`."""
     return Reduction(
         name="coefficients",
-        chunk=partial(_coefficient_chunk, basis),
+        chunk=partial(_coefficient_chunk, basis, folds),
+        combine=_combine_coefficients,
         finalize=partial(KernelDensity.from_sums, basis),
     )

@@ -1,19 +1,24 @@
-"""The whole estimate: ``estimate_response`` and its result schema (paper §4 algorithm).
+"""The whole estimate: ``estimate_response`` and its result schema (paper §4 algorithm, plus a
+second score estimator and a held-out choice between them).
 
-Each pass is the engine plus one kernel (DESIGN §3):
+``estimate_response`` composes the steps of :mod:`kelr_dist.steps`, each one read of the data:
 
-==========  ==========================================  ===================================
-pass        reductions (sharing one read of the data)   gives
-==========  ==========================================  ===================================
-0           moments (+ mean/covariance for baselines)   basis choice (step 1), KDE grid
-0b          Gamma fit (only for Laguerre without θ)     Laguerre θ and scale
-1           coefficient sums (+ KDE linear binning)     ``p_M`` (eq:kme_MC, step 2)
-1b          δ/R/η sweep over every order                order and δ (eq:deltaM, crit1-2)
-2           conjugate variables and lagged sums         ``k(lag, i, j)`` with error bars
-==========  ==========================================  ===================================
+====  ======================================================  ===================================
+read  reductions (sharing the read)                           gives
+====  ======================================================  ===================================
+1     moments, ``Ā`` (+ mean/covariance for baselines)         basis choice (step 1), centring
+1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
+2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq:kme_MC), ``G``, ``b``
+      (+ KDE bins)
+3     δ/R/η sweep over every order                             order and δ (eq:deltaM, crit1-2)
+4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
+      kernel embedding's held-out loss                         the estimator choice
+====  ======================================================  ===================================
 
-The result is an ``xarray.Dataset`` (see :func:`estimate_response`); :func:`write_result`
-writes it atomically and :func:`density_from_result` rebuilds ``p_M`` from it.
+Read 3 is skipped for ``estimator="score-matching"``; score matching's degree is chosen from the
+fold sums of read 2 without a read of its own. The result is an ``xarray.Dataset`` (see
+:func:`estimate_response`); :func:`write_result` writes it atomically and
+:func:`density_from_result` rebuilds ``p_M`` from it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,27 +38,13 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
-from kelr_dist.bases import IndexSet, TensorBasis
-from kelr_dist.density import KernelDensity, coefficient_reduction
-from kelr_dist.engine import run_reductions
-from kelr_dist.kde import (
-    SampleMoments,
-    binned_kde_reduction,
-    default_grid,
-    gaussian_score,
-    mean_covariance_reduction,
-    silverman_bandwidth,
-)
-from kelr_dist.moments import (
-    Moments,
-    choose_basis,
-    coordinates_from_spec,
-    format_basis,
-    gamma_reduction_for,
-    moments_reduction,
-    parse_basis_spec,
-)
-from kelr_dist.reduction import SYNCHRONOUS, Reduction
+from kelr_dist.bases import TensorBasis
+from kelr_dist.density import KernelDensity
+from kelr_dist.folds import DEFAULT_FOLDS, Folds
+from kelr_dist.heldout import ESTIMATORS, Choice, candidate_table, used_estimator
+from kelr_dist.kde import gaussian_score
+from kelr_dist.moments import coordinates_from_spec, format_basis, parse_basis_spec
+from kelr_dist.reduction import SYNCHRONOUS
 from kelr_dist.response import (
     DensityScore,
     Forcing,
@@ -63,22 +55,37 @@ from kelr_dist.response import (
     Score,
     constant_forcing,
     identity_observable,
-    response_reduction,
 )
-from kelr_dist.selection import (
-    Criteria,
-    active_coordinates,
-    choose_delta,
-    choose_order,
-    criteria_reduction,
-    typical_error,
+from kelr_dist.score_matching import PolynomialFeatures, feature_count
+from kelr_dist.selection import active_coordinates, typical_error
+from kelr_dist.steps import (
+    KernelEmbeddingChoice,
+    Passes,
+    ScoreMatchingChoice,
+    choose_coordinates,
+    choose_kernel_embedding,
+    choose_score_matching,
+    fit_estimators,
+    index_set_for,
+    kde_grid_and_bandwidth,
+    kernel_embedding_max_order,
+    respond,
+    score_matching_max_degree,
+    survey_data,
 )
 from kelr_dist.store import as_trajectory, open_trajectory
 
-#: default highest order scanned, by dimension (about 2000-3000 basis functions)
-DEFAULT_MAX_ORDER = {1: 150, 2: 70, 3: 24, 4: 12}
 #: default largest lag: 2000 rows, at most a twentieth of a chain
 DEFAULT_MAX_LAG = 2000
+#: largest score-matching Gram matrices (all folds) a requested degree may need
+MAX_GRAM_BYTES = 2 * 1024**3
+#: a lag-0 Stein residual beyond this many standard errors is reported as a bias
+STEIN_TOLERANCE = 3.0
+
+
+class BiasWarning(UserWarning):
+    """The lag-0 Stein residual of an estimate exceeds its error bars: the estimate is biased
+    beyond its standard errors."""
 
 
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
@@ -118,9 +125,7 @@ def _max_lag(max_lag: int | None, max_time: float | None, dt: float, n: int) -> 
     return int(max_lag)
 
 
-def _orders(
-    order: Any, max_order: Any, index_set: str, d: int
-) -> tuple[int | tuple[int, ...], int | tuple[int, ...] | None]:
+def _orders(order: Any, max_order: Any, index_set: str, d: int) -> tuple[Any, Any]:
     """(fitted order of the basis, user order or None for automatic)."""
     if isinstance(order, str):
         if order != "auto":
@@ -135,7 +140,7 @@ def _orders(
             raise ValueError(f"order must be a non-negative integer, got {order!r}")
         chosen = int(order)
     if max_order is None:
-        fitted = chosen if chosen is not None else DEFAULT_MAX_ORDER.get(d, 8)
+        fitted = chosen if chosen is not None else kernel_embedding_max_order(d)
     elif isinstance(max_order, Sequence):
         fitted = tuple(int(m) for m in max_order)
     else:
@@ -145,13 +150,29 @@ def _orders(
     return fitted, chosen
 
 
-def _first_set(index_set: str) -> IndexSet:
-    return "total" if index_set == "auto" else index_set  # type: ignore[return-value]
+def _degree(degree: Any, d: int, folds: int) -> int | None:
+    """The requested score-matching degree (None: automatic); refuses one whose Gram matrices
+    would not fit in memory, naming the bytes."""
+    if isinstance(degree, str):
+        if degree != "auto":
+            raise ValueError(f"degree must be 'auto' or an integer >= 1, got {degree!r}")
+        return None
+    if isinstance(degree, bool) or int(degree) != degree or degree < 1:
+        raise ValueError(f"degree must be 'auto' or an integer >= 1, got {degree!r}")
+    size = feature_count(d, int(degree))
+    nbytes = 8 * size * size * (folds + 1)
+    if nbytes > MAX_GRAM_BYTES:
+        raise ValueError(
+            f"degree={degree} gives {size} features in d = {d}: its Gram matrices need "
+            f"{nbytes / 2**30:.1f} GiB (limit {MAX_GRAM_BYTES / 2**30:.0f} GiB); choose a "
+            "smaller degree"
+        )
+    return int(degree)
 
 
 def _resolve_index_set(
     density: KernelDensity, max_order: Any, chosen: int | None
-) -> tuple[IndexSet, Any, Any]:
+) -> tuple[str, Any, Any]:
     """``index_set="auto"``: total degree, unless at most one coordinate is active
     (:func:`kelr_dist.selection.active_coordinates`); then a box with order 0 on the inactive
     ones and the 1-D default order on the active one."""
@@ -159,7 +180,7 @@ def _resolve_index_set(
     fitted = density.basis.order
     if active.all() or active.sum() > 1:
         return "total", fitted, chosen
-    top = DEFAULT_MAX_ORDER[1] if max_order is None else int(max_order)
+    top = kernel_embedding_max_order(1) if max_order is None else int(max_order)
     box = tuple(top if a else 0 for a in active)
     return "box", box, None if chosen is None else tuple(chosen if a else 0 for a in active)
 
@@ -182,23 +203,17 @@ def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable |
     return model.score
 
 
-def _check_finite(moments: Moments, source: str) -> None:
-    bad = ~(np.isfinite(moments.mean) & np.isfinite(moments.variance))
-    if bad.any():
-        raise ValueError(
-            f"trajectory {source!r}: component(s) {np.flatnonzero(bad).tolist()} hold non-finite "
-            "values (NaN or inf)"
-        )
-
-
 def estimate_response(
     trajectory: Any,
     *,
     variable: str = "x",
+    estimator: str = "auto",
     basis: str | Sequence[Any] = "auto",
     order: Any = "auto",
     max_order: Any = None,
     index_set: str = "auto",
+    degree: Any = "auto",
+    folds: int = DEFAULT_FOLDS,
     max_lag: int | None = None,
     max_time: float | None = None,
     delta: str | float = "auto",
@@ -214,28 +229,38 @@ def estimate_response(
     progress: bool | None = None,
     dt: float | None = None,
 ) -> xr.Dataset:
-    """Kernel-embedding linear response ``k(lag, i, j)`` of a trajectory (paper §4 algorithm).
+    """Linear response ``k(lag, i, j)`` of a trajectory (eq:lin_oper, eq:MC_approx).
 
     Parameters
     ----------
     trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout, or a
         numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1).
     variable : the trajectory variable of a store/Dataset.
+    estimator : the score estimate: ``"kernel-embedding"`` (the paper's ``∇ log p_M``),
+        ``"score-matching"`` (Hyvärinen 2005, :mod:`kelr_dist.score_matching`) or ``"auto"``:
+        both, and the one with the smaller held-out Hyvärinen loss (:mod:`kelr_dist.heldout`).
     basis : ``"auto"`` or a per-coordinate spec, e.g. ``"laguerre(theta=1),hermite"``
-        (:func:`kelr_dist.moments.parse_basis_spec`), or a list of coordinates.
-    order : ``"auto"`` (criteria of §4), an order ``M`` or a box tuple ``(M_1, ..)``.
-    max_order : highest order fitted and scanned (default by dimension, ``DEFAULT_MAX_ORDER``).
+        (:func:`kelr_dist.moments.parse_basis_spec`), or a list of coordinates; both estimators
+        use its coordinate families and affine maps.
+    order : kernel embedding: ``"auto"`` (criteria of §4), an order ``M`` or a box tuple.
+    max_order : highest order fitted and scanned (default: the budget of
+        :func:`kelr_dist.steps.kernel_embedding_max_order`).
     index_set : ``"total"`` (``|m|_1 ≤ M``), ``"box"`` (``m_k ≤ M_k``) or ``"auto"``: total
         degree unless at most one coordinate carries structure beyond its weight
         (:func:`kelr_dist.selection.active_coordinates`), then a box with order 0 on the others,
         as in the paper's Langevin example.
+    degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
+        :func:`kelr_dist.steps.score_matching_max_degree`) or a total degree ``q``.
+    folds : held-out folds (whole chains, or contiguous blocks of each chain).
     max_lag, max_time : largest lag in rows or in time units (one of them).
     delta : ``"auto"`` (error-tied threshold, :func:`kelr_dist.selection.choose_delta`),
-        ``"paper"`` (``δ_M`` of eq:deltaM) or a number.
-    observable, forcing : ``A`` and ``c`` (default identity and constant forcing).
+        ``"paper"`` (``δ_M`` of eq:deltaM) or a number, in standardized units (the density of
+        ``(x - loc) / scale``).
+    observable, forcing : ``A`` and ``c`` (default identity and constant forcing). ``A`` enters
+        centred (covariance form, :mod:`kelr_dist.response`).
     exact : also the exact-FDT response with the model's score (built-in models know it from the
         store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``.
-    kde, gaussian : also the Gaussian-KDE and quasi-Gaussian baselines (§5).
+    kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
     client : a ``distributed.Client``, a scheduler address, ``None`` (the embedded
         ``LocalCluster``) or ``"synchronous"`` (no cluster: the same passes in this process).
     n_workers, memory_limit : size of the embedded cluster.
@@ -244,116 +269,174 @@ def estimate_response(
     Returns
     -------
     xarray.Dataset
-        ``response(lag, i, j)`` and ``response_stderr``; ``response_exact``/``_kde``/
-        ``_gaussian`` (+ ``_stderr``) when asked; coordinates ``lag``, ``time`` (on lag), ``i``,
-        ``j``; criteria on ``order``: ``delta``, ``rejection``, ``eta``, ``eta_noise``,
-        ``delta_paper``, ``rejection_paper``, ``negative_excursion``; ``coefficients`` and
-        ``coefficient_variance`` on ``basis_function`` with ``multi_index(basis_function,
-        component)``; the run's choices in ``attrs``.
+        ``response(lag, i, j)`` and ``response_stderr`` from the chosen estimator
+        (``attrs["estimator"]``); with ``estimator="auto"`` the other one as
+        ``response_kernel_embedding`` or ``response_score_matching``;
+        ``response_exact``/``_kde``/``_gaussian`` (+ ``_stderr``) when asked; for every response
+        the lag-0 Stein residual ``stein_residual[_suffix](i, j)`` and its ``_stderr``; the
+        held-out candidates on ``candidate``; the kernel embedding's criteria on ``order`` and
+        coefficients on ``basis_function``; the run's choices in ``attrs``.
+
+    Warns
+    -----
+    BiasWarning
+        when the chosen estimate's Stein residual exceeds 3 standard errors.
     """
     started = time.perf_counter()
     traj = _open(trajectory, variable, dt)
-    source = str(traj.attrs.get("store", "<in-memory>"))
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     lag = _max_lag(max_lag, max_time, step, n)
     if index_set not in ("auto", "total", "box"):
         raise ValueError(f"index_set must be 'auto', 'total' or 'box', got {index_set!r}")
     fitted, chosen = _orders(order, max_order, index_set, d)
+    sm_degree = _degree(degree, d, folds)
     if not (delta in ("auto", "paper") or (isinstance(delta, float | int) and delta > 0)):
         raise ValueError(f"delta must be 'auto', 'paper' or a positive number, got {delta!r}")
+    if kde and d > 3:
+        raise ValueError(f"kde=True: the Gaussian-KDE baseline supports d <= 3, the data have {d}")
+    use_ke = estimator in ("auto", "kernel-embedding")
+    use_sm = estimator in ("auto", "score-matching")
+    fold_plan = Folds(folds, chains, n) if use_sm else None
     parse_basis_spec(basis, d)  # fail on a bad spec before any pass
     exact_fn = _exact_score(traj, score) if (exact or score is not None) else None
     observable = observable or identity_observable(components)
     forcing = forcing or constant_forcing(components)
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
-    executor = _client(client, n_workers, memory_limit)
+    passes = Passes(traj, _client(client, n_workers, memory_limit), progress)
 
-    def run(*reductions: Reduction) -> list[Any]:
-        return run_reductions(traj, reductions, executor, progress=progress)
-
-    # pass 0 (+0b): moments and tails -> basis
-    baselines = kde or gaussian
-    first = run(moments_reduction(), *([mean_covariance_reduction()] if baselines else []))
-    moments: Moments = first[0]
-    _check_finite(moments, source)
-    gamma_pass = gamma_reduction_for(moments, basis)
-    gamma = run(gamma_pass)[0] if gamma_pass is not None else None
-    coordinates = tuple(choose_basis(moments, gamma, basis))
+    survey = survey_data(passes, observable, covariance=kde or gaussian)
+    coordinates = choose_coordinates(passes, survey, basis)
     if index_set == "auto" and isinstance(chosen, tuple):
         index_set = "box"
+    features = (
+        PolynomialFeatures(coordinates, sm_degree or score_matching_max_degree(d))
+        if use_sm
+        else None
+    )
+    fits = fit_estimators(
+        passes,
+        density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
+        if use_ke
+        else None,
+        features=features,
+        folds=fold_plan,
+        kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
+    )
+    ke: KernelEmbeddingChoice | None = None
+    if use_ke:
+        density = fits.density
+        assert density is not None
+        if index_set == "auto":
+            index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
+            if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
+                basis_box = TensorBasis(coordinates, fitted, "box")
+                density = fit_estimators(passes, density_basis=basis_box, folds=fold_plan).density
+                assert density is not None
+        ke = choose_kernel_embedding(passes, density, chosen, delta)
+    sm: ScoreMatchingChoice | None = None
+    if use_sm:
+        assert fits.gram is not None
+        sm = choose_score_matching(fits.gram, sm_degree)
 
-    # pass 1: coefficients (+ KDE bins)
-    passes = [coefficient_reduction(TensorBasis(coordinates, fitted, _first_set(index_set)))]
-    if kde:
-        sample: SampleMoments = first[1]
-        h = silverman_bandwidth(np.sqrt(np.diag(np.atleast_2d(sample.cov))), int(sample.count))
-        passes.append(binned_kde_reduction(default_grid(sample.minimum, sample.maximum, h), h))
-    density, *kde_estimate = run(*passes)
-    if index_set == "auto":
-        index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
-        if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
-            density = run(coefficient_reduction(TensorBasis(coordinates, fitted, "box")))[0]
-
-    # pass 1b: criteria for every order -> order and δ
-    criteria: Criteria = run(criteria_reduction(density))[0]
-    if chosen is None:
-        chosen = choose_order(criteria)
-    level = max(chosen) if isinstance(chosen, tuple) else chosen
-    deltas = choose_delta(criteria)
-    if delta == "auto":
-        threshold = float(deltas[level])
-    elif delta == "paper":
-        threshold = float(criteria.delta_paper[level])
-    else:
-        threshold = float(delta)
-
-    # pass 2: conjugate variables and lagged sums
-    scores: dict[str, Score] = {"response": DensityScore(density, chosen, threshold)}
+    scores: dict[str, Score] = {}
+    if ke is not None:
+        scores["response_kernel_embedding"] = DensityScore(ke.density, ke.order, ke.delta)
+    if sm is not None:
+        scores["response_score_matching"] = sm.model
     if exact_fn is not None:
         scores["response_exact"] = FunctionScore(exact_fn)
-    if kde:
-        scores["response_kde"] = KDEScore(kde_estimate[0])
+    if fits.kde is not None:
+        scores["response_kde"] = KDEScore(fits.kde)
     if gaussian:
-        sample = first[1]
+        assert survey.sample is not None
+        sample = survey.sample
         scores["response_gaussian"] = FunctionScore(
             gaussian_score(sample.mean, np.atleast_2d(sample.cov))
         )
-    responses = run(response_reduction(scores, observable, forcing, lag))[0]
+    out = respond(
+        passes,
+        scores,
+        observable,
+        forcing,
+        lag,
+        centre=survey.centre,
+        scales=survey.moments.std,
+        held_out=(ke, fold_plan) if (ke is not None and fold_plan is not None) else None,
+    )
+    candidates = candidate_table(
+        estimator,
+        None if ke is None else (ke.level, out.density_loss),
+        sm.candidates if sm is not None else [],
+        sm.pick if sm is not None else None,
+    )
+    used = used_estimator(candidates)
+    responses = dict(out.results)
+    responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
+    main = responses["response"]
+    _warn_bias(main)
 
+    attrs: dict[str, Any] = {
+        "estimator": used,
+        "estimator_selection": estimator,
+        "folds": int(folds) if fold_plan is not None else 0,
+        "n_samples": int(chains * n),
+        "chains": int(chains),
+        "chain_length": int(n),
+        "dt": step,
+        "max_lag": lag,
+        "basis": format_basis(coordinates),
+        "rejection": main.rejection,
+        "store_reads": passes.reads,
+        "chunking": json.dumps([int(c) for c in traj.chunks[1]]),
+        "store": str(traj.attrs.get("store", "<in-memory>")),
+        "variable": str(traj.name),
+        "kelr_dist_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        **{k: _attr(traj.attrs[k]) for k in ("model", "model_params") if k in traj.attrs},
+    }
+    if ke is not None:
+        attrs.update(
+            order=json.dumps(ke.order),
+            order_selection=ke.order_selection,
+            max_order=json.dumps(ke.density.basis.order),
+            index_set=ke.density.basis.index_set,
+            delta=ke.delta,
+            delta_rule=ke.delta_rule,
+        )
+    if sm is not None:
+        assert features is not None
+        attrs.update(degree=sm.degree, ridge=sm.ridge, max_degree=features.degree)
+    attrs["runtime_seconds"] = time.perf_counter() - started
     return _assemble(
         responses=responses,
-        criteria=criteria,
-        deltas=deltas,
-        density=density,
+        ke=ke,
+        candidates=candidates,
+        used=used,
         trajectory=traj,
         observable=observable,
         forcing=forcing,
-        attrs={
-            "order": json.dumps(chosen),
-            "order_selection": "auto" if order == "auto" else "given",
-            "max_order": json.dumps(fitted),
-            "basis": format_basis(coordinates),
-            "index_set": index_set,
-            "delta": threshold,
-            "delta_rule": delta if isinstance(delta, str) else "given",
-            "rejection": responses["response"].rejection,
-            "n_samples": int(chains * n),
-            "chains": int(chains),
-            "chain_length": int(n),
-            "dt": step,
-            "max_lag": lag,
-            "chunking": json.dumps([int(c) for c in traj.chunks[1]]),
-            "store": source,
-            "variable": str(traj.name),
-            "kelr_dist_version": __version__,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "runtime_seconds": time.perf_counter() - started,
-            **{k: _attr(traj.attrs[k]) for k in ("model", "model_params") if k in traj.attrs},
-        },
+        attrs=attrs,
     )
+
+
+def _warn_bias(result: ResponseResult) -> None:
+    """One-line :class:`BiasWarning` when the lag-0 Stein residual exceeds its error bars."""
+    residual, stderr = result.stein_residual, result.stein_residual_stderr
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.abs(residual) / stderr
+    worst = np.unravel_index(np.nanargmax(np.where(np.isfinite(ratio), ratio, -1)), ratio.shape)
+    if np.isfinite(ratio[worst]) and ratio[worst] > STEIN_TOLERANCE:
+        warnings.warn(
+            f"lag-0 Stein residual {residual[worst]:+.3g} at (i, j) = {tuple(map(int, worst))} is "
+            f"{ratio[worst]:.1f} standard errors: the estimate is biased beyond its error bars",
+            BiasWarning,
+            stacklevel=3,
+        )
 
 
 def _attr(value: Any) -> Any:
@@ -363,9 +446,9 @@ def _attr(value: Any) -> Any:
 def _assemble(
     *,
     responses: dict[str, ResponseResult],
-    criteria: Criteria,
-    deltas: np.ndarray,
-    density: KernelDensity,
+    ke: KernelEmbeddingChoice | None,
+    candidates: list[Choice],
+    used: str,
     trajectory: xr.DataArray,
     observable: Observable,
     forcing: Forcing,
@@ -377,34 +460,49 @@ def _assemble(
     for name, result in responses.items():
         data[name] = (dims, result.mean)
         data[f"{name}_stderr"] = (dims, result.stderr)
-    orders = criteria.orders
-    data.update(
-        delta=("order", deltas),
-        rejection=("order", criteria.rejection(deltas)),
-        delta_paper=("order", criteria.delta_paper),
-        rejection_paper=("order", criteria.rejection_paper()),
-        negative_excursion=("order", criteria.negative_excursion),
-        negative_median=("order", typical_error(criteria)),
-        eta=("order", criteria.eta),
-        eta_noise=("order", criteria.eta_noise),
-        coefficients=("basis_function", density.coefficients),
-        coefficient_variance=("basis_function", density.variances),
-        multi_index=(("basis_function", "component"), density.basis.indices),
+        suffix = name[len("response") :]
+        data[f"stein_residual{suffix}"] = (("i", "j"), result.stein_residual)
+        data[f"stein_residual{suffix}_stderr"] = (("i", "j"), result.stein_residual_stderr)
+    coords: dict[str, Any] = {
+        "lag": lags,
+        "time": ("lag", lags * attrs["dt"]),
+        # variable-length strings: zarr 3 has no stable spec for fixed-width unicode
+        "i": _names(observable.names),
+        "j": _names(forcing.names),
+        "component": _names(trajectory["component"].values),
+    }
+    if candidates:
+        data.update(
+            candidate_estimator=("candidate", _names([c.estimator for c in candidates])),
+            candidate_order=("candidate", np.array([c.order for c in candidates])),
+            candidate_ridge=("candidate", np.array([c.ridge for c in candidates])),
+            candidate_loss=("candidate", np.array([c.loss for c in candidates])),
+            candidate_loss_stderr=("candidate", np.array([c.loss_stderr for c in candidates])),
+            candidate_chosen=("candidate", np.array([c.chosen for c in candidates])),
+        )
+        coords["candidate"] = np.arange(len(candidates))
+    if ke is not None:
+        criteria, density = ke.criteria, ke.density
+        data.update(
+            delta=("order", ke.deltas),
+            rejection=("order", criteria.rejection(ke.deltas)),
+            delta_paper=("order", criteria.delta_paper),
+            rejection_paper=("order", criteria.rejection_paper()),
+            negative_excursion=("order", criteria.negative_excursion),
+            negative_median=("order", typical_error(criteria)),
+            eta=("order", criteria.eta),
+            eta_noise=("order", criteria.eta_noise),
+            coefficients=("basis_function", density.coefficients),
+            coefficient_variance=("basis_function", density.variances),
+            multi_index=(("basis_function", "component"), density.basis.indices),
+        )
+        coords["order"] = criteria.orders
+    ds = xr.Dataset(data, coords=coords, attrs=attrs)
+    ds["response"].attrs["long_name"] = f"linear response k(t) ({used})"
+    ds["response_stderr"].attrs["long_name"] = "sampling standard error of k(t) (block averaging)"
+    ds["stein_residual"].attrs["long_name"] = (
+        "lag-0 Stein residual k(0) - E[d_j(c_j (A_i - mean A_i))]: estimator bias at lag 0"
     )
-    ds = xr.Dataset(
-        data,
-        coords={
-            "lag": lags,
-            "time": ("lag", lags * attrs["dt"]),
-            # variable-length strings: zarr 3 has no stable spec for fixed-width unicode
-            "i": _names(observable.names),
-            "j": _names(forcing.names),
-            "order": orders,
-            "component": _names(trajectory["component"].values),
-        },
-        attrs=attrs,
-    )
-    ds["response"].attrs["long_name"] = "kernel-embedding linear response k(t)"
     ds["time"].attrs["long_name"] = "time lag"
     return ds
 

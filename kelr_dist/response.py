@@ -8,17 +8,32 @@ The linear response operator of an observable ``A`` to a forcing ``c(x) δf(t)``
 * :class:`DensityScore` — the kernel-embedding ``p_M``: ``∇p_M / p_M`` on ``{p_M ≥ δ}`` and
   ``B̂ = 0`` elsewhere (eq:deps_hat; the sum is still divided by ``N - s``);
 * :class:`FunctionScore` — a known score (the exact FDT response), the quasi-Gaussian score;
-* :class:`KDEScore` — the Gaussian KDE baseline.
+* :class:`KDEScore` — the Gaussian KDE baseline;
+* :class:`kelr_dist.score_matching.ScoreModel` — the score-matching fit.
 
 :func:`response_reduction` computes all of them in one pass: per block, ``A`` on the block and
 its halo, ``B`` for every score, and the lagged sums with their block-averaging partials
 (:mod:`kelr_dist.blocking`), so the data are read once.
+
+Covariance form. The observable enters centred, ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)``
+with ``Ā`` its mean over the trajectory (from an earlier pass). For the true score ``E[B] = 0``
+and the centring changes nothing; for an estimate ``Ê[B̂] ≠ 0`` slightly, and without centring
+that bias is multiplied by ``|Ā|``: data in other units or with another origin (kelvin instead of
+a deviation, positions far from 0) would give another answer. Centred, ``A - Ā`` and ``B̂`` do not
+depend on the origin, and their product not on the units.
+
+Lag-0 self-check (Stein's identity). For the true score and any smooth ``g``,
+``E[g(X) s(X)ᵀ + ∇g(X)] = 0``; with ``g = c_j (A_i - Ā_i)`` this reads
+``k_ij(0) = E[∂_j(c_j (A_i - Ā_i))] = E[c_j ∂_j A_i + (A_i - Ā_i) ∂_j c_j]``. The residual
+``k̂(0) - Ê[∂_j(c_j (A_i - Ā_i))]`` of an estimate, with its block-averaging standard error, measures
+the estimator's bias at lag 0 without knowing the truth (:attr:`ResponseResult.stein`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,7 +56,12 @@ class Score(Protocol):
 
 @dataclass(frozen=True)
 class DensityScore:
-    """``∇ log p_M`` of the kernel-embedding estimate on ``D_{M,δ} = {p_M ≥ δ}`` (eq:deps_hat)."""
+    """``∇ log p_M`` of the kernel-embedding estimate on ``D_{M,δ} = {p_M ≥ δ}`` (eq:deps_hat).
+
+    ``delta`` is in standardized units: it bounds the density of the mapped coordinates
+    ``y = (x - loc) / scale``, i.e. ``p_M(x) Π_k scale_k``, so it does not depend on the data's
+    units.
+    """
 
     density: KernelDensity
     order: Order
@@ -49,7 +69,7 @@ class DensityScore:
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p, grad = self.density.evaluate(x, self.order)
-        kept = p >= self.delta
+        kept = p >= self.delta * self.density.jacobian
         score = np.zeros_like(grad)
         np.divide(grad, p[:, None], out=score, where=kept[:, None])
         return score, kept
@@ -82,12 +102,36 @@ class KDEScore:
         return score, kept
 
 
+#: relative step (in units of each component's standard deviation) of the central differences
+#: that differentiate an observable given without its derivative
+DIFFERENCE_STEP = 1e-5
+
+
 @dataclass(frozen=True)
 class Observable:
-    """``A``: ``x (n, d) -> (n, q)`` with component names; identity when ``function`` is None."""
+    """``A``: ``x (n, d) -> (n, q)`` with component names; identity when ``function`` is None.
+
+    ``derivative`` gives ``∂_j A_i`` ``x (n, d) -> (n, q, d)`` for the lag-0 self-check; without it
+    (a user function) the derivative is taken by central differences.
+    """
 
     names: tuple[str, ...]
     function: Callable[[np.ndarray], np.ndarray] | None = None
+    derivative: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def jacobian(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """``∂_j A_i`` at ``x (n, d)``, ``(n, q, d)``; ``steps (d,)`` for central differences."""
+        if self.function is None:
+            return np.broadcast_to(np.eye(x.shape[1]), (x.shape[0], x.shape[1], x.shape[1]))
+        if self.derivative is not None:
+            return np.asarray(self.derivative(x), dtype=np.float64)
+        out = np.empty((x.shape[0], len(self.names), x.shape[1]))
+        for j, h in enumerate(steps):
+            up, down = x.copy(), x.copy()
+            up[:, j] += h
+            down[:, j] -= h
+            out[:, :, j] = (self(up) - self(down)) / (2.0 * h)
+        return out
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.function is None:
@@ -113,16 +157,23 @@ class Forcing:
     names: tuple[str, ...]
     function: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
 
+    def profile(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``c`` and ``∂_i c_i`` at ``x (n, d)``, each ``(n, d)``."""
+        if self.function is None:
+            return np.ones(x.shape), np.zeros(x.shape)
+        c, dc = (np.asarray(v, dtype=np.float64) for v in self.function(x))
+        if c.shape != x.shape or dc.shape != x.shape:
+            raise ValueError(
+                f"forcing returned shapes {c.shape} and {dc.shape}, expected {x.shape} each"
+            )
+        return c, dc
+
     def conjugate(self, x: np.ndarray, score: np.ndarray, kept: np.ndarray) -> np.ndarray:
         """``B_i = -∂_i c_i - c_i ∂_i log p`` on kept rows, else 0 (eq:lin_oper, eq:deps_hat)."""
         if self.function is None:
             b = -score
         else:
-            c, dc = (np.asarray(v, dtype=np.float64) for v in self.function(x))
-            if c.shape != x.shape or dc.shape != x.shape:
-                raise ValueError(
-                    f"forcing returned shapes {c.shape} and {dc.shape}, expected {x.shape} each"
-                )
+            c, dc = self.profile(x)
             b = -dc - c * score
         b[~kept] = 0.0
         return b
@@ -130,11 +181,24 @@ class Forcing:
 
 @dataclass(frozen=True)
 class ResponseResult:
-    """One response estimate: ``mean`` and ``stderr`` ``(S+1, q, d)`` plus the rows kept."""
+    """One response estimate: ``mean`` and ``stderr`` ``(S+1, q, d)``, the rows kept, and the
+    lag-0 Stein residual ``k̂(0) - Ê[∂_j(c_j (A_i - Ā_i))]`` with its standard error (``stein``,
+    mean and stderr of shape ``(1, q·d, 1)``; see the module docstring)."""
 
     blocking: BlockingResult
     kept: int
     n: int
+    stein: BlockingResult
+
+    @property
+    def stein_residual(self) -> np.ndarray:
+        """``(q, d)``."""
+        return self.stein.mean.reshape(self.mean.shape[1:])
+
+    @property
+    def stein_residual_stderr(self) -> np.ndarray:
+        """``(q, d)``."""
+        return self.stein.stderr.reshape(self.mean.shape[1:])
 
     @property
     def mean(self) -> np.ndarray:
@@ -150,23 +214,39 @@ class ResponseResult:
         return 1.0 - self.kept / self.n
 
 
+def stein_target(
+    observable: Observable, forcing: Forcing, x: np.ndarray, a: np.ndarray, steps: np.ndarray
+) -> np.ndarray:
+    """``∂_j(c_j (A_i - Ā_i)) = c_j ∂_j A_i + (A_i - Ā_i) ∂_j c_j`` at ``x (n, d)``, ``(n, q, d)``;
+    ``a (n, q)`` is the centred observable on the same rows."""
+    c, dc = forcing.profile(x)
+    return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
+
+
 @dataclass(frozen=True)
 class _ResponseKernel:
     scores: Mapping[str, Score]
     observable: Observable
     forcing: Forcing
     max_lag: int
+    centre: np.ndarray  # (q,) Ā
+    steps: np.ndarray  # (d,) central-difference steps for the observable's derivative
     base_block: int | None = None
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         x_ext = x if halo is None or len(halo) == 0 else np.concatenate([x, halo])
-        a_ext = self.observable(x_ext)
+        a_ext = self.observable(x_ext) - self.centre
+        a = a_ext[: x.shape[0]]
+        target = stein_target(self.observable, self.forcing, x, a, self.steps)
+        ones = np.ones((x.shape[0], 1))
         out: dict[str, Any] = {}
         for name, score in self.scores.items():
             s, kept = score(x)
             b = self.forcing.conjugate(x, s, kept)
             part = response_block_partial(a_ext, b, self.max_lag, info, self.base_block)
-            out[name] = {"blocks": part, "kept": int(kept.sum()), "n": x.shape[0]}
+            residual = (a[:, :, None] * b[:, None, :] - target).reshape(x.shape[0], -1)
+            stein = response_block_partial(residual, ones, 0, info)
+            out[name] = {"blocks": part, "stein": stein, "kept": int(kept.sum()), "n": x.shape[0]}
         return out
 
 
@@ -174,6 +254,7 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {
         name: {
             "blocks": combine_block_partials(a[name]["blocks"], b[name]["blocks"]),
+            "stein": combine_block_partials(a[name]["stein"], b[name]["stein"]),
             "kept": a[name]["kept"] + b[name]["kept"],
             "n": a[name]["n"] + b[name]["n"],
         }
@@ -183,7 +264,12 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _finalize(partials: dict[str, Any]) -> dict[str, ResponseResult]:
     return {
-        name: ResponseResult(block_standard_error(p["blocks"]), p["kept"], p["n"])
+        name: ResponseResult(
+            block_standard_error(p["blocks"]),
+            p["kept"],
+            p["n"],
+            block_standard_error(p["stein"]),
+        )
         for name, p in partials.items()
     }
 
@@ -193,16 +279,26 @@ def response_reduction(
     observable: Observable,
     forcing: Forcing,
     max_lag: int,
+    centre: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
     base_block: int | None = None,
 ) -> Reduction:
-    """The response pass: ``k(s) = (1/(N_s)) Σ_n A(X_{n+s}) ⊗ B(X_n)`` (eq:MC_approx) for every
-    score in ``scores``, with block-averaging standard errors; halo = ``max_lag`` rows.
+    """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq:MC_approx, in
+    covariance form) for every score in ``scores``, with block-averaging standard errors and the
+    lag-0 Stein residual; halo = ``max_lag`` rows.
 
-    Finalizes to ``{name: ResponseResult}``.
+    ``centre`` is ``Ā`` ``(q,)`` (default 0: no centring); ``scales`` ``(d,)`` the components'
+    standard deviations, which set the central-difference steps of an observable given without
+    its derivative. Finalizes to ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
-    kernel = _ResponseKernel(dict(scores), observable, forcing, int(max_lag), base_block)
+    q, d = len(observable.names), len(forcing.names)
+    centre = np.zeros(q) if centre is None else np.asarray(centre, dtype=np.float64)
+    steps = DIFFERENCE_STEP * (np.ones(d) if scales is None else np.asarray(scales, float))
+    kernel = _ResponseKernel(
+        dict(scores), observable, forcing, int(max_lag), centre, steps, base_block
+    )
     return Reduction(
         name="response",
         chunk=kernel.chunk,
@@ -210,6 +306,25 @@ def response_reduction(
         finalize=_finalize,
         halo=int(max_lag),
     )
+
+
+def _observable_sums(
+    observable: Observable, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
+) -> dict[str, Any]:
+    return {"sum": observable(x).sum(axis=0), "n": x.shape[0]}
+
+
+def observable_mean_reduction(observable: Observable) -> Reduction:
+    """``Ā = (1/N) Σ_n A(X_n)`` ``(q,)``: the centre of the covariance form."""
+    return Reduction(
+        name="observable-mean",
+        chunk=partial(_observable_sums, observable),
+        finalize=_observable_mean,
+    )
+
+
+def _observable_mean(partial_sums: dict[str, Any]) -> np.ndarray:
+    return np.asarray(partial_sums["sum"], dtype=np.float64) / partial_sums["n"]
 
 
 def identity_observable(components: Sequence[str]) -> Observable:

@@ -4,7 +4,9 @@ For one set of coefficients (they do not depend on the order), the order-``M`` e
 sample is the running sum of its *shell* contributions ``Σ_{level(m) = L} ĉ_m Ψ_m(X_n)`` over
 ``L ≤ M``. One pass over the data evaluates every shell at every sample (a compiled loop over
 the index set: there is no matrix-product form for per-sample shell sums), accumulates the
-running sums and records, per order, mergeable statistics of ``p_M(X_n)``:
+running sums and records, per order, mergeable statistics of ``p_M(X_n)``, in standardized
+units (the density of the mapped coordinates ``y = (x - loc) / scale``, i.e. ``p_M(x) Π scale_k``,
+so that every threshold and histogram below is the same whatever the data's units):
 
 * the smallest positive value (``δ_M``, eq:deltaM) and the smallest value (most negative);
 * histograms of ``|p_M(X_n)|`` for positive and negative values on a fixed grid of quarter
@@ -156,8 +158,9 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
         "min_val": np.full(levels, np.inf),
         "n": np.int64(x.shape[0]),
     }
-    # tables in the mapped coordinates; the Jacobian goes into the coefficients
-    coef_t = np.ascontiguousarray(density.matrix().T) * density.jacobian
+    # tables in the mapped coordinates: p_M in standardized units (no Jacobian), so every
+    # threshold and histogram is independent of the data's units
+    coef_t = np.ascontiguousarray(density.matrix().T)
     shift, floor, stop = _layout(basis)
     for rows in row_blocks(x.shape[0], basis.row_block()):
         values = [

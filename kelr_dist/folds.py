@@ -1,0 +1,73 @@
+"""Held-out folds of a trajectory that respect time correlation: whole chains or long blocks.
+
+Held-out selection (:mod:`kelr_dist.heldout`) fits every candidate on all folds but one and scores
+it on the one left out. Samples of a time series are correlated, so a fold must not interleave
+with the others at the scale of the correlation time: with at least ``K`` chains a fold is a set of
+whole chains (chain ``c`` goes to fold ``c mod K``); otherwise each chain is cut into ``K``
+contiguous blocks of ``n / K`` rows (fold ``f`` holds rows ``[f n / K, (f + 1) n / K)`` of every
+chain), which are much longer than the correlation time of any trajectory worth estimating a
+response from (the response itself needs lags far shorter than the chain).
+
+Fold membership depends only on the global time index and the chain, never on the chunking, so
+partial sums split by fold add up to the same totals for any chunking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kelr_dist.reduction import BlockInfo
+
+#: default number of folds
+DEFAULT_FOLDS = 4
+#: fewest samples a fold may hold
+MIN_FOLD_SAMPLES = 1000
+
+
+@dataclass(frozen=True)
+class Folds:
+    """``count`` folds of ``chains`` chains of ``chain_length`` rows (see the module docstring)."""
+
+    count: int
+    chains: int
+    chain_length: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 2:
+            raise ValueError(f"folds must be an integer >= 2, got {self.count!r}")
+        smallest = self.sizes()
+        if min(smallest) < MIN_FOLD_SAMPLES:
+            raise ValueError(
+                f"folds={self.count}: the trajectory ({self.chains} chain(s) x "
+                f"{self.chain_length} samples) gives a fold of only {min(smallest)} samples; "
+                f"each fold needs at least {MIN_FOLD_SAMPLES} (use fewer folds or more data)"
+            )
+
+    @property
+    def by_chain(self) -> bool:
+        """Whether a fold is a set of whole chains (at least ``count`` chains)."""
+        return self.chains >= self.count
+
+    def edge(self, fold: int) -> int:
+        """First row of ``fold`` within a chain (contiguous folds)."""
+        return fold * self.chain_length // self.count
+
+    def sizes(self) -> list[int]:
+        """Samples per fold."""
+        if self.by_chain:
+            return [
+                len(range(f, self.chains, self.count)) * self.chain_length
+                for f in range(self.count)
+            ]
+        return [self.chains * (self.edge(f + 1) - self.edge(f)) for f in range(self.count)]
+
+    def segments(self, info: BlockInfo) -> Iterator[tuple[int, slice]]:
+        """``(fold, rows)`` pieces of one block; ``rows`` index the block's own rows."""
+        if self.by_chain:
+            yield info.chain % self.count, slice(0, info.length)
+            return
+        for fold in range(self.count):
+            lo, hi = max(self.edge(fold), info.start), min(self.edge(fold + 1), info.stop)
+            if hi > lo:
+                yield fold, slice(lo - info.start, hi - info.start)

@@ -1,0 +1,323 @@
+"""The estimate's steps, each one engine pass plus kernels: survey, basis, fit, choose, respond.
+
+A step takes a :class:`Passes` (the trajectory and where its passes run) and the results of
+earlier steps, and returns plain results; :func:`kelr_dist.estimate.estimate_response` composes
+them, and scripts may call them one by one::
+
+    passes = Passes(trajectory, client)
+    survey = survey_data(passes, observable)                      # read 1: moments, Ā
+    coordinates = choose_coordinates(passes, survey, "auto")       # (read 1b: Gamma fit)
+    fits = fit_estimators(passes, coordinates, density_basis=..., features=..., folds=...)  # 2
+    ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
+    sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
+    out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
+
+Every pass is :func:`kelr_dist.engine.run_reductions` with the step's reductions; reductions that
+can share a read of the data are run in the same pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from kelr_dist.bases import Coordinate, IndexSet, TensorBasis
+from kelr_dist.density import KernelDensity, Order, coefficient_reduction
+from kelr_dist.engine import run_reductions
+from kelr_dist.folds import Folds
+from kelr_dist.heldout import FoldLosses, density_loss_reduction
+from kelr_dist.kde import (
+    BinnedKDE,
+    SampleMoments,
+    binned_kde_reduction,
+    default_grid,
+    mean_covariance_reduction,
+    silverman_bandwidth,
+)
+from kelr_dist.moments import Moments, choose_basis, gamma_reduction_for, moments_reduction
+from kelr_dist.reduction import Reduction
+from kelr_dist.response import (
+    Forcing,
+    Observable,
+    ResponseResult,
+    Score,
+    observable_mean_reduction,
+    response_reduction,
+)
+from kelr_dist.score_matching import (
+    Candidate,
+    GramSums,
+    PolynomialFeatures,
+    ScoreModel,
+    choose_candidate,
+    feature_count,
+    fit_score,
+    gram_reduction,
+    held_out_candidates,
+)
+from kelr_dist.selection import Criteria, choose_delta, choose_order, criteria_reduction
+
+#: the kernel embedding's highest order scanned: the largest total-degree set with at most this
+#: many basis functions (each costs ~4 flops per sample in the coefficient, criteria and response
+#: passes; 2600 functions are ~5 s per 1e7 samples of GEMM on 2 cores and 85 KiB of tables per
+#: sample row block), with every coordinate at most KE_MAX_DEGREE
+KE_MAX_FUNCTIONS = 2600
+KE_MAX_DEGREE = 150
+#: score matching's highest degree: at most this many features (Gram matrices of 400 KiB each)
+SM_MAX_FEATURES = 220
+#: flops the score-matching Gram pass may spend (2 P² per row used, ~8 s at 50 Gflop/s): rows
+#: beyond that budget are thinned to every stride-th sample
+SM_GRAM_FLOPS = 4e11
+
+
+def kernel_embedding_max_order(d: int) -> int:
+    """Highest total order ``M`` with ``C(M + d, d) ≤`` :data:`KE_MAX_FUNCTIONS` (and ``M ≤``
+    :data:`KE_MAX_DEGREE`): the budget, in functions, of the kernel-embedding passes."""
+    order = 0
+    while order < KE_MAX_DEGREE and math.comb(order + 1 + d, d) <= KE_MAX_FUNCTIONS:
+        order += 1
+    return order
+
+
+def score_matching_max_degree(d: int) -> int:
+    """Highest total degree ``q ≥ 1`` with at most :data:`SM_MAX_FEATURES` features."""
+    degree = 1
+    while feature_count(d, degree + 1) <= SM_MAX_FEATURES:
+        degree += 1
+    return degree
+
+
+def gram_stride(n_samples: int, features: int) -> int:
+    """Every how many samples the Gram pass uses so it stays within :data:`SM_GRAM_FLOPS`."""
+    return max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
+
+
+@dataclass
+class Passes:
+    """A trajectory and where its passes run; counts the reads of the data."""
+
+    trajectory: xr.DataArray
+    client: Any
+    progress: bool | None = None
+    reads: int = 0
+
+    def __call__(self, *reductions: Reduction) -> list[Any]:
+        self.reads += 1
+        return run_reductions(self.trajectory, reductions, self.client, progress=self.progress)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """Pass-0 results: per-coordinate moments, the observable's mean ``Ā (q,)`` and (when asked)
+    mean and covariance for the baselines."""
+
+    moments: Moments
+    centre: np.ndarray
+    sample: SampleMoments | None = None
+
+
+def survey_data(passes: Passes, observable: Observable, covariance: bool = False) -> Survey:
+    """Read 1: moments and tails (basis choice, step 1 of §4), ``Ā``, and optionally the sample
+    mean and covariance (KDE bandwidth, quasi-Gaussian baseline)."""
+    reductions = [moments_reduction(), observable_mean_reduction(observable)]
+    if covariance:
+        reductions.append(mean_covariance_reduction())
+    out = passes(*reductions)
+    moments: Moments = out[0]
+    bad = ~(np.isfinite(moments.mean) & np.isfinite(moments.variance))
+    if bad.any():
+        source = passes.trajectory.attrs.get("store", "<in-memory>")
+        raise ValueError(
+            f"trajectory {source!r}: component(s) {np.flatnonzero(bad).tolist()} hold non-finite "
+            "values (NaN or inf)"
+        )
+    return Survey(moments, out[1], out[2] if covariance else None)
+
+
+def choose_coordinates(
+    passes: Passes, survey: Survey, basis: str | Sequence[Any] = "auto"
+) -> tuple[Coordinate, ...]:
+    """Basis per coordinate (step 1 of §4, Remark remark_rich); runs the Gamma-fit pass only
+    for Laguerre coordinates whose θ comes from the data."""
+    gamma_pass = gamma_reduction_for(survey.moments, basis)
+    gamma = passes(gamma_pass)[0] if gamma_pass is not None else None
+    return tuple(choose_basis(survey.moments, gamma, basis))
+
+
+def kde_grid_and_bandwidth(sample: SampleMoments) -> tuple[Any, np.ndarray]:
+    """The binned KDE's grid and Silverman bandwidth; ``ValueError`` (naming the bytes) before any
+    further pass when the grid would not fit."""
+    h = silverman_bandwidth(np.sqrt(np.diag(np.atleast_2d(sample.cov))), int(sample.count))
+    try:
+        grid = default_grid(sample.minimum, sample.maximum, h)
+    except ValueError as err:
+        raise ValueError(
+            f"kde=True: the Gaussian-KDE baseline's grid is too large: {err}"
+        ) from None
+    return grid, h
+
+
+@dataclass(frozen=True)
+class Fits:
+    """Read-2 results: the kernel embedding ``p_M`` (fitted by fold), score matching's Gram sums
+    by fold, and the KDE baseline — each ``None`` when not asked for."""
+
+    density: KernelDensity | None = None
+    gram: GramSums | None = None
+    kde: BinnedKDE | None = None
+
+
+def fit_estimators(
+    passes: Passes,
+    *,
+    density_basis: TensorBasis | None = None,
+    features: PolynomialFeatures | None = None,
+    folds: Folds | None = None,
+    kde_grid: tuple[Any, np.ndarray] | None = None,
+) -> Fits:
+    """Read 2: coefficient sums (eq:kme_MC), score matching's Gram sums (Hyvärinen 2005) and
+    the KDE bins, in one pass; sums kept per held-out fold when ``folds`` is given."""
+    reductions, names = [], []
+    if density_basis is not None:
+        reductions.append(coefficient_reduction(density_basis, folds))
+        names.append("density")
+    if features is not None:
+        if folds is None:
+            raise ValueError("score matching needs held-out folds")
+        chains, n, _ = passes.trajectory.shape
+        stride = gram_stride(chains * n, features.size)
+        reductions.append(gram_reduction(features, folds, stride))
+        names.append("gram")
+    if kde_grid is not None:
+        reductions.append(binned_kde_reduction(*kde_grid))
+        names.append("kde")
+    return Fits(**dict(zip(names, passes(*reductions), strict=True)))
+
+
+@dataclass(frozen=True)
+class KernelEmbeddingChoice:
+    """The kernel embedding after order and threshold selection (eq:deltaM, crit1, crit2)."""
+
+    density: KernelDensity
+    order: int | tuple[int, ...]
+    delta: float
+    criteria: Criteria
+    deltas: np.ndarray
+    order_selection: str = "auto"
+    delta_rule: str = "auto"
+
+    @property
+    def level(self) -> int:
+        return max(self.order) if isinstance(self.order, tuple) else int(self.order)
+
+
+def choose_kernel_embedding(
+    passes: Passes,
+    density: KernelDensity,
+    order: int | tuple[int, ...] | None = None,
+    delta: str | float = "auto",
+) -> KernelEmbeddingChoice:
+    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4)."""
+    criteria: Criteria = passes(criteria_reduction(density))[0]
+    chosen = choose_order(criteria) if order is None else order
+    level = max(chosen) if isinstance(chosen, tuple) else int(chosen)
+    deltas = choose_delta(criteria)
+    if delta == "auto":
+        threshold = float(deltas[level])
+    elif delta == "paper":
+        threshold = float(criteria.delta_paper[level])
+    else:
+        threshold = float(delta)
+    return KernelEmbeddingChoice(
+        density,
+        chosen,
+        threshold,
+        criteria,
+        deltas,
+        "auto" if order is None else "given",
+        delta if isinstance(delta, str) else "given",
+    )
+
+
+@dataclass(frozen=True)
+class ScoreMatchingChoice:
+    """The score-matching fit of the degree and ridge with the least held-out loss, and every
+    candidate scored."""
+
+    model: ScoreModel
+    pick: Candidate
+    candidates: list[Candidate] = field(repr=False)
+
+    @property
+    def degree(self) -> int:
+        return self.pick.degree
+
+    @property
+    def ridge(self) -> float:
+        return self.pick.ridge
+
+
+def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMatchingChoice:
+    """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
+    :func:`kelr_dist.score_matching.choose_candidate`); refit on every fold. No read."""
+    candidates = held_out_candidates(gram, None if degree is None else [degree])
+    pick = choose_candidate(candidates)
+    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates)
+
+
+@dataclass(frozen=True)
+class Responses:
+    """Read-4 results: one :class:`ResponseResult` per score and the kernel embedding's
+    held-out loss (when asked)."""
+
+    results: dict[str, ResponseResult]
+    density_loss: FoldLosses | None = None
+
+
+def respond(
+    passes: Passes,
+    scores: Mapping[str, Score],
+    observable: Observable,
+    forcing: Forcing,
+    max_lag: int,
+    *,
+    centre: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
+) -> Responses:
+    """Read 4: conjugate variables and lagged sums for every score (eq:lin_oper, eq:MC_approx),
+    the lag-0 Stein residuals, and the kernel embedding's held-out loss in the same read."""
+    reductions = [response_reduction(scores, observable, forcing, max_lag, centre, scales)]
+    if held_out is not None:
+        choice, folds = held_out
+        reductions.append(density_loss_reduction(choice.density, choice.order, choice.delta, folds))
+    out = passes(*reductions)
+    return Responses(out[0], out[1] if held_out is not None else None)
+
+
+def index_set_for(index_set: str) -> IndexSet:
+    """The index set of the first fit (``auto`` starts from total degree)."""
+    return "total" if index_set == "auto" else index_set  # type: ignore[return-value]
+
+
+__all__ = [
+    "Fits",
+    "KernelEmbeddingChoice",
+    "Order",
+    "Passes",
+    "Responses",
+    "ScoreMatchingChoice",
+    "Survey",
+    "choose_coordinates",
+    "choose_kernel_embedding",
+    "choose_score_matching",
+    "fit_estimators",
+    "kde_grid_and_bandwidth",
+    "respond",
+    "survey_data",
+]
