@@ -277,11 +277,14 @@ def _probe_scheduler(address: str | None) -> None:
 def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet: bool) -> Any:
     """``"synchronous"``, or a client of the scheduler (argument or ``DASK_SCHEDULER_ADDRESS``)
     or of the embedded cluster."""
-    from kelr_dist.cluster import get_client
+    from kelr_dist.cluster import check_address, get_client
 
     if scheduler == SYNCHRONOUS:
         return SYNCHRONOUS
-    _probe_scheduler(scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if address:
+        check_address(address)  # a forbidden plain-TCP address is refused before connecting
+    _probe_scheduler(address)
     return get_client(scheduler, n_workers=workers, memory_limit=memory_limit, quiet=quiet)
 
 

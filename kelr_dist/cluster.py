@@ -10,8 +10,10 @@ of a CLI run).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -20,8 +22,10 @@ import dask
 import psutil
 from dask.utils import parse_bytes
 from distributed import Client, LocalCluster
+from distributed.comm.addressing import parse_address
+from distributed.security import Security
 
-__all__ = ["ClusterError", "close_embedded_cluster", "get_client"]
+__all__ = ["ClusterError", "check_address", "close_embedded_cluster", "get_client"]
 
 CONNECT_TIMEOUT = "10s"
 MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
@@ -74,10 +78,72 @@ def _parse_workers(n_workers: int | None) -> int:
     return n_workers
 
 
-def _connect(address: str) -> Client:
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address) is this machine's loopback interface only."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
     try:
-        return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as err:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(
+        ipaddress.ip_address(str(ip).split("%")[0]).is_loopback for ip in found
+    )
+
+
+def _security(address: str) -> Security:
+    """The client's TLS settings for ``address``, from dask's config (``distributed.comm.*``).
+
+    ``tls://`` needs the config's TLS client settings. A plain ``tcp://`` address is refused
+    when ``distributed.comm.require-encryption`` is set, unless it is a loopback address (the
+    traffic never leaves this machine, e.g. ``kubectl port-forward`` or an SSH tunnel).
+    """
+    scheme, location = parse_address(address)  # the config's default-scheme when none is given
+    try:
+        security = Security()
+        context = security.get_connection_args("client").get("ssl_context")
+    except (OSError, ValueError, TypeError) as err:  # e.g. a certificate file that is missing
+        raise ClusterError(
+            f"address={address!r}: the TLS settings of the dask config do not load: {err}"
+        ) from None
+    if scheme == "tls" and context is None:
+        raise ClusterError(
+            f"address={address!r} is a TLS address, but the dask config holds no TLS settings "
+            "for the client (distributed.comm.tls.ca-file and distributed.comm.tls.client."
+            "cert/key; e.g. DASK_CONFIG=deploy/tls)"
+        )
+    if scheme == "tcp" and security.require_encryption:
+        host = location.rsplit(":", 1)[0] if ":" in location else location
+        if not _is_loopback(host):
+            raise ClusterError(
+                f"refusing the plain-TCP address={address!r}: the dask config sets "
+                "distributed.comm.require-encryption, so a scheduler on another host must be "
+                "reached over tls:// (see deploy/tls)"
+            )
+        return Security(require_encryption=False)  # loopback: nothing leaves this machine
+    return security
+
+
+def check_address(address: str) -> None:
+    """Refuse, before any connection, a scheduler address that dask's config forbids.
+
+    Raises :class:`ClusterError` for a ``tls://`` address without the client's TLS settings in
+    the dask config, and for a ``tcp://`` address of another host when the config sets
+    ``distributed.comm.require-encryption`` (see :func:`get_client`).
+    """
+    _security(address)
+
+
+def _connect(address: str) -> Client:
+    security = _security(address)
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False, security=security)
+    except (OSError, TimeoutError, ValueError, RuntimeError) as err:
         raise ClusterError(
             f"cannot reach the Dask scheduler at address={address!r} "
             f"within {CONNECT_TIMEOUT}: {err}"
@@ -113,7 +179,8 @@ def get_client(
 
     Parameters
     ----------
-    address : scheduler address (``tcp://host:port``). When ``None`` the environment variable
+    address : scheduler address (``tcp://host:port``, or ``tls://host:port`` with the TLS
+        settings of the dask config, see ``deploy/tls``). When ``None`` the environment variable
         ``DASK_SCHEDULER_ADDRESS`` or the dask config key ``scheduler-address`` is used; when
         neither is set, the embedded ``LocalCluster`` is started (or reused).
     n_workers : worker processes of the embedded cluster (one thread each); default: CPU count.
@@ -130,7 +197,9 @@ def get_client(
     Raises
     ------
     ClusterError
-        The scheduler at the address cannot be reached within 10 s.
+        The scheduler at the address cannot be reached within 10 s; a ``tls://`` address
+        without TLS settings in the dask config; a ``tcp://`` address of another host while
+        the dask config sets ``distributed.comm.require-encryption``.
     ValueError
         ``n_workers``/``memory_limit`` are invalid, or given together with an address.
     """

@@ -24,10 +24,14 @@ result. Building the graph (:func:`build_graph`) computes nothing.
 from __future__ import annotations
 
 import bisect
+import os
 import sys
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import CancelledError
+from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -36,10 +40,11 @@ import numpy as np
 import xarray as xr
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
-from distributed import Client, as_completed, get_worker
+from distributed import Client, KilledWorker, as_completed, get_worker
 from tqdm.auto import tqdm
 
 from kelr_dist.allocator import release_free_memory, tune_allocator
+from kelr_dist.cluster import ClusterError
 from kelr_dist.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
 __all__ = ["ReductionGraph", "build_graph", "run_reduction", "run_reductions"]
@@ -249,13 +254,31 @@ def run_reductions(
     ------
     ValueError
         Invalid trajectory, reductions or ``split_every``.
+    TrajectoryError
+        A worker cannot open the trajectory's store (message: the store, the worker, why).
+    ClusterError
+        A block kept killing the workers that ran it (dask's ``KilledWorker``), or the
+        connection to the scheduler was lost; the message names the pass and the chunk.
     Exception
-        An exception raised by a kernel, re-raised with its own type and message.
+        An exception raised by a kernel or by reading a block, re-raised with its own type;
+        the message starts with the pass, the chunk (chain and rows), the store and the worker.
+
+    Notes
+    -----
+    Worker processes lost while the pass runs cost time only: their tasks are recomputed and
+    the result is identical. On the first failed block the rest of the pass is cancelled.
     """
     graph = build_graph(trajectory, reductions, split_every=split_every)
     if client == SYNCHRONOUS:
         (partials,) = dask.compute(graph.total, scheduler="synchronous", optimize_graph=False)
         return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
+    where = _PassContext.of(trajectory, graph, client)
+    if client.status != "running":
+        raise ClusterError(
+            f"{where.name}: the Dask client is {client.status}, not connected to the "
+            f"scheduler at {where.scheduler}"
+        )
+    _check_store_on_workers(trajectory, client, where)
     futures = client.compute([*graph.blocks, graph.total], optimize_graph=False)
     total = futures.pop()
     bar = tqdm(
@@ -267,13 +290,170 @@ def run_reductions(
     )
     done = as_completed(futures, loop=client.loop)
     del futures  # block partials are released as soon as they are counted
-    with bar:
-        for future in done:
-            if future.status == "error":
-                future.result()  # re-raises the kernel's exception
-            bar.update()
-    partials = total.result()
+    try:
+        with bar:
+            for future in done:
+                if future.status != "finished":
+                    raise where.failure(client, future)
+                bar.update()
+        if total.status not in ("pending", "finished"):
+            raise where.failure(client, total)
+        try:
+            partials = total.result()
+        except (CancelledError, KilledWorker):
+            raise where.failure(client, total) from None
+    except BaseException:
+        # the rest of the pass is of no use: free the workers for other work (other clients
+        # keep what they asked for; tasks wanted by nobody else are forgotten)
+        remaining = [*done.futures, total]
+        done.clear()
+        with suppress(Exception):  # a client whose scheduler is gone may fail to cancel
+            client.cancel(remaining)
+        raise
     return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
+
+
+@dataclass(frozen=True)
+class _PassContext:
+    """What an error message says about where a pass failed."""
+
+    name: str  # "pass 'moments, mean/covariance'"
+    store: str
+    scheduler: str
+    prefix: str  # of the graph's own keys
+    loads: frozenset[str]  # names of the trajectory's load tasks
+    edges: tuple[int, ...]  # row boundaries of the time chunks
+
+    @classmethod
+    def of(cls, trajectory: xr.DataArray, graph: ReductionGraph, client: Client) -> _PassContext:
+        data = trajectory.data
+        edges = np.concatenate([[0], np.cumsum(data.chunks[1])]).astype(int)
+        return cls(
+            name=f"pass '{', '.join(r.name for r in graph.reductions)}'",
+            store=str(trajectory.attrs.get("store", "<in-memory>")),
+            scheduler=str(getattr(client.scheduler, "address", None) or "?"),
+            prefix=str(graph.blocks[0].key[0]).removesuffix("-block"),
+            loads=frozenset({data.name, data.rechunk({0: 1, 2: -1}).name}),
+            edges=tuple(int(e) for e in edges),
+        )
+
+    def chunk(self, key: Any) -> str:
+        """The chunk a task key belongs to: ``chain c, rows a-b`` (or the combine step)."""
+        if isinstance(key, tuple) and len(key) >= 3 and isinstance(key[0], str):
+            name = key[0]
+            ours = name.startswith(self.prefix) and name.endswith(("-block", "-head"))
+            if ours or (name in self.loads and len(key) == 4):
+                chain, k = int(key[1]), int(key[2])
+                if 0 <= k < len(self.edges) - 1:
+                    return f"chain {chain}, rows {self.edges[k]}-{self.edges[k + 1]}"
+            if name.startswith(self.prefix) and name.endswith("-combine"):
+                return "the combine step"
+        return f"task {key!r}"
+
+    def failure(self, client: Client, future: Any) -> BaseException:
+        """The exception to raise for a failed or cancelled future of this pass."""
+        try:
+            error = future.exception(timeout=5)
+        except CancelledError as err:
+            reason = getattr(err, "reason", None) or "cancelled"
+            return ClusterError(
+                f"{self.name}: the Dask scheduler at {self.scheduler} went away or the work "
+                f"was cancelled ({reason}); the pass was abandoned, nothing was computed"
+            )
+        except Exception as err:  # the client itself failed
+            return ClusterError(f"{self.name}: the Dask client failed ({err})")
+        traceback = future.traceback()
+        if error is None:
+            return ClusterError(f"{self.name}: task {future.key!r} ended as {future.status}")
+        if isinstance(error, KilledWorker):
+            worker = getattr(error.last_worker, "address", error.last_worker)
+            tries = error.allowed_failures + 1
+            return ClusterError(
+                f"{self.name}: {self.chunk(error.task)} of store {self.store!r} killed the "
+                f"{tries} worker processes that ran it (the last: {worker}), so dask gave up "
+                f"(distributed.scheduler.allowed-failures={error.allowed_failures}); a worker "
+                "that dies on one block has usually run out of memory: give the workers more "
+                "memory or the store smaller time chunks"
+            )
+        workers = _erred_on(client, future.key)
+        on = f" on worker {', '.join(workers)}" if workers else ""
+        context = f"{self.name}, {self.chunk(future.key)} of store {self.store!r}{on}"
+        return _with_context(error.with_traceback(traceback), context)
+
+
+def _with_context(error: BaseException, context: str) -> BaseException:
+    """``error`` with ``context: `` before its message, of the same type where possible."""
+    message = f"{context}: {error}"
+    try:
+        renamed = type(error)(message)
+    except Exception:  # exception types with other constructors
+        renamed = None
+    if renamed is None or str(renamed) != message:
+        error.add_note(context)
+        return error
+    renamed.__cause__ = error
+    renamed.__traceback__ = error.__traceback__
+    return renamed
+
+
+def _erred_on(client: Client, key: Any) -> list[str]:
+    """Addresses of the workers where the task to blame for ``key``'s error failed."""
+
+    def blame(dask_scheduler: Any) -> list[str]:  # pickled by value: no kelr_dist needed there
+        task = dask_scheduler.tasks.get(key)
+        if task is None:
+            return []
+        task = task.exception_blame or task
+        return sorted(getattr(task, "erred_on", None) or ())
+
+    try:
+        return list(client.run_on_scheduler(blame))
+    except Exception:  # the worker's address is a courtesy
+        return []
+
+
+def _store_problem(path: str, variable: str) -> str | None:
+    """On a worker: why the zarr store ``path`` (and its ``variable``) cannot be opened here."""
+    import zarr
+
+    try:
+        group = zarr.open_group(path, mode="r")
+        if variable in group:
+            group[variable]  # noqa: B018 - reads the array's metadata
+        else:
+            raise FileNotFoundError(f"no variable {variable!r} in the store")
+    except Exception as err:  # any reason is reported
+        resolved = os.path.abspath(path)
+        return f"{type(err).__name__}: {err} (path resolved on the worker: {resolved!r})"
+    return None
+
+
+def _check_store_on_workers(trajectory: xr.DataArray, client: Client, where: _PassContext) -> None:
+    """Fail at once, naming the store and the worker, when a worker cannot open the store.
+
+    A worker that does not see the store (another cwd for a relative path, storage not
+    mounted there, no permission) would otherwise fail on its first block, or read missing
+    chunks as fill values.
+    """
+    from kelr_dist.store import TrajectoryError
+
+    store = trajectory.attrs.get("store")
+    if not isinstance(store, str) or "://" in store or not Path(store).exists():
+        return  # in memory, or a remote store the workers open by URL
+    variable = str(trajectory.name) if trajectory.name is not None else "x"
+    try:
+        answers = client.run(_store_problem, store, variable, on_error="return")
+    except Exception:  # no answer: the tasks will tell
+        return
+    problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
+    if problems:
+        worker, problem = problems[0]
+        more = f" (and {len(problems) - 1} other workers)" if len(problems) > 1 else ""
+        raise TrajectoryError(
+            f"store {store!r}, variable {variable!r}: {where.name}: worker {worker}{more} "
+            f"cannot open the store: {problem}; the store must be on storage every worker "
+            "sees, at the same path"
+        )
 
 
 def run_reduction(
