@@ -352,14 +352,22 @@ class _PassContext:
 
     def failure(self, client: Client, future: Any) -> BaseException:
         """The exception to raise for a failed or cancelled future of this pass."""
+        if future.status == "cancelled":
+            reason = None
+            try:
+                future.result(timeout=5)
+            except CancelledError as err:
+                reason = getattr(err, "reason", None)
+            except Exception:  # the client itself failed; say what is known
+                pass
+            if reason in (None, "scheduler-connection-lost"):
+                return ClusterError(
+                    f"{self.name}: lost the connection to the Dask scheduler at "
+                    f"{self.scheduler}; the pass was abandoned"
+                )
+            return ClusterError(f"{self.name}: the work was cancelled on the cluster ({reason})")
         try:
             error = future.exception(timeout=5)
-        except CancelledError as err:
-            reason = getattr(err, "reason", None) or "cancelled"
-            return ClusterError(
-                f"{self.name}: the Dask scheduler at {self.scheduler} went away or the work "
-                f"was cancelled ({reason}); the pass was abandoned, nothing was computed"
-            )
         except Exception as err:  # the client itself failed
             return ClusterError(f"{self.name}: the Dask client failed ({err})")
         traceback = future.traceback()
@@ -448,7 +456,8 @@ def _check_store_on_workers(trajectory: xr.DataArray, client: Client, where: _Pa
     problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
     if problems:
         worker, problem = problems[0]
-        more = f" (and {len(problems) - 1} other workers)" if len(problems) > 1 else ""
+        others = len(problems) - 1
+        more = f" (and {others} other worker{'s' if others > 1 else ''})" if others else ""
         raise TrajectoryError(
             f"store {store!r}, variable {variable!r}: {where.name}: worker {worker}{more} "
             f"cannot open the store: {problem}; the store must be on storage every worker "

@@ -21,6 +21,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from kelr_dist import __version__
+from kelr_dist.atomic import new_directory
 from kelr_dist.models import Model, make_model
 from kelr_dist.store import (
     create_store,
@@ -143,20 +145,28 @@ def _settings_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[s
     return differences
 
 
+def _create(path: Path, run: _Run, settings: dict[str, Any], width: int) -> None:
+    """An empty store for ``run`` at ``path`` (see :func:`kelr_dist.store.create_store`)."""
+    create_store(
+        path,
+        chains=run.chains,
+        n_samples=run.n_samples,
+        components=tuple(run.model.components),
+        dt=float(run.model.dt),
+        chunk=run.chunk,
+        attrs={**settings, "kelr_dist_version": __version__, "bit_generator": "PCG64"},
+        progress_width=width,
+    )
+
+
 def _prepare(path: str, run: _Run, settings: dict[str, Any]) -> np.ndarray | None:
     """Create the store, or check an existing one; progress records, ``None`` if complete."""
     width = 1 + _RNG_WORDS + len(run.model.components)
     if not os.path.exists(path):
-        create_store(
-            path,
-            chains=run.chains,
-            n_samples=run.n_samples,
-            components=tuple(run.model.components),
-            dt=float(run.model.dt),
-            chunk=run.chunk,
-            attrs={**settings, "kelr_dist_version": __version__, "bit_generator": "PCG64"},
-            progress_width=width,
-        )
+        # made in a temporary sibling and renamed: a full disk or a crash while creating
+        # leaves no half-made store at ``path`` (which a later call could not resume)
+        with new_directory(path) as fresh:
+            _create(fresh, run, settings, width)
         return np.zeros((run.chains, width), dtype=np.uint64)
     stored = read_attrs(path)
     if stored is None or "complete" not in stored or "model_params" not in stored:

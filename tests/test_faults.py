@@ -1,0 +1,388 @@
+"""Faults, with real processes: workers killed in each pass, a block that keeps killing workers,
+the scheduler killed mid-job, a store the workers cannot open or read, and a full disk while a
+result or a simulation is written.
+
+Worker deaths are caused by a worker plugin (:class:`KillOnBlock`) that ends its worker
+process with ``os._exit`` when the worker starts a given block of a given pass: a real
+process death at a known moment, as a segfault or the kernel's OOM killer would cause it. The
+full disk is a file-size limit (``RLIMIT_FSIZE``) in a subprocess: writes past it fail with
+``EFBIG`` as they would with ``ENOSPC``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import free_port
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from kelr_dist import estimate_response, write_result
+from kelr_dist.cluster import ClusterError
+from kelr_dist.simulate import simulate
+from kelr_dist.store import TrajectoryError
+
+SAMPLES = 20_000
+CHUNK = 2_500  # 8 blocks per pass
+MAX_LAG = 40
+PASSES = ["moments", "coefficients", "criteria", "response"]
+BIN = Path(sys.executable).parent
+# attributes that differ between two runs of the same estimate
+RUN_ATTRS = ("created", "runtime_seconds")
+
+
+class KillOnBlock(WorkerPlugin):
+    """Ends the worker process when it starts block ``(chain, k)`` of pass ``pass_name``.
+
+    With ``marker`` (a file path) it kills once: the first worker to get there creates the
+    file and dies, later ones see it and run the block. Without, every worker that starts
+    the block dies (a block that keeps killing workers).
+    """
+
+    name = "kelr-fault"
+
+    def __init__(self, pass_name: str, chain: int = 0, k: int = 1, marker: str | None = None):
+        self.pattern = re.compile(
+            rf"^kelr-(.*-)?{re.escape(pass_name)}(-.*)?-[0-9a-f]{{12}}-block$"
+        )
+        self.block = (chain, k)
+        self.marker = marker
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish != "executing" or not isinstance(key, tuple) or len(key) != 3:
+            return
+        if not (isinstance(key[0], str) and self.pattern.match(key[0])):
+            return
+        if tuple(key[1:]) != self.block:
+            return
+        if self.marker is not None:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return
+        os._exit(1)
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    """``{relative file path: sha256}`` of every file under ``path``."""
+    return {
+        str(file.relative_to(path)): hashlib.sha256(file.read_bytes()).hexdigest()
+        for file in sorted(path.rglob("*"))
+        if file.is_file()
+    }
+
+
+def assert_same_result(result: xr.Dataset, reference: xr.Dataset) -> None:
+    """Identical arrays and run choices (only the time stamps may differ)."""
+    assert set(result.variables) == set(reference.variables)
+    for name in reference.variables:
+        np.testing.assert_array_equal(result[name].values, reference[name].values, err_msg=name)
+    strip = lambda attrs: {k: v for k, v in attrs.items() if k not in RUN_ATTRS}  # noqa: E731
+    assert strip(result.attrs) == strip(reference.attrs)
+
+
+# --------------------------------------------------------------------------------------------
+# one cluster of worker processes for the module
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("faults") / "ou.zarr"
+    simulate("ou", path, SAMPLES, chunk=CHUNK, seed=3, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    """Two single-threaded worker processes (restarted by their nannies when they die); a task
+    is given up after killing 2 workers, and a worker holds one task at a time, so only the
+    block that kills is blamed."""
+    config = {
+        "distributed.scheduler.allowed-failures": 1,
+        "distributed.scheduler.worker-saturation": 1.0,
+    }
+    with dask.config.set(config):
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,  # the failures are expected
+        )
+    with cluster, Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def reference(store: Path, client: Client) -> xr.Dataset:
+    return estimate_response(store, client=client, max_lag=MAX_LAG, progress=False)
+
+
+@pytest.fixture
+def fault(client: Client) -> Iterator[callable]:
+    """``fault(plugin)`` installs a :class:`KillOnBlock` on every worker (and restarted ones);
+    removed, and both workers back, after the test."""
+
+    def install(plugin: KillOnBlock) -> None:
+        client.register_plugin(plugin, name=KillOnBlock.name)
+
+    yield install
+    with suppress(Exception):
+        client.unregister_worker_plugin(KillOnBlock.name)
+    client.wait_for_workers(2, timeout=60)
+
+
+# --------------------------------------------------------------------------------------------
+# workers lost
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pass_name", PASSES)
+def test_worker_killed_in_a_pass_gives_the_same_result(
+    pass_name, store, client, reference, fault, tmp_path
+) -> None:
+    marker = tmp_path / "killed"
+    before = set(client.run(os.getpid).values())
+    fault(KillOnBlock(pass_name, marker=str(marker)))
+    result = estimate_response(store, client=client, max_lag=MAX_LAG, progress=False)
+    assert marker.exists(), f"no worker was killed in pass {pass_name!r}"
+    client.wait_for_workers(2, timeout=60)
+    assert set(client.run(os.getpid).values()) != before  # a worker process really died
+    assert_same_result(result, reference)
+
+
+def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
+    store, client, reference, fault, tmp_path
+) -> None:
+    """dask's KilledWorker becomes one line naming the pass and the chunk; exit 2; no output."""
+    fault(KillOnBlock("criteria", chain=0, k=2))
+    out = tmp_path / "out.zarr"
+    started = time.monotonic()
+    run = subprocess.run(
+        [str(BIN / "kelr"), "estimate", str(store), str(out), "--max-lag", str(MAX_LAG),
+         "--scheduler", client.scheduler.address, "--quiet"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("kelr estimate: error: pass 'criteria': chain 0, rows 5000-7500")
+    assert "killed the 2 worker processes" in lines[0] and "allowed-failures=1" in lines[0]
+    assert not out.exists() and not list(tmp_path.glob(".out.zarr*"))
+    print(f"KilledWorker -> exit 2 in {elapsed:.1f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# the scheduler lost
+# --------------------------------------------------------------------------------------------
+
+
+def start(command: list[str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dask", *command], stdout=out, stderr=subprocess.STDOUT,
+            env=env, cwd=cwd, start_new_session=True,
+        )  # fmt: skip
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    for process in processes:
+        process.wait(timeout=30)
+
+
+def test_scheduler_killed_mid_job_raises_within_60_s(store, tmp_path) -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"
+    port = address.rsplit(":", 1)[1]
+    processes = [
+        start(["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
+              tmp_path / "scheduler.log"),
+        start(["worker", address, "--nthreads", "1", "--no-dashboard", "--death-timeout", "30"],
+              tmp_path / "worker.log"),
+    ]  # fmt: skip
+    try:
+        client = Client(address, timeout="30s", set_as_default=False)
+        client.wait_for_workers(1, timeout=60)
+        outcome: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                estimate_response(store, client=client, max_lag=MAX_LAG, progress=False)
+                outcome["error"] = None
+            except Exception as err:  # noqa: B902 - recorded for the test
+                outcome["error"] = err
+            outcome["at"] = time.monotonic()
+
+        job = threading.Thread(target=run, daemon=True)
+        job.start()
+        deadline = time.monotonic() + 60
+        while not any(client.processing().values()):  # the job is on the cluster
+            assert time.monotonic() < deadline and job.is_alive(), outcome
+            time.sleep(0.02)
+        time.sleep(0.2)
+        killed_at = time.monotonic()
+        os.killpg(processes[0].pid, signal.SIGKILL)
+        job.join(timeout=60)
+        assert not job.is_alive(), "the client hung after the scheduler died"
+        error = outcome["error"]
+        assert isinstance(error, ClusterError), repr(error)
+        assert re.search(r"pass '[^']+': lost the connection to the Dask scheduler at tcp://127\.0\.0\.1:\d+",
+                         str(error))  # fmt: skip
+        print(f"scheduler killed -> ClusterError in {outcome['at'] - killed_at:.1f} s")
+        with suppress(Exception):
+            client.close(timeout=5)
+    finally:
+        stop(processes)
+
+
+# --------------------------------------------------------------------------------------------
+# a store the workers cannot open or read
+# --------------------------------------------------------------------------------------------
+
+
+def test_worker_that_cannot_open_the_store_is_named(store, client, monkeypatch, tmp_path) -> None:
+    """A relative store path: the client resolves it in its folder, the workers (started in
+    another folder) cannot; the error names the store and a worker before any block runs."""
+    shutil.copytree(store, tmp_path / "here.zarr")
+    monkeypatch.chdir(tmp_path)  # the workers keep the folder they were started in
+    workers = set(client.scheduler_info()["workers"])
+    with pytest.raises(TrajectoryError) as info:
+        estimate_response("here.zarr", client=client, max_lag=MAX_LAG, progress=False)
+    message = str(info.value)
+    assert re.match(r"store 'here.zarr', variable 'x': pass 'moments[^']*': worker tcp://", message)
+    assert any(worker in message for worker in workers)
+    assert "cannot open the store" in message and "path resolved on the worker" in message
+
+
+def test_unreadable_block_names_pass_chunk_store_and_worker(store, client, tmp_path) -> None:
+    """A corrupt chunk file: the read fails on a worker; the error names the pass, the chunk
+    (chain and rows), the store and the worker, and the rest of the pass is cancelled."""
+    broken = tmp_path / "broken.zarr"
+    shutil.copytree(store, broken)
+    (broken / "x" / "c" / "0" / "3" / "0").write_bytes(b"not a blosc frame" * 10)
+    with pytest.raises(Exception) as info:
+        estimate_response(broken, client=client, max_lag=MAX_LAG, progress=False)
+    message = str(info.value)
+    assert re.match(
+        rf"pass 'moments[^']*', chain 0, rows 7500-10000 of store '{re.escape(str(broken))}' "
+        r"on worker tcp://127\.0\.0\.1:\d+: ",
+        message,
+    ), message
+    time.sleep(0.5)
+    assert not any(client.processing().values())  # nothing of the failed pass is left running
+
+
+# --------------------------------------------------------------------------------------------
+# a full disk
+# --------------------------------------------------------------------------------------------
+
+LIMITED = textwrap.dedent(
+    """
+    import resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+    limit = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    """
+)
+
+
+def run_limited(code: str, limit: int, *args: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter where no file may grow beyond ``limit`` bytes."""
+    return subprocess.run(
+        [sys.executable, "-c", LIMITED + textwrap.dedent(code), str(limit), *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_full_disk_during_write_result_keeps_the_previous_result(reference, tmp_path) -> None:
+    out = tmp_path / "result.zarr"
+    write_result(reference, out)
+    before = tree_digest(out)
+    largest = max((out / name).stat().st_size for name in before)
+    rewrite = """
+        import xarray as xr
+        from kelr_dist import write_result
+        ds = xr.open_zarr(sys.argv[2], consolidated=False).load()
+        ds.attrs["created"] = "a newer run"
+        try:
+            write_result(ds, sys.argv[2], overwrite=True)
+        except OSError as err:
+            print(f"OSError errno={err.errno}")
+            sys.exit(3)
+    """
+    run = run_limited(rewrite, largest - 1, str(out))  # the largest file does not fit
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "errno=27" in run.stdout  # EFBIG: File too large
+    assert tree_digest(out) == before  # the earlier result, byte for byte
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.zarr"]  # no temporary left
+
+
+def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
+    """The disk fills after a few chunks: the store stays incomplete (and says so); the same
+    call without the limit resumes it into exactly the store of an uninterrupted run."""
+    settings = {"n_samples": 24_000, "chunk": 2_000, "seed": 5}
+    whole = tmp_path / "whole.zarr"
+    simulate("ou", whole, progress=False, **settings)
+    sizes = [(whole / "x" / "c" / "0" / str(k) / "0").stat().st_size for k in range(12)]
+    # the first chunk larger than every chunk before it: the disk is "full" when it comes
+    k = next(k for k in range(2, 12) if sizes[k] > max(sizes[:k]))
+    limit = max(sizes[:k])
+    metadata = max(f.stat().st_size for f in whole.rglob("zarr.json"))
+    assert metadata <= limit, "metadata would not fit either; choose another seed"
+    path = tmp_path / "resumed.zarr"
+    interrupted = """
+        import json
+        from kelr_dist.simulate import simulate
+        try:
+            simulate("ou", sys.argv[2], progress=False, **json.loads(sys.argv[3]))
+        except OSError as err:
+            print(f"OSError errno={err.errno}")
+            sys.exit(3)
+    """
+    run = run_limited(interrupted, limit, str(path), json.dumps(settings))
+    assert run.returncode == 3, run.stdout + run.stderr
+    written = int(np.asarray(__import__("zarr").open_array(path / "_progress" / "record"))[0, 0])
+    assert written == k * settings["chunk"]  # everything before the full disk was kept
+    with pytest.raises(TrajectoryError, match="incomplete generated store"):
+        estimate_response(path, client="synchronous")
+    simulate("ou", path, progress=False, **settings)  # resumes
+    assert tree_digest(path) == tree_digest(whole)
+
+
+def test_full_disk_while_creating_a_store_leaves_nothing(tmp_path) -> None:
+    path = tmp_path / "new.zarr"
+    code = """
+        from kelr_dist.simulate import simulate
+        try:
+            simulate("ou", sys.argv[2], 4000, chunk=1000, progress=False)
+        except OSError as err:
+            print(f"OSError errno={err.errno}")
+            sys.exit(3)
+    """
+    run = run_limited(code, 300, str(path))  # not even the metadata fits
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert list(tmp_path.iterdir()) == []  # no half-made store, no temporary
+    simulate("ou", path, 4000, chunk=1000, progress=False)  # the same call works afterwards
