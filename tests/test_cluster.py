@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import dask
 import dask.array as da
@@ -106,3 +109,52 @@ def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
     finally:
         close_embedded_cluster()
     close_embedded_cluster()  # a second close is a no-op
+
+
+# --- security: tls:// from the dask config, plain TCP refused under require-encryption --------
+
+
+def test_plain_tcp_to_another_host_refused_under_require_encryption() -> None:
+    address = "tcp://192.0.2.1:8786"  # TEST-NET: refused before any connection is tried
+    with dask.config.set({"distributed.comm.require-encryption": True}):
+        with pytest.raises(ClusterError, match=f"refusing the plain-TCP address='{address}'"):
+            get_client(address)
+        with pytest.raises(ClusterError, match="refusing the plain-TCP address='192.0.2.1:8786'"):
+            get_client("192.0.2.1:8786")  # no scheme: dask's default, tcp
+
+
+def test_loopback_tcp_accepted_under_require_encryption(dask_processes: str) -> None:
+    """An SSH tunnel or ``kubectl port-forward`` ends on loopback: nothing leaves this host."""
+    with dask.config.set({"distributed.comm.require-encryption": True}):
+        with get_client(dask_processes) as client:
+            check_sums_on(client)
+
+
+def test_tls_address_needs_tls_settings() -> None:
+    with pytest.raises(ClusterError, match="no TLS settings for the client"):
+        get_client(f"tls://127.0.0.1:{free_port()}")
+    missing = {
+        "distributed.comm.tls.ca-file": "/nonexistent/ca.pem",
+        "distributed.comm.tls.client.cert": "/nonexistent/client.pem",
+    }
+    with dask.config.set(missing), pytest.raises(ClusterError, match="do not load"):
+        get_client(f"tls://127.0.0.1:{free_port()}")
+
+
+def test_cli_refuses_plain_tcp_under_require_encryption(tmp_path) -> None:
+    from kelr_dist.simulate import simulate
+
+    simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
+    env = os.environ | {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "kelr"), "estimate", str(tmp_path / "ou.zarr"),
+         str(tmp_path / "out.zarr"), "--scheduler", "tcp://192.0.2.1:8786"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        "kelr estimate: error: refusing the plain-TCP address='tcp://192.0.2.1:8786': the dask "
+        "config sets distributed.comm.require-encryption, so a scheduler on another host must "
+        "be reached over tls:// (see deploy/tls)"
+    ]
+    assert not (tmp_path / "out.zarr").exists()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask.config
+import numpy as np
 import pytest
 import yaml
 from distributed.cli.dask_scheduler import main as dask_scheduler_cli
@@ -82,6 +83,25 @@ SLURM_CLUSTER_KEYWORDS = {
 
 def relative(path: Path) -> str:
     return str(path.relative_to(ROOT))
+
+
+class Override(list):
+    """A list tagged ``!override`` in a compose file: it replaces the base file's list."""
+
+
+class ComposeLoader(yaml.SafeLoader):
+    """Safe YAML plus Docker Compose's merge tags ``!override`` and ``!reset``."""
+
+
+ComposeLoader.add_constructor(
+    "!override", lambda loader, node: Override(loader.construct_sequence(node, deep=True))
+)
+ComposeLoader.add_constructor("!reset", lambda loader, node: None)
+
+
+def load_yaml(text: str) -> list:
+    """The documents of a YAML file of deploy/ (compose tags allowed)."""
+    return list(yaml.load_all(text, Loader=ComposeLoader))  # SafeLoader + two tags
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,7 +192,7 @@ def container_commands(pod_spec: dict) -> Iterator[list[str]]:
 
 
 def compose_commands(path: Path) -> Iterator[list[str]]:
-    for service in yaml.safe_load(path.read_text())["services"].values():
+    for service in load_yaml(path.read_text())[0]["services"].values():
         command = service.get("command", [])
         yield from expand(shlex.split(command) if isinstance(command, str) else command)
 
@@ -197,7 +217,7 @@ def all_commands() -> list[tuple[str, list[str]]]:
     for path in FILES:
         if path.name == "Dockerfile":
             commands = dockerfile_commands(path)
-        elif path.name == "compose.yaml":
+        elif path.name.startswith("compose") and path.suffix == ".yaml":
             commands = compose_commands(path)
         elif "kubernetes" in path.parts:
             commands = kubernetes_commands(path)
@@ -222,7 +242,7 @@ def parse_file(path: Path) -> None:
     """Parse one deploy file by its type; unknown types fail."""
     text = path.read_text()
     if path.suffix in {".yaml", ".yml"}:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = [doc for doc in load_yaml(text) if doc is not None]
         assert documents, "no YAML document"
     elif path.suffix == ".py":
         compile(ast.parse(text, filename=str(path)), str(path), "exec")
@@ -251,9 +271,11 @@ def test_deploy_tree_has_the_documented_files():
     expected = {
         "deploy/Dockerfile",
         "deploy/compose.yaml",
+        "deploy/compose.tls.yaml",
         "deploy/README.md",
         "deploy/kubernetes/daskcluster.yaml",
         "deploy/kubernetes/daskjob.yaml",
+        "deploy/kubernetes/networkpolicy.yaml",
         "deploy/slurm/jobqueue_slurm.py",
         "deploy/slurm/kelr.sbatch",
         "deploy/tls/dask-tls.yaml",
@@ -317,6 +339,7 @@ def test_deploy_files_run_the_tools():
     for name in (
         "deploy/Dockerfile",
         "deploy/compose.yaml",
+        "deploy/compose.tls.yaml",
         "deploy/kubernetes/daskcluster.yaml",
         "deploy/kubernetes/daskjob.yaml",
         "deploy/slurm/kelr.sbatch",
@@ -411,11 +434,156 @@ def test_compose():
         assert mounts & volumes, f"{name} must mount the shared store volume"
 
 
+# --------------------------------------------------------------------------------------------
+# nothing reachable that runs code for anyone: scheduler ports, TLS, NetworkPolicy
+# --------------------------------------------------------------------------------------------
+
+PORT = re.compile(
+    r"^(?:(?P<ip>\[[^\]]*\]|[^:\[\]]*):)??(?:(?P<published>[0-9-]*):)?(?P<target>[0-9-]+)"
+    r"(?:/(?P<protocol>tcp|udp))?$"
+)
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def published_ports(service: dict) -> list[tuple[str, int]]:
+    """``(host interface, container port)`` of each published port ("" = all interfaces)."""
+    found = []
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):  # long syntax
+            host, target = str(entry.get("host_ip", "")), str(entry["target"])
+        else:
+            match = PORT.match(str(entry))
+            assert match, f"cannot read the port mapping {entry!r}"
+            host, target = match["ip"] or "", match["target"]
+        first, _, last = target.partition("-")
+        found += [(host, port) for port in range(int(first), int(last or first) + 1)]
+    return found
+
+
+def scheduler_endpoints(command: list[str]) -> tuple[int, bool, int | None]:
+    """``(comm port, TLS?, dashboard port)`` of a ``dask scheduler`` command."""
+    options = dict(zip(command[2::1], [*command[3:], ""], strict=True))
+    tls = options.get("--host", "").startswith("tls://") or options.get("--protocol") == "tls"
+    dashboard = options.get("--dashboard-address", ":8787")
+    no_dashboard = "--no-dashboard" in command
+    return (
+        int(options.get("--port", 8786)),
+        tls,
+        None if no_dashboard else int(dashboard.rsplit(":", 1)[1]),
+    )
+
+
+def merged(base: dict, override: dict) -> dict:
+    """Docker Compose's merge of two files' services, for the keys checked here: ``command``
+    is replaced, ``ports`` are appended unless tagged ``!override``, mappings are merged."""
+    services = {name: dict(service) for name, service in base["services"].items()}
+    for name, service in override["services"].items():
+        target = services.setdefault(name, {})
+        for key, value in service.items():
+            if key == "ports" and not isinstance(value, Override):
+                target[key] = [*(target.get(key) or []), *value]
+            else:
+                target[key] = value
+    return {**base, "services": services}
+
+
+def mount_target(volume: str) -> str:
+    """The container path of a short-syntax volume ``SOURCE:TARGET[:MODE]``."""
+    for mode in (":ro", ":rw"):
+        volume = volume.removesuffix(mode)
+    return volume.rsplit(":", 1)[1]
+
+
+def check_no_open_plain_scheduler(compose: dict, name: str) -> None:
+    """Fail when a plain-TCP scheduler port, or any dashboard, is published on all interfaces
+    (or the scheduler shares the host's network, where the port mapping does not apply)."""
+    schedulers = 0
+    for service_name, service in compose["services"].items():
+        command = service.get("command") or []
+        command = shlex.split(command) if isinstance(command, str) else list(command)
+        command = command_word(command)
+        if command[:2] != ["dask", "scheduler"]:
+            continue
+        schedulers += 1
+        assert service.get("network_mode") != "host", f"{name}: {service_name} on the host network"
+        comm, tls, dashboard = scheduler_endpoints(command)
+        for host, port in published_ports(service):
+            everyone = host not in LOOPBACK_HOSTS
+            assert not (port == comm and everyone and not tls), (
+                f"{name}: {service_name} publishes its plain-TCP scheduler port {port} on "
+                f"{host or 'all interfaces'}: anyone who reaches it can run code on the workers"
+            )
+            assert not (port == dashboard and everyone), (
+                f"{name}: {service_name} publishes its dashboard {port} on {host or 'all'}"
+            )
+    assert schedulers == 1, f"{name}: expected one dask scheduler service"
+
+
+def test_compose_publishes_no_plain_tcp_scheduler_port_on_all_interfaces():
+    base = load_yaml((DEPLOY / "compose.yaml").read_text())[0]
+    check_no_open_plain_scheduler(base, "compose.yaml")
+    ports = published_ports(base["services"]["scheduler"])
+    assert ("127.0.0.1", 8786) in ports  # reachable from this host (kelr --scheduler)
+
+    tls = merged(base, load_yaml((DEPLOY / "compose.tls.yaml").read_text())[0])
+    check_no_open_plain_scheduler(tls, "compose.yaml + compose.tls.yaml")
+    services = tls["services"]
+    assert ("", 8786) in published_ports(services["scheduler"])  # TLS: open to other hosts
+    assert scheduler_endpoints(command_word(services["scheduler"]["command"]))[1]
+    assert services["worker"]["command"][2] == "tls://scheduler:8786"
+    for argv in compose_commands(DEPLOY / "compose.tls.yaml"):
+        if "--scheduler" in argv:
+            assert argv[argv.index("--scheduler") + 1] == "tls://scheduler:8786", argv
+    for name in ("scheduler", "worker", "job"):
+        assert services[name]["environment"]["DASK_CONFIG"] == "/etc/kelr/dask"
+        mounts = {mount_target(volume) for volume in services[name]["volumes"]}
+        assert {"/etc/kelr/tls", "/etc/kelr/dask/dask-tls.yaml"} <= mounts, name
+    config = yaml.safe_load((DEPLOY / "tls" / "dask-tls.yaml").read_text())
+    assert config["distributed"]["comm"]["tls"]["ca-file"].startswith("/etc/kelr/tls/")
+
+    # the check itself catches what it is for
+    for ports in (["8786:8786"], ["0.0.0.0:8786:8786"], ["8786"], [{"target": 8786}]):
+        opened = {"services": {"scheduler": {**base["services"]["scheduler"], "ports": ports}}}
+        with pytest.raises(AssertionError, match="plain-TCP scheduler port 8786"):
+            check_no_open_plain_scheduler(opened, "test")
+
+
+def test_network_policies_admit_only_the_cluster_to_each_scheduler():
+    documents = kubernetes_documents()
+    policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    clusters = {d["metadata"]["name"] for d in documents if d["kind"] in {"DaskCluster", "DaskJob"}}
+    assert clusters == {"kelr", "kelr-estimate"}
+    for policy in policies:
+        assert policy["apiVersion"] == "networking.k8s.io/v1"
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+    for cluster in clusters:
+        for component in ("scheduler", "worker"):
+            selected = [
+                p for p in policies
+                if p["spec"]["podSelector"]["matchLabels"]
+                == {"dask.org/cluster-name": cluster, "dask.org/component": component}
+            ]  # fmt: skip
+            assert len(selected) == 1, f"no NetworkPolicy for the {component}s of {cluster}"
+            for rule in selected[0]["spec"]["ingress"]:
+                assert rule.get("from"), "an ingress rule without 'from' admits everyone"
+                for peer in rule["from"]:
+                    assert "ipBlock" not in peer
+                    labels = peer["podSelector"]["matchLabels"]
+                    if "namespaceSelector" in peer:  # the operator, on the dashboard only
+                        assert labels == {"application": "dask-kubernetes-operator"}
+                        assert [p["port"] for p in rule["ports"]] == [8787]
+                        continue
+                    assert labels["dask.org/cluster-name"] == cluster
+                    if component == "scheduler":
+                        assert labels["dask.org/component"] in {"worker", "job-runner"}
+                        assert [p["port"] for p in rule["ports"]] == [8786]
+
+
 def kubernetes_documents() -> list[dict]:
     return [
         document
         for path in sorted((DEPLOY / "kubernetes").glob("*.yaml"))
-        for document in yaml.safe_load_all(path.read_text())
+        for document in load_yaml(path.read_text())
     ]
 
 
@@ -575,7 +743,17 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 60.0) -> No
 
 
 def test_tls_cluster_runs_with_generated_certificates(tmp_path):
+    """A TLS-only ``dask scheduler`` and ``dask worker`` with certificates from make-certs.sh
+    run an estimate for ``kelr`` (``get_client`` with the TLS settings of the dask config); a
+    plain-TCP client is refused."""
     from distributed import Client
+
+    from kelr_dist import estimate_response
+    from kelr_dist.cluster import get_client
+    from kelr_dist.simulate import simulate
+
+    store = tmp_path / "ou.zarr"
+    simulate("ou", store, 20_000, chunk=5_000, seed=2, progress=False)
 
     certs = tmp_path / "certs"
     subprocess.run(
@@ -596,7 +774,8 @@ def test_tls_cluster_runs_with_generated_certificates(tmp_path):
         [dask_cli, "scheduler", "--host", "tls://127.0.0.1", "--port", "0",
          "--dashboard-address", ":0", "--scheduler-file", str(scheduler_file), *flags,
          "--tls-cert", str(certs / "scheduler.pem"), "--tls-key", str(certs / "scheduler-key.pem")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=(tmp_path / "scheduler.log").open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True,
     )  # fmt: skip
     worker = None
     try:
@@ -604,14 +783,20 @@ def test_tls_cluster_runs_with_generated_certificates(tmp_path):
         address = json.loads(scheduler_file.read_text())["address"]
         assert address.startswith("tls://")
         worker = subprocess.Popen(
-            [dask_cli, "worker", address, "--nthreads", "1", "--memory-limit", "500MiB",
+            [dask_cli, "worker", address, "--nthreads", "1", "--memory-limit", "1GiB",
              "--no-dashboard", "--local-directory", str(tmp_path), *flags,
              "--tls-cert", str(certs / "worker.pem"), "--tls-key", str(certs / "worker-key.pem")],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=(tmp_path / "worker.log").open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True,
         )  # fmt: skip
-        with dask.config.set(flatten(config)), Client(address, timeout="30s") as client:
+        with dask.config.set(flatten(config)), get_client(address) as client:
             client.wait_for_workers(1, timeout=60)
             assert client.submit(sum, [1, 2]).result(timeout=30) == 3
+            ds = estimate_response(store, client=client, max_lag=40, max_order=40, progress=False)
+            assert np.isfinite(ds["response"].values).all() and ds.attrs["n_samples"] == 20_000
+        plain = address.replace("tls://", "tcp://")
+        with pytest.raises((OSError, TimeoutError)):  # no TLS: the handshake fails, then a timeout
+            Client(plain, timeout="3s", set_as_default=False)
     finally:
         for process in (worker, scheduler):
             if process is not None:
