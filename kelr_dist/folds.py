@@ -22,7 +22,7 @@ from kelr_dist.reduction import BlockInfo
 #: default number of folds
 DEFAULT_FOLDS = 4
 #: fewest samples a fold may hold
-MIN_FOLD_SAMPLES = 1000
+MIN_FOLD_SAMPLES = 200
 
 
 @dataclass(frozen=True)

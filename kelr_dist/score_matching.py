@@ -22,7 +22,7 @@ exactly (k̂(0) = I for ``A = x``); degree 1 is the quasi-Gaussian score.
 
 Conditioning and selection. Features orthonormal for a Gaussian are far from orthonormal for a
 multimodal density at high degree, so the solve goes through the eigen-decomposition of ``G``
-(eigenvalues below ``1e-12`` of the largest dropped) with an optional ridge ``λ = α tr(G) / P``.
+(eigenvalues below ``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative, must not be amplified to the size of the weights) with an optional ridge ``λ = α tr(G) / P``.
 The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.folds`): the sums are kept per
 fold, each candidate is fitted on all folds but one and its loss ``J`` evaluated on the one left
 out — exactly, from that fold's ``G`` and ``b`` — so choosing needs no further pass.
@@ -47,7 +47,7 @@ from kelr_dist.reduction import BlockInfo, Reduction
 #: ridge factors α tried by the held-out selection (λ = α tr(G) / P)
 RIDGES = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
 #: eigenvalues of G below this fraction of the largest are treated as zero
-RCOND = 1e-12
+RCOND = 1e-10
 #: rows per block of the feature tables
 FEATURE_ROWS = 4096
 

@@ -53,10 +53,10 @@ def small_density(x: np.ndarray, order: int = 6) -> KernelDensity:
 
 
 def reference_b(density: KernelDensity, x: np.ndarray, order: int, delta: float) -> np.ndarray:
-    """B = -grad p_M / p_M where p_M >= delta, else 0 (eq:deps_hat), from evaluate."""
+    """B = -grad p_M / p_M where p_M >= delta (standardized units), else 0 (eq:deps_hat)."""
     p, grad = density.evaluate(x, order)
     b = np.zeros_like(grad)
-    kept = p >= delta
+    kept = p * np.prod(density.scales) >= delta
     b[kept] = -grad[kept] / p[kept, None]
     return b
 
@@ -122,7 +122,7 @@ def test_rows_below_delta_get_zero_b_and_still_count_in_n_minus_s():
     model, x = ou_samples(4000, 5)
     density = small_density(x)
     order = 6
-    p = density.pdf(x, order)
+    p = density.pdf(x, order) / density.jacobian  # standardized units
     delta = float(np.quantile(p, 0.2))  # reject a fifth of the rows
     score = DensityScore(density, order, delta)
     s, kept = score(x)

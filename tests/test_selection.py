@@ -75,8 +75,10 @@ def fitted(case: str, n: int = 2000, seed: int = 0) -> tuple[KernelDensity, np.n
 
 
 def brute_values(density: KernelDensity, x: np.ndarray) -> np.ndarray:
-    """``p_M(X_n)`` for every order, ``(levels, n)``, by evaluate(x, order=M)."""
-    return np.stack([density.pdf(x, order=m) for m in range(density.basis.max_level + 1)])
+    """``p_M(X_n)`` in standardized units for every order, ``(levels, n)``, by
+    evaluate(x, order=M) divided by the Jacobian of the affine maps."""
+    orders = range(density.basis.max_level + 1)
+    return np.stack([density.pdf(x, order=m) for m in orders]) / density.jacobian
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -259,7 +261,7 @@ def test_automatic_choices_on_data_gaussian_low_bimodal_high():
         chosen[name] = order
         # the threshold is at least the median negative magnitude and delta_M, and R_M at it
         # is exact (a bin edge)
-        p = density.pdf(x, order=order)
+        p = density.pdf(x, order=order) / density.jacobian  # standardized units, as delta
         negative = np.sort(-p[p < 0])
         typical = negative[(len(negative) - 1) // 2] if len(negative) else 0.0  # lower median
         assert delta >= typical and delta >= p[p > 0].min()
