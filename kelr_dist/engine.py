@@ -273,12 +273,9 @@ def run_reductions(
         (partials,) = dask.compute(graph.total, scheduler="synchronous", optimize_graph=False)
         return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
     where = _PassContext.of(trajectory, graph, client)
-    if client.status != "running":
-        raise ClusterError(
-            f"{where.name}: the Dask client is {client.status}, not connected to the "
-            f"scheduler at {where.scheduler}"
-        )
+    where.require_connection(client)
     _check_store_on_workers(trajectory, client, where)
+    where.require_connection(client)
     futures = client.compute([*graph.blocks, graph.total], optimize_graph=False)
     total = futures.pop()
     bar = tqdm(
@@ -350,6 +347,14 @@ class _PassContext:
                 return "the combine step"
         return f"task {key!r}"
 
+    def require_connection(self, client: Client) -> None:
+        """Raise at once when the client is not connected (work sent now would never end)."""
+        if client.status != "running":
+            raise ClusterError(
+                f"{self.name}: lost the connection to the Dask scheduler at {self.scheduler} "
+                f"(the client is {client.status})"
+            )
+
     def failure(self, client: Client, future: Any) -> BaseException:
         """The exception to raise for a failed or cancelled future of this pass."""
         if future.status == "cancelled":
@@ -360,7 +365,7 @@ class _PassContext:
                 reason = getattr(err, "reason", None)
             except Exception:  # the client itself failed; say what is known
                 pass
-            if reason in (None, "scheduler-connection-lost"):
+            if reason == "scheduler-connection-lost" or client.status != "running":
                 return ClusterError(
                     f"{self.name}: lost the connection to the Dask scheduler at "
                     f"{self.scheduler}; the pass was abandoned"
