@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,11 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.jobfile import (
+    ESTIMATORS,
     INDEX_SETS,
     Job,
     check_basis,
+    check_degree,
     check_delta,
     check_max_order,
     check_order,
@@ -51,6 +54,7 @@ class KelrGroup(click.Group):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any):  # type: ignore[override]
         if extra.pop("standalone_mode", True) is False:
             return super().main(args, prog_name, standalone_mode=False, **extra)
+        warnings.showwarning = _show_warning
         try:
             result = super().main(args, prog_name or "kelr", standalone_mode=False, **extra)
         except click.ClickException as err:
@@ -70,6 +74,11 @@ def _command_path(args: Sequence[str] | None) -> str:
     words = list(sys.argv[1:] if args is None else args)
     command = next((w for w in words if not w.startswith("-")), None)
     return f"kelr {command}" if command in main.commands else "kelr"
+
+
+def _show_warning(message: Any, category: type, *args: Any, **kwargs: Any) -> None:
+    """Warnings of the package as one line on stderr (``kelr: warning: ...``)."""
+    click.echo(f"kelr: warning: {_one_line(str(message))}", err=True)
 
 
 def _fail(where: str, message: str) -> None:
@@ -117,6 +126,7 @@ def _number(text: str) -> Any:
 ORDER = _Checked("order", check_order)
 MAX_ORDER = _Checked("max_order", check_max_order)
 DELTA = _Checked("delta", check_delta)
+DEGREE = _Checked("degree", check_degree)
 
 
 def _basis(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -404,6 +414,28 @@ def _run_estimate(
 @click.argument("out", type=click.Path())
 @click.option("--variable", default="x", show_default=True, help="Trajectory variable.")
 @click.option(
+    "--estimator",
+    type=click.Choice(ESTIMATORS),
+    default="auto",
+    show_default=True,
+    help="Score estimate: the paper's kernel embedding, score matching (Hyvärinen 2005), or "
+    "auto (the one with the smaller held-out Hyvärinen loss).",
+)
+@click.option(
+    "--degree",
+    type=DEGREE,
+    default="auto",
+    show_default=True,
+    help="Score matching: 'auto' (held-out loss) or a total degree q >= 1.",
+)
+@click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    default=4,
+    show_default=True,
+    help="Held-out folds: whole chains, or contiguous blocks of each chain.",
+)
+@click.option(
     "--basis",
     default="auto",
     show_default=True,
@@ -477,6 +509,9 @@ def estimate(
     store: str,
     out: str,
     variable: str,
+    estimator: str,
+    degree: Any,
+    folds: int,
     basis: str,
     order: Any,
     max_order: Any,
@@ -510,6 +545,9 @@ def estimate(
         raise click.UsageError("--max-lag and --max-time are mutually exclusive")
     options = {
         "variable": variable,
+        "estimator": estimator,
+        "degree": degree,
+        "folds": folds,
         "basis": basis,
         "order": order,
         "max_order": max_order,

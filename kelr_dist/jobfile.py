@@ -10,6 +10,11 @@ Schema (every key but ``input.store`` and ``outputs.result`` is optional; defaul
     input:
       store: trajectory.zarr      # trajectory store (zarr), relative to this file
       variable: x                 # trajectory variable in the store
+    estimator:
+      method: auto                # "auto" (held-out choice), "kernel-embedding" or
+                                  # "score-matching"
+      degree: auto                # score matching: "auto" or a total degree q >= 1
+      folds: 4                    # held-out folds: whole chains or contiguous blocks
     basis:
       spec: auto                  # "auto" or one entry per component, e.g.
                                   # "laguerre(theta=1),hermite" (kelr_dist.moments)
@@ -75,6 +80,7 @@ from kelr_dist.response import Forcing, Observable
 Order = str | int | tuple[int, ...]
 
 OBSERVABLES = ("identity", "square")
+ESTIMATORS = ("auto", "kernel-embedding", "score-matching")
 FORCINGS = ("constant", "linear")
 INDEX_SETS = ("auto", "total", "box")
 DELTA_RULES = ("auto", "paper")
@@ -155,6 +161,29 @@ def check_delta(value: Any) -> str | float:
     raise _Invalid(f"expected 'auto', 'paper' or a positive number, got {value!r}")
 
 
+def check_estimator(value: Any) -> str:
+    """One of :data:`ESTIMATORS`."""
+    if value not in ESTIMATORS:
+        raise _Invalid(f"expected one of {list(ESTIMATORS)}, got {value!r}")
+    return str(value)
+
+
+def check_degree(value: Any) -> str | int:
+    """``"auto"`` or a total degree ``>= 1``."""
+    if value == "auto":
+        return "auto"
+    if _non_negative_int(value) is None or value < 1:
+        raise _Invalid(f"expected 'auto' or an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def check_folds(value: Any) -> int:
+    """Held-out folds: an integer ``>= 2``."""
+    if _non_negative_int(value) is None or value < 2:
+        raise _Invalid(f"expected an integer >= 2, got {value!r}")
+    return int(value)
+
+
 def check_basis(value: Any) -> str:
     """A basis spec string (``"auto"``, ``"hermite,laguerre(theta=1)"``, ...): the syntax of
     each entry (their number is checked against the store by the estimate)."""
@@ -205,6 +234,14 @@ def square(x: np.ndarray) -> np.ndarray:
     return np.square(x)
 
 
+def square_derivative(x: np.ndarray) -> np.ndarray:
+    """``∂_j A_i = 2 x_i δ_ij`` of :func:`square`: ``(n, d) -> (n, d, d)``."""
+    out = np.zeros((*x.shape, x.shape[1]))
+    idx = np.arange(x.shape[1])
+    out[:, idx, idx] = 2.0 * x
+    return out
+
+
 def linear_forcing(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``c_i(x) = x_i`` and ``d c_i / d x_i = 1``: two ``(n, d)`` arrays."""
     return np.array(x, dtype=np.float64), np.ones_like(x, dtype=np.float64)
@@ -224,7 +261,7 @@ class FunctionSpec:
         if self.name == "identity":
             return None
         if self.name == "square":
-            return Observable(tuple(f"{c}^2" for c in components), square)
+            return Observable(tuple(f"{c}^2" for c in components), square, square_derivative)
         assert self.names is not None
         return Observable(self.names, self.function)
 
@@ -297,6 +334,9 @@ class Job:
     source: Path
     store: Path
     variable: str
+    estimator: str
+    degree: str | int
+    folds: int
     basis: str
     order: Order
     max_order: int | tuple[int, ...] | None
@@ -322,6 +362,9 @@ class Job:
         trajectory and the cluster), for a store with these ``components``."""
         return {
             "variable": self.variable,
+            "estimator": self.estimator,
+            "degree": self.degree,
+            "folds": self.folds,
             "basis": self.basis,
             "order": self.order,
             "max_order": self.max_order,
@@ -380,6 +423,11 @@ Check = Callable[[Any], Any]
 # section -> key -> (check, default); a section of None is a top-level scalar key
 SCHEMA: dict[str, dict[str, tuple[Check, Any]] | tuple[Check, Any]] = {
     "input": {"store": (_string, ...), "variable": (_string, "x")},
+    "estimator": {
+        "method": (check_estimator, "auto"),
+        "degree": (check_degree, "auto"),
+        "folds": (check_folds, 4),
+    },
     "basis": {
         "spec": (check_basis, "auto"),
         "order": (check_order, "auto"),
@@ -478,6 +526,9 @@ def parse_job(document: Any, source: str | os.PathLike[str]) -> Job:
         source=source,
         store=path("input.store"),  # type: ignore[arg-type]
         variable=v["input.variable"],
+        estimator=v["estimator.method"],
+        degree=v["estimator.degree"],
+        folds=v["estimator.folds"],
         basis=v["basis.spec"],
         order=v["basis.order"],
         max_order=v["basis.max_order"],

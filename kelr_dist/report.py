@@ -1,14 +1,16 @@
 """Reports on a result of :func:`kelr_dist.estimate.estimate_response`: a table and figures.
 
 - :func:`summary` — the terminal table of ``kelr report`` (and the tail of ``kelr estimate``):
-  basis, chosen order ``M``, threshold ``δ``, rejection rate ``R_M``, run time and, when the
-  result holds ``response_exact``, the errors of every estimate against it
+  the estimator used and why, basis, order ``M`` / degree ``q``, threshold ``δ``, rejection
+  rate ``R_M``, run time, the lag-0 Stein residual of every estimate in standard errors and,
+  when the result holds ``response_exact``, the errors of every estimate against it
   (:func:`response_errors`).
 - :func:`write_figures` — PNG figures (matplotlib, Agg canvas; no pyplot state):
-  ``criteria.png`` (``η_M``, ``R_M``, ``δ_M`` against ``M``, crit1/crit2/eq:deltaM),
-  ``response.png`` (every entry ``k_ij(t)`` of eq:lin_oper: kernel embedding with its
-  standard-error band, KDE, quasi-Gaussian and exact FDT where present; diagonal entries
-  normalised to ``k_ii(0) = 1`` as in the paper's figures) and ``density.png`` (the estimated
+  ``selection.png`` (held-out loss of every candidate against its order/degree, the choice
+  marked), ``criteria.png`` (``η_M``, ``R_M``, ``δ_M`` against ``M``, crit1/crit2/eq:deltaM),
+  ``response.png`` (every entry ``k_ij(t)`` of eq:lin_oper, every estimate with its
+  sampling-error band, and the exact FDT where present; raw values, as estimated) and
+  ``density.png`` (the estimated
   ``p_M`` of eq:kme2: marginals, and for ``d = 2`` a map; where the store came from a built-in
   model, the true ``p_eq`` normalised on the same grid and the absolute error map, as in the
   paper's Figure fig:p_tri).
@@ -30,9 +32,12 @@ from matplotlib.patches import Patch
 
 from kelr_dist.analysis import normalized
 
-#: estimates compared with ``response_exact``: variable -> label
+#: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
+#: with the estimator it came from, see :func:`label`)
 ESTIMATES = {
-    "response": "kernel embedding",
+    "response": "automatic",
+    "response_kernel_embedding": "kernel embedding",
+    "response_score_matching": "score matching",
     "response_kde": "KDE",
     "response_gaussian": "quasi-Gaussian",
 }
@@ -44,11 +49,19 @@ DENSITY_GRID = {1: 400, 2: 161, 3: 41}
 _SHOWN_FRACTION = 1e-3
 _STYLE = {
     "response": {"color": "C0", "linestyle": "-"},
+    "response_kernel_embedding": {"color": "C4", "linestyle": "-."},
+    "response_score_matching": {"color": "C4", "linestyle": "-."},
     "response_kde": {"color": "C1", "linestyle": "--"},
     "response_gaussian": {"color": "C2", "linestyle": ":"},
     "response_exact": {"color": "black", "linestyle": "-", "linewidth": 0.9},
 }
-_LABELS = {**ESTIMATES, "response_exact": "exact FDT"}
+
+
+def label(ds: xr.Dataset, name: str) -> str:
+    """Legend/table label of response variable ``name``."""
+    if name == "response":
+        return str(ds.attrs.get("estimator", "kernel embedding")).replace("-", " ")
+    return "exact FDT" if name == "response_exact" else ESTIMATES.get(name, name)
 
 
 def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
@@ -129,10 +142,43 @@ def _number(value: float) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
 
 
+def _estimator_line(ds: xr.Dataset) -> str:
+    """The estimator used and why (the held-out losses when chosen automatically)."""
+    a = ds.attrs
+    used = str(a.get("estimator", "kernel-embedding"))
+    if a.get("estimator_selection") != "auto" or "candidate_loss" not in ds:
+        return f"{used} (given)"
+    chosen = ds["candidate_chosen"].values.astype(bool)
+    estimators = ds["candidate_estimator"].values.astype(str)
+    losses = ds["candidate_loss"].values
+    other = [
+        float(np.nanmin(losses[(estimators == e) & np.isfinite(losses)]))
+        for e in ("kernel-embedding", "score-matching")
+        if e != used and ((estimators == e) & np.isfinite(losses)).any()
+    ]
+    versus = f" vs {other[0]:.4g} for the other" if other else ""
+    return f"{used} (auto: held-out Hyvärinen loss {float(losses[chosen][0]):.4g}{versus})"
+
+
+def stein_rows(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
+    """Per response variable: the largest ``|lag-0 Stein residual|`` and the largest ratio
+    ``|residual| / stderr`` over the entries."""
+    out = {}
+    for name in ds.data_vars:
+        name = str(name)
+        if not name.startswith("stein_residual") or name.endswith("_stderr"):
+            continue
+        residual = np.abs(ds[name].values)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = residual / ds[f"{name}_stderr"].values
+        response = "response" + name[len("stein_residual") :]
+        out[response] = (float(np.nanmax(residual)), float(np.nanmax(ratio)))
+    return out
+
+
 def summary(ds: xr.Dataset, name: str | None = None) -> str:
     """The report table of a result (several lines, no trailing newline)."""
     a = ds.attrs
-    order = chosen_order(ds)
     origin = f"model {a['model']}, " if "model" in a else ""
     t_max = float(ds["time"].values[-1])
     rows = [
@@ -142,10 +188,20 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
             f"{a.get('store', '?')} ({origin}{a.get('chains', '?')} chain(s), "
             f"{a.get('n_samples', '?')} samples, dt {a.get('dt', '?')})",
         ),
+        ("estimator", _estimator_line(ds)),
         ("basis", _short(str(a.get("basis", "?")))),
-        ("index set", f"{a.get('index_set', '?')}, max order {a.get('max_order', '?')}"),
-        ("order M", f"{order} ({a.get('order_selection', '?')})"),
-        ("delta", f"{_number(a.get('delta', math.nan))} ({a.get('delta_rule', '?')})"),
+    ]
+    if "order" in a:
+        rows += [
+            ("index set", f"{a.get('index_set', '?')}, max order {a.get('max_order', '?')}"),
+            ("order M", f"{chosen_order(ds)} ({a.get('order_selection', '?')})"),
+            ("delta", f"{_number(a.get('delta', math.nan))} ({a.get('delta_rule', '?')})"),
+        ]
+    if "degree" in a:
+        rows.append(
+            ("degree q", f"{a['degree']} (ridge {a.get('ridge', 0):g}, max {a.get('max_degree')})")
+        )
+    rows += [
         ("rejection", _number(a.get("rejection", math.nan))),
         ("lags", f"0..{ds.sizes['lag'] - 1} (t <= {t_max:.4g})"),
         ("responses", ", ".join(str(v) for v in ds.data_vars if _is_response(ds, v))),
@@ -153,6 +209,17 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     ]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label:<{width}}  {value}" for label, value in rows]
+    stein = stein_rows(ds)
+    if stein:
+        lines.append(
+            "lag-0 Stein residual k(0) - E[d_j(c_j A_i)] (estimator bias; 0 for the true score):"
+        )
+        lines.append(f"  {'estimate':<18}{'max |residual|':>16}{'in stderr':>11}")
+        for variable, (residual, ratio) in stein.items():
+            flag = "  biased beyond its error bars" if ratio > 3 else ""
+            lines.append(
+                f"  {label(ds, variable):<18}{_number(residual):>16}{_number(ratio):>11}{flag}"
+            )
     errors = response_errors(ds)
     if errors:
         horizon = min(ERROR_HORIZON, t_max)
@@ -160,7 +227,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         lines.append(f"  {'estimate':<18}{'diagonal':>12}{'off-diagonal':>14}{'max stderr':>12}")
         for variable, e in errors.items():
             lines.append(
-                f"  {ESTIMATES[variable]:<18}{_number(e['diagonal']):>12}"
+                f"  {label(ds, variable):<18}{_number(e['diagonal']):>12}"
                 f"{_number(e['off_diagonal']):>14}{_number(e['stderr']):>12}"
             )
     return "\n".join(lines)
@@ -212,12 +279,16 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     return fig
 
 
-def plot_responses(ds: xr.Dataset) -> Figure:
-    """Every entry ``k_ij(t)`` against time; diagonal entries normalised to ``k_ii(0) = 1``."""
-    try:
-        shown, note = normalized(ds), "diagonal entries normalised to k_ii(0) = 1"
-    except ValueError:
-        shown, note = ds, "not normalised (zero diagonal at lag 0)"
+def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
+    """Every entry ``k_ij(t)`` against time, every estimate with its ±2 standard-error band
+    (sampling error); raw values, or diagonal entries normalised to ``k_ii(0) = 1`` (the paper's
+    figures) with ``normalise``."""
+    shown, note = ds, "raw values"
+    if normalise:
+        try:
+            shown, note = normalized(ds), "diagonal entries normalised to k_ii(0) = 1"
+        except ValueError:
+            note = "not normalised (zero diagonal at lag 0)"
     names_i = [str(v) for v in ds["i"].values]
     names_j = [str(v) for v in ds["j"].values]
     q, d = len(names_i), len(names_j)
@@ -226,26 +297,88 @@ def plot_responses(ds: xr.Dataset) -> Figure:
     time = ds["time"].values
     for (a, i), (b, j) in ((x, y) for x in enumerate(names_i) for y in enumerate(names_j)):
         ax = axes[a, b]
-        for name in ("response", "response_kde", "response_gaussian", "response_exact"):
+        for name in _STYLE:
             if name not in shown:
                 continue
             k = shown[name].sel(i=i, j=j).values
-            ax.plot(time, k, label=_LABELS[name], **_STYLE[name])
-            if name == "response" and "response_stderr" in shown:
-                s = shown["response_stderr"].sel(i=i, j=j).values
-                ax.fill_between(time, k - 2 * s, k + 2 * s, color="C0", alpha=0.2, lw=0)
+            ax.plot(time, k, label=label(ds, name), **_STYLE[name])
+            if f"{name}_stderr" in shown and name != "response_exact":
+                s = shown[f"{name}_stderr"].sel(i=i, j=j).values
+                color = _STYLE[name]["color"]
+                ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
         diagonal = a == b
         ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
-        ax.set_xlabel(f"time t (dt = {ds.attrs.get('dt', '?')})")
-        ax.set_ylabel(f"response of {i} to forcing on {j}")
+        ax.set_xlabel(f"time lag t (dt = {ds.attrs.get('dt', '?')}, the data's time unit)")
+        ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit forcing)")
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    if "response_stderr" in shown:
-        handles.append(Patch(color="C0", alpha=0.2))
-        labels.append("kernel embedding ± 2 stderr")
+    handles.append(Patch(color="grey", alpha=0.3))
+    labels.append("± 2 stderr (sampling error)")
     axes[0, 0].legend(handles, labels, fontsize="small")
-    fig.suptitle(f"linear response operator ({note})")
+    stein = stein_rows(ds).get("response")
+    bias = (
+        f"; lag-0 Stein residual (bias) up to {stein[0]:.2g} = {stein[1]:.1f} stderr"
+        if stein
+        else ""
+    )
+    fig.suptitle(
+        f"linear response operator ({note}); bands: sampling error only, not estimator bias{bias}",
+        fontsize="medium",
+    )
+    return fig
+
+
+def plot_selection(ds: xr.Dataset) -> Figure:
+    """Held-out Hyvärinen loss of every candidate against its order (kernel embedding) or degree
+    (score matching: the best ridge per degree), ± its fold standard error; the choice marked."""
+    estimators = ds["candidate_estimator"].values.astype(str)
+    orders = ds["candidate_order"].values
+    losses = ds["candidate_loss"].values
+    errors = ds["candidate_loss_stderr"].values
+    chosen = ds["candidate_chosen"].values.astype(bool)
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.subplots()
+    finite = np.isfinite(losses)
+    sane = losses[finite]
+    if sane.size:
+        low = float(sane.min())
+        span = max(float(np.median(sane)) - low, 1e-3 * max(abs(low), 1.0))
+        ax.set_ylim(low - 0.5 * span, low + 3.0 * span)
+    sm = (estimators == "score-matching") & finite
+    if sm.any():
+        degrees = np.unique(orders[sm])
+        best_rows = [
+            np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
+            for q in degrees
+        ]
+        ax.errorbar(
+            degrees,
+            losses[best_rows],
+            yerr=errors[best_rows],
+            fmt="o-",
+            ms=4,
+            color="C2",
+            label="score matching, degree q (best ridge)",
+        )
+    ke = (estimators == "kernel-embedding") & finite
+    if ke.any():
+        ax.errorbar(
+            orders[ke],
+            losses[ke],
+            yerr=errors[ke],
+            fmt="s",
+            ms=7,
+            color="C4",
+            label="kernel embedding, order M (paper's rules)",
+        )
+    if chosen.any():
+        ax.plot(orders[chosen], losses[chosen], "*", ms=16, color="red", label="chosen")
+    ax.set_xlabel("order M / degree q (dimensionless)")
+    ax.set_ylabel("held-out loss J = E[|s|²/2 + div s]\n(units of 1/x², lower is better)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title("estimator choice on held-out folds (Fisher divergence up to a constant)")
     return fig
 
 
@@ -377,7 +510,8 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
 
 
 def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Path]:
-    """Write ``criteria.png``, ``response.png`` and ``density.png`` (when drawn) to ``directory``.
+    """Write ``response.png``, ``selection.png``, ``criteria.png`` and ``density.png`` (those
+    the result has the data for) to ``directory``.
 
     Returns
     -------
@@ -387,6 +521,8 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     figures = {"response.png": plot_responses(ds)}
+    if "candidate_loss" in ds:
+        figures["selection.png"] = plot_selection(ds)
     if "order" in ds.dims and "eta" in ds:
         figures["criteria.png"] = plot_criteria(ds)
     if "coefficients" in ds:

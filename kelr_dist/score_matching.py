@@ -22,10 +22,11 @@ exactly (k̂(0) = I for ``A = x``); degree 1 is the quasi-Gaussian score.
 
 Conditioning and selection. Features orthonormal for a Gaussian are far from orthonormal for a
 multimodal density at high degree, so the solve goes through the eigen-decomposition of ``G``
-(eigenvalues below ``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative, must not be amplified to the size of the weights) with an optional ridge ``λ = α tr(G) / P``.
-The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.folds`): the sums are kept per
-fold, each candidate is fitted on all folds but one and its loss ``J`` evaluated on the one left
-out — exactly, from that fold's ``G`` and ``b`` — so choosing needs no further pass.
+(eigenvalues below ``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative,
+must not be amplified to the size of the weights) with an optional ridge ``λ = α tr(G) / P``.
+The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.folds`): the sums are kept
+per fold, each candidate is fitted on all folds but one and its loss ``J`` evaluated on the one
+left out — exactly, from that fold's ``G`` and ``b`` — so choosing needs no further pass.
 
 Reference: A. Hyvärinen, "Estimation of non-normalized statistical models by score matching",
 J. Mach. Learn. Res. 6 (2005) 695–709.

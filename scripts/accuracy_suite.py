@@ -1,0 +1,176 @@
+"""Accuracy of the automatic estimate on systems nobody tuned it for, against the exact FDT.
+
+For every system (all with a closed-form ``p_eq``, so the exact score is known) a trajectory of
+``--samples`` samples is simulated once (cached under ``--data``), then one automatic estimate
+(``estimator="auto"``, embedded cluster) gives the chosen response, the other estimator's, the
+exact-FDT response on the same samples and the baselines (Gaussian KDE for d <= 2, the
+quasi-Gaussian FDT). Errors are ``max over lags and entries of |k̂ - k_exact|``, diagonal and
+off-diagonal entries apart. Printed: one table, and (``--figure``) the response curves of the two
+systems where the automatic estimate is furthest from the exact response.
+
+    python scripts/accuracy_suite.py                      # N = 1e7, every system (~15 min)
+    python scripts/accuracy_suite.py --samples 1e6 --systems ou curved-wells
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+import kelr_dist
+from kelr_dist.models import make_model
+
+#: name -> (model name, parameters); d = 2 unless the model says otherwise
+SYSTEMS = {
+    "ou": "ou",
+    "triple-well": "triple-well",
+    "langevin-morse": "langevin-morse",
+    "curved-wells": "curved-wells",
+    "coupled-3d": "coupled-3d",
+    "coupled-4d": "coupled-4d",
+    "coupled-6d": "coupled-6d",
+    "heavy-tail": "heavy-tail",
+    "wall": "wall",
+}
+BASELINES = {"kde": "response_kde", "gaussian": "response_gaussian"}
+
+
+def errors(ds: xr.Dataset, name: str) -> tuple[float, float]:
+    """(diagonal, off-diagonal) max |k̂ - k_exact| of response variable ``name``."""
+    if name not in ds:
+        return (np.nan, np.nan)
+    err = np.abs(ds[name] - ds["response_exact"]).max("lag").values
+    diag = float(np.max(np.diag(err)))
+    off = err - np.diag(np.diag(err))
+    return diag, float(off.max()) if err.shape[0] > 1 else np.nan
+
+
+def stein_sigmas(ds: xr.Dataset) -> float:
+    """Largest |lag-0 Stein residual| of the chosen estimate, in standard errors."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.abs(ds["stein_residual"] / ds["stein_residual_stderr"]).values
+    return float(np.nanmax(ratio))
+
+
+def trajectory(system: str, samples: int, data: Path) -> Path:
+    path = data / f"{system}-{samples:.0e}.zarr"
+    if not path.exists():
+        kelr_dist.simulate(SYSTEMS[system], path, n_samples=samples, seed=2026)
+    return path
+
+
+def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
+    path = trajectory(system, samples, data)
+    d = len(make_model(SYSTEMS[system]).components)
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = kelr_dist.estimate_response(path, exact=True, kde=d <= 2, gaussian=True)
+    seconds = time.perf_counter() - started
+    other = (
+        "response_score_matching"
+        if ds.attrs["estimator"] == "kernel-embedding"
+        else "response_kernel_embedding"
+    )
+    single = {
+        ds.attrs["estimator"]: errors(ds, "response"),
+        other[9:].replace("_", "-"): errors(ds, other),
+    }
+    row = {
+        "system": system,
+        "d": d,
+        "auto": errors(ds, "response"),
+        "ke": single.get("kernel-embedding", (np.nan, np.nan)),
+        "sm": single.get("score-matching", (np.nan, np.nan)),
+        **{k: errors(ds, v) for k, v in BASELINES.items()},
+        "chosen": ds.attrs["estimator"],
+        "order": ds.attrs["order"]
+        if ds.attrs["estimator"] == "kernel-embedding"
+        else (f"q={ds.attrs['degree']}"),
+        "stein": stein_sigmas(ds),
+        "warned": any("Stein" in str(w.message) for w in caught),
+        "seconds": seconds,
+    }
+    return row, ds
+
+
+def pair(v: tuple[float, float]) -> str:
+    return " / ".join("  -  " if np.isnan(x) else f"{x:.3f}" for x in v)
+
+
+def print_table(rows: list[dict], samples: int) -> None:
+    print(f"\nN = {samples:.0e} per system; error = max_t,entries |k - k_exact|, diag / off-diag")
+    head = (
+        f"{'system':15} {'d':>1}  {'auto':>13}  {'kernel-emb.':>13}  {'score-match.':>13}  "
+        f"{'KDE':>13}  {'quasi-Gauss':>13}  {'chosen':>17} {'M/q':>5} {'Stein/se':>8} {'time s':>6}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['system']:15} {r['d']:>1}  {pair(r['auto']):>13}  {pair(r['ke']):>13}  "
+            f"{pair(r['sm']):>13}  {pair(r['kde']):>13}  {pair(r['gaussian']):>13}  "
+            f"{r['chosen']:>17} {r['order']:>5} {r['stein']:>8.1f} {r['seconds']:>6.1f}"
+        )
+
+
+def figure(results: list[tuple[dict, xr.Dataset]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hardest = sorted(results, key=lambda r: -max(r[0]["auto"]))[:2]
+    fig, axes = plt.subplots(len(hardest), 2, figsize=(10, 3.6 * len(hardest)), squeeze=False)
+    for (row, ds), ax_row in zip(hardest, axes, strict=True):
+        for ax, (i, j) in zip(ax_row, [(0, 0), (0, 1)], strict=True):
+            t = ds["time"].values
+            for name, style in [
+                ("response_exact", dict(color="k", lw=2, label="exact FDT")),
+                ("response", dict(color="C0", label=f"automatic ({row['chosen']})")),
+                ("response_kernel_embedding", dict(color="C1", ls="--", label="kernel embedding")),
+                ("response_score_matching", dict(color="C2", ls="--", label="score matching")),
+                ("response_gaussian", dict(color="C3", ls=":", label="quasi-Gaussian")),
+            ]:
+                if name in ds:
+                    k = ds[name].isel(i=i, j=j).values
+                    ax.plot(t, k, **style)
+                    if name == "response":
+                        se = ds["response_stderr"].isel(i=i, j=j).values
+                        ax.fill_between(t, k - 2 * se, k + 2 * se, color="C0", alpha=0.2, lw=0)
+            ax.set_title(f"{row['system']}: k_{i + 1}{j + 1}(t)")
+            ax.set_xlabel("time lag t (model time units)")
+            ax.set_ylabel(f"k_{i + 1}{j + 1} (dimensionless)")
+        ax_row[0].legend(fontsize=8)
+    fig.suptitle("band: ±2 standard errors of the automatic estimate (sampling error only)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=float, default=1e7)
+    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS))
+    parser.add_argument("--data", type=Path, default=Path("runs/accuracy"))
+    parser.add_argument("--figure", type=Path, default=None, help="PNG of the hardest two")
+    args = parser.parse_args()
+    samples = int(args.samples)
+    args.data.mkdir(parents=True, exist_ok=True)
+    results = []
+    for system in args.systems:
+        row, ds = run(system, samples, args.data)
+        results.append((row, ds))
+        print_table([row], samples)
+    print_table([r for r, _ in results], samples)
+    if args.figure is not None:
+        figure(results, args.figure)
+        print(f"figure: {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
