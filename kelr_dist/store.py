@@ -42,8 +42,15 @@ from zarr.codecs import BloscCodec
 DIMS = ("chain", "time", "component")
 # most bytes one task may have to read for one block of one chain (see _check_chunks)
 MAX_CHUNK_BYTES = 256 * 2**20
-# block size used to chunk in-memory (numpy-backed) trajectories
-DEFAULT_BLOCK_BYTES = 32 * 2**20
+# block size used to chunk in-memory (numpy-backed) trajectories: small enough that a 1e7-sample
+# array spreads over the workers in tens of tasks (the engine scatters the blocks once, and
+# coalesces blocks of a large array into bigger tasks; see kelr_dist.engine)
+DEFAULT_BLOCK_BYTES = 4 * 2**20
+# a lazily opened time coordinate up to this many entries is checked for uniformity in full
+# (streamed chunk by chunk); a longer one at TIME_PROBES evenly spaced entries and its first
+# and last chunk, so that opening a 1e10-sample store never reads its whole coordinate
+TIME_CHECK_ROWS = 2**22
+TIME_PROBES = 64
 # relative tolerance on the spacing of a time coordinate (and a time coordinate vs ``dt``)
 DT_RTOL = 1e-6
 PROVENANCE_ATTRS = ("model", "model_params", "seed", "burn_in", "kelr_dist_version")
@@ -96,15 +103,26 @@ def open_trajectory(path: str | os.PathLike[str], variable: str = "x") -> xr.Dat
 
     Notes
     -----
-    A ``time`` coordinate is read into memory to check that it is uniform; very long stores
-    should carry a ``dt`` attribute instead.
+    A local ``path`` is made absolute here (``attrs["store"]`` and the tasks that read the
+    store hold the absolute path), so that workers started in another directory read the
+    same store. A ``time`` coordinate is not loaded: it stays lazy, its step comes from its
+    first and last entries and its length, and its uniformity is checked in full up to
+    ``TIME_CHECK_ROWS`` entries, beyond that at ``TIME_PROBES`` evenly spaced entries and in
+    its first and last chunks (a long store had better carry a ``dt`` attribute).
     """
     source = os.fspath(path)
-    if "://" not in source and not Path(source).exists():
-        raise _error(source, variable, "the store does not exist")
+    if "://" not in source:
+        source = os.path.abspath(source)
+        if not Path(source).exists():
+            raise _error(source, variable, "the store does not exist")
     try:
         ds = xr.open_zarr(
-            source, chunks={}, consolidated=False, decode_times=False, decode_timedelta=False
+            source,
+            chunks={},
+            consolidated=False,
+            decode_times=False,
+            decode_timedelta=False,
+            create_default_indexes=False,  # no index: the time coordinate is not loaded
         )
     except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
         raise _error(
@@ -122,7 +140,7 @@ def as_trajectory(
 
     Parameters
     ----------
-    obj : the data; numpy-backed data are chunked (blocks of about 32 MiB along time).
+    obj : the data; numpy-backed data are chunked (blocks of about 4 MiB along time).
     variable : the variable of a ``Dataset`` (a ``DataArray`` is used as it is).
     source : name of the store for messages and ``attrs["store"]`` (default: the path the
         object was opened from, else ``"<in-memory>"``).
@@ -228,8 +246,10 @@ def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> float:
             f"the time coordinate must be numeric along 'time' (found dims {time.dims}, "
             f"dtype {time.dtype})",
         )
-    t = np.asarray(time.values, dtype=np.float64)
-    dt = (t[-1] - t[0]) / (t.size - 1)
+    t = time.data  # numpy, or dask for a store's coordinate (never loaded whole)
+    n = t.shape[0]
+    first, last = _entries(t, [0, n - 1])
+    dt = (last - first) / (n - 1)
     if not (math.isfinite(dt) and dt > 0):
         raise _error(
             source,
@@ -237,14 +257,60 @@ def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> float:
             f"dt={dt!r} from the time coordinate is not a positive "
             "finite number (the time coordinate must increase)",
         )
-    steps = np.diff(t)
-    if np.abs(steps - dt).max() > DT_RTOL * dt:
+    if isinstance(t, np.ndarray) or n <= TIME_CHECK_ROWS:
+        low, high = _step_range(t, dt)
+        if max(abs(low - dt), abs(high - dt)) > DT_RTOL * dt:
+            raise _error(
+                source,
+                variable,
+                f"time step is not uniform (dt varies from {low:g} to {high:g})",
+            )
+        return float(dt)
+    rows = t.chunks[0]
+    for part in (t[: rows[0]], t[n - rows[-1] :]):  # the first and the last chunk in full
+        low, high = _step_range(part, dt)
+        if max(abs(low - dt), abs(high - dt)) > DT_RTOL * dt:
+            raise _error(
+                source,
+                variable,
+                f"time step is not uniform (dt varies from {low:g} to {high:g})",
+            )
+    probes = np.unique(np.linspace(0, n - 1, TIME_PROBES).astype(np.int64))
+    found = _entries(t, probes.tolist())
+    expected = first + probes * dt
+    # the entries themselves are rounded to float64: allow a few ulps of the times besides
+    tolerance = DT_RTOL * dt + 8 * np.finfo(np.float64).eps * np.abs(expected)
+    worst = int(np.argmax(np.abs(found - expected) - tolerance))
+    if abs(found[worst] - expected[worst]) > tolerance[worst]:
         raise _error(
             source,
             variable,
-            f"time step is not uniform (dt varies from {steps.min():g} to {steps.max():g})",
+            f"time step is not uniform: time[{probes[worst]}] = {found[worst]!r}, but "
+            f"time[0] + {probes[worst]} * dt = {expected[worst]!r} (dt from the first and the "
+            "last entry)",
         )
     return float(dt)
+
+
+def _entries(t: Any, indices: list[int]) -> np.ndarray:
+    """``t[indices]`` as float64, reading only the chunks that hold them (dask or numpy)."""
+    picked = t[np.asarray(indices)]
+    if not isinstance(picked, np.ndarray):
+        picked = picked.compute(scheduler="synchronous")
+    return np.asarray(picked, dtype=np.float64)
+
+
+def _step_range(t: Any, dt: float) -> tuple[float, float]:
+    """Smallest and largest step of ``t`` (streamed chunk by chunk when it is dask)."""
+    if isinstance(t, np.ndarray):
+        steps = np.diff(np.asarray(t, dtype=np.float64))
+        return float(steps.min()), float(steps.max())
+    import dask
+    import dask.array
+
+    steps = dask.array.diff(t.astype(np.float64))
+    low, high = dask.compute(steps.min(), steps.max(), scheduler="synchronous")
+    return float(low), float(high)
 
 
 def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:

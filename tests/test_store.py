@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dask.array
@@ -227,3 +230,111 @@ def test_writer_round_trip_and_description(tmp_path: Path) -> None:
     assert info["bytes"] == data.nbytes and info["n_blocks"] == 6
     assert info["origin"] == {"model": "hand", "model_params": {"a": 1}, "seed": 3}
     assert re.fullmatch(r".*w\.zarr", info["store"])
+
+
+# ---- lazy time coordinate, absolute paths ------------------------------------------------------
+
+
+def _timed_store(path: Path, time: np.ndarray) -> Path:
+    data = RNG.standard_normal((time.size, 2))
+    ds = xr.Dataset({"x": (("time", "component"), data)}, coords={"time": time})
+    encoding = {"time": {"chunks": (8,)}}  # the coordinate in chunks of its own
+    ds.chunk({"time": 8}).to_zarr(path, mode="w-", consolidated=False, encoding=encoding)
+    return path
+
+
+def test_time_coordinate_stays_lazy_and_gives_dt(tmp_path: Path) -> None:
+    path = _timed_store(tmp_path / "t.zarr", 5.0 + 0.25 * np.arange(50))
+    da = open_trajectory(path)
+    assert isinstance(da.coords["time"].data, dask.array.Array)  # not loaded on the client
+    assert da.coords["time"].data.chunks == ((8,) * 6 + (2,),)
+    assert da.attrs["dt"] == pytest.approx(0.25, rel=1e-12)
+    np.testing.assert_array_equal(da.coords["time"].values, 5.0 + 0.25 * np.arange(50))
+
+
+def test_long_time_coordinate_is_probed_not_read(tmp_path: Path, monkeypatch) -> None:
+    """Beyond TIME_CHECK_ROWS entries: first/last chunk in full, probes elsewhere."""
+    import kelr_dist.store as store
+
+    monkeypatch.setattr(store, "TIME_CHECK_ROWS", 10)
+    monkeypatch.setattr(store, "TIME_PROBES", 7)
+    uniform = _timed_store(tmp_path / "u.zarr", 0.5 * np.arange(50))
+    assert open_trajectory(uniform).attrs["dt"] == pytest.approx(0.5, rel=1e-12)
+    gap = 0.5 * np.arange(50)
+    gap[20:40] += 0.1  # entries off the grid t0 + i dt between the first and the last chunk
+    with pytest.raises(TrajectoryError, match=r"time step is not uniform: time\[\d+\] = "):
+        open_trajectory(_timed_store(tmp_path / "g.zarr", gap))
+    jump = 0.5 * np.arange(50)
+    jump[2] += 0.2  # within the first chunk: found by the chunk check
+    with pytest.raises(TrajectoryError, match=r"time step is not uniform \(dt varies"):
+        open_trajectory(_timed_store(tmp_path / "j.zarr", jump))
+
+
+def test_relative_path_is_made_absolute(tmp_path: Path, monkeypatch) -> None:
+    _plain(tmp_path / "rel.zarr")
+    monkeypatch.chdir(tmp_path)
+    da = open_trajectory("rel.zarr")
+    assert da.attrs["store"] == str(tmp_path / "rel.zarr")
+    with pytest.raises(TrajectoryError, match=re.escape(f"store {str(tmp_path / 'nope.zarr')!r}")):
+        open_trajectory("nope.zarr")
+
+
+@pytest.fixture
+def workers_elsewhere(tmp_path_factory) -> Iterator[str]:
+    """A ``dask scheduler`` and a ``dask worker`` on 127.0.0.1 whose working directory is a
+    folder of their own; yields the scheduler address."""
+    from conftest import free_port
+
+    folder = tmp_path_factory.mktemp("workers-cwd")
+    address = f"tcp://127.0.0.1:{free_port()}"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    commands = [
+        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+        ["worker", address, "--nthreads", "1", "--no-dashboard"],
+    ]
+    processes = []
+    try:
+        for k, command in enumerate(commands):
+            with open(folder / f"{command[0]}-{k}.log", "w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "dask", *command],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=folder,
+                    )
+                )
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def column_sums(x: np.ndarray, info: object, halo: None) -> np.ndarray:
+    return x.sum(axis=0)
+
+
+def test_relative_store_path_with_workers_in_another_directory(
+    tmp_path: Path, monkeypatch, workers_elsewhere: str
+) -> None:
+    from distributed import Client
+
+    from kelr_dist.engine import run_reduction
+    from kelr_dist.reduction import Reduction
+
+    _plain(tmp_path / "rel.zarr")
+    monkeypatch.chdir(tmp_path)
+    with Client(workers_elsewhere, timeout="30s") as client:
+        client.wait_for_workers(1, timeout=60)
+        assert set(client.run(os.getcwd).values()) != {str(tmp_path)}  # workers live elsewhere
+        assert not any(client.run(os.path.exists, "rel.zarr").values())
+        da = open_trajectory("rel.zarr")
+        sums = run_reduction(da, Reduction("sums", column_sums), client, progress=False)
+    np.testing.assert_allclose(sums, DATA_3D.sum(axis=(0, 1)), rtol=1e-12)
