@@ -114,6 +114,15 @@ class PolynomialFeatures:
         tails, _ = self.layout.tail_products(values)
         return self.layout.columns(values[0], tails)
 
+    def gradients(self, x: np.ndarray) -> np.ndarray:
+        """``∂_j φ`` at ``x (n, d)``, ``(d, n, P)`` (x units)."""
+        values, derivs = self._tables(np.asarray(x, dtype=np.float64))
+        layout = self.layout
+        tails, tail_grads = layout.tail_products(values, derivs)
+        columns = [layout.columns(derivs[0], tails)]
+        columns += [layout.columns(values[0], g) for g in tail_grads]
+        return np.stack(columns)
+
     def values_and_gradient_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``φ (n, P)`` at ``x (n, d)`` and ``Σ_n ∂_j φ`` ``(d, P)`` (x units), the latter by
         matrix products of the first coordinate's tables with the tail products."""
