@@ -458,6 +458,11 @@ def test_exact_from_store_attributes_equals_given_score(ou_oracle) -> None:
         ({"index_set": "simplex"}, "index_set must be.*'simplex'"),
         ({"delta": -1.0}, "delta must be.*-1.0"),
         ({"basis": "chebyshev,hermite"}, "chebyshev"),
+        ({"estimator": "neural"}, "estimator must be one of.*'neural'"),
+        ({"degree": 0}, "degree must be 'auto' or an integer >= 1, got 0"),
+        ({"degree": 4000}, r"degree=4000 gives .* features in d = 2: .* GiB"),
+        ({"folds": 200}, r"folds=200: .* fold of only 200 samples"),
+        ({"folds": 1}, "folds must be an integer >= 2, got 1"),
     ],
 )
 def test_invalid_arguments(stores: dict[str, Path], kwargs: dict, message: str) -> None:
