@@ -17,10 +17,6 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-from kelr_dist.allocator import tune_allocator  # noqa: E402
-
-tune_allocator()  # once per process; engine workers are tuned again for their memory limit
-
 from kelr_dist import analysis  # noqa: E402  (registers the Dataset.kelr accessor)
 
 #: public name -> defining module; imported on first use (PEP 562), so that worker processes,

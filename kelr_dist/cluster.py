@@ -5,7 +5,17 @@
 ``LocalCluster`` of single-threaded worker processes sized to the machine (its HTTP server on a
 free local port), once per process, and reuses it. That embedded cluster is the only
 module-level state of the package; :func:`close_embedded_cluster` shuts it down (tests, the end
-of a CLI run).
+of a CLI run). :func:`client_for` is the context-manager form: it closes a client it connected
+from an address, and only such a client.
+
+The embedded cluster is sized with dask's own figures, which honour cgroup quotas and CPU
+affinity: ``dask.system.CPU_COUNT`` worker processes and ``MEMORY_FRACTION`` of
+``distributed.system.MEMORY_LIMIT`` between them. Each worker process runs its BLAS, OpenMP
+and numba thread pools at its share of the cores (:func:`thread_share`), whatever the caller's
+environment says: the nanny passes ``OMP_NUM_THREADS`` & co. from the caller's environment to
+the worker interpreter it spawns (``distributed.nanny.pre-spawn-environ`` yields to the
+environment), so with ``OMP_NUM_THREADS=2`` on a 2-core machine two workers would start 2 BLAS
+threads each; :class:`ThreadLimits` sets the pools of the running worker to its share instead.
 """
 
 from __future__ import annotations
@@ -17,27 +27,75 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 
 import dask
+import dask.system
+import distributed.system
 import psutil
 from dask.utils import parse_bytes
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, WorkerPlugin
 from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
-__all__ = ["ClusterError", "check_address", "close_embedded_cluster", "get_client"]
+from kelr_dist.reduction import SYNCHRONOUS
+
+__all__ = [
+    "ClusterError",
+    "ThreadLimits",
+    "check_address",
+    "client_for",
+    "close_embedded_cluster",
+    "get_client",
+    "thread_share",
+]
 
 CONNECT_TIMEOUT = "10s"
 MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
 
-# One thread per worker process, and no hidden thread pools inside it (BLAS, OpenMP, numba).
-_WORKER_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "NUMBA_NUM_THREADS": "1",
-    "MALLOC_TRIM_THRESHOLD_": "65536",
-}
+#: thread-pool variables of the embedded workers (set to their share of the cores)
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMBA_NUM_THREADS",
+)
+
+
+def thread_share(workers: int, threads_per_worker: int = 1, cpus: int | None = None) -> int:
+    """Cores per worker thread: ``max(1, cpus // (workers * threads_per_worker))``.
+
+    ``cpus`` defaults to ``dask.system.CPU_COUNT`` (cgroup quota and CPU affinity honoured).
+    """
+    cpus = dask.system.CPU_COUNT if cpus is None else cpus
+    return max(1, cpus // max(1, workers * threads_per_worker))
+
+
+def _worker_env(threads: int) -> dict[str, str]:
+    """Environment of an embedded worker process: its thread pools at ``threads`` threads
+    (read by libraries the worker loads later, e.g. scipy's own OpenBLAS, numba)."""
+    return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+
+class ThreadLimits(WorkerPlugin):
+    """Worker plugin: the worker process's BLAS/OpenMP pools at ``threads`` threads.
+
+    Applied when the worker starts (and again to a worker that replaces a lost one), to the
+    thread pools already loaded then (numpy's OpenBLAS: loaded before the nanny's environment
+    reaches the worker); pools loaded later read the worker's ``*_NUM_THREADS`` variables.
+    """
+
+    name = "kelr-thread-limits"
+
+    def __init__(self, threads: int) -> None:
+        self.threads = int(threads)
+        self._limits: Any = None
+
+    def setup(self, worker: Any) -> None:
+        """Set the pools of the worker process (kept until the process ends)."""
+        from threadpoolctl import threadpool_limits
+
+        self._limits = threadpool_limits(limits=self.threads)
 
 
 class ClusterError(ValueError):
@@ -58,7 +116,7 @@ def _scheduler_address(address: str | None) -> str | None:
 def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
     """Bytes per worker: ``memory_limit`` ("300MiB", "2GB", bytes) or a share of the machine."""
     if memory_limit is None:
-        return int(MEMORY_FRACTION * psutil.virtual_memory().total / n_workers)
+        return int(MEMORY_FRACTION * distributed.system.MEMORY_LIMIT / n_workers)
     try:
         nbytes = parse_bytes(memory_limit) if isinstance(memory_limit, str) else int(memory_limit)
     except (TypeError, ValueError) as err:
@@ -72,7 +130,7 @@ def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
 
 def _parse_workers(n_workers: int | None) -> int:
     if n_workers is None:
-        return os.cpu_count() or 1
+        return dask.system.CPU_COUNT
     if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"n_workers={n_workers!r} must be a positive integer")
     return n_workers
@@ -155,6 +213,7 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
     # pause cannot free memory; a worker whose baseline (numba, scipy, ~230 MiB) sits above 80%
     # of a small limit would pause for good and hang the job. Over the limit the nanny still
     # restarts the worker, which fails the job with a clear error instead.
+    threads = thread_share(n_workers)
     with dask.config.set({"distributed.worker.memory.pause": False}):
         cluster = LocalCluster(
             n_workers=n_workers,
@@ -163,9 +222,11 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
             memory_limit=memory_limit,
             dashboard_address="127.0.0.1:0",  # on a free port, this machine only
             silence_logs=logging.CRITICAL if quiet else logging.ERROR,
-            env=_WORKER_ENV,
+            env=_worker_env(threads),
         )
-    return cluster, Client(cluster, set_as_default=False)
+    client = Client(cluster, set_as_default=False)
+    client.register_plugin(ThreadLimits(threads))  # also for workers that replace lost ones
+    return cluster, client
 
 
 def get_client(
@@ -183,9 +244,11 @@ def get_client(
         settings of the dask config, see ``deploy/tls``). When ``None`` the environment variable
         ``DASK_SCHEDULER_ADDRESS`` or the dask config key ``scheduler-address`` is used; when
         neither is set, the embedded ``LocalCluster`` is started (or reused).
-    n_workers : worker processes of the embedded cluster (one thread each); default: CPU count.
+    n_workers : worker processes of the embedded cluster (one thread each); default:
+        ``dask.system.CPU_COUNT`` (the cores this process may use: cgroup quota, affinity).
     memory_limit : memory per embedded worker, bytes or a string like ``"300MiB"``;
-        default: 80 % of the machine's RAM divided by ``n_workers``.
+        default: 80 % of ``distributed.system.MEMORY_LIMIT`` (the machine's RAM or the
+        cgroup's limit) divided by ``n_workers``.
     quiet : silence the embedded cluster's logs entirely (default: errors are still logged).
 
     Returns
@@ -237,6 +300,51 @@ def close_embedded_cluster() -> None:
     _embedded = None
     cluster.close()
     client.close()
+
+
+@contextmanager
+def client_for(
+    client: Client | str | None = None,
+    *,
+    n_workers: int | None = None,
+    memory_limit: str | int | None = None,
+    quiet: bool = False,
+) -> Iterator[Client | str]:
+    """The client to run on, closed on leaving the block if (and only if) it was made here.
+
+    Parameters
+    ----------
+    client : a ``distributed.Client`` (yielded as it is, left open), ``"synchronous"`` (yielded
+        as it is), a scheduler address, or ``None`` (see :func:`get_client`: the address of
+        the environment / dask config, else the embedded cluster).
+    n_workers, memory_limit, quiet : settings of the embedded cluster (:func:`get_client`).
+
+    Yields
+    ------
+    The client. One connected here to a scheduler address (given, or from the environment)
+    is closed when the block ends, also on an error; the embedded cluster's shared client and
+    a client passed in are left open.
+
+    Raises
+    ------
+    ValueError
+        ``client`` is of another type; as :func:`get_client` otherwise.
+    """
+    if client == SYNCHRONOUS or isinstance(client, Client):
+        yield client
+        return
+    if client is not None and not isinstance(client, str):
+        raise ValueError(
+            f"client={client!r} must be a distributed.Client, a scheduler address, "
+            f"{SYNCHRONOUS!r} or None"
+        )
+    created_from_address = _scheduler_address(client) is not None
+    made = get_client(client, n_workers=n_workers, memory_limit=memory_limit, quiet=quiet)
+    try:
+        yield made
+    finally:
+        if created_from_address:
+            made.close()
 
 
 @contextmanager

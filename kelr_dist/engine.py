@@ -9,12 +9,27 @@ The task graph, for blocks ``b[c, k]`` (chain ``c``, time chunk ``k``) and ``H``
 halo of the reductions::
 
     load[c, k]   the trajectory's own task that reads the block (zarr, or in memory)
-    head[c, k]   copy of the first min(H, rows) rows of load[c, k]            (k >= 1, H > 0)
-    block[c, k]  (reduction_1.chunk(x, info, halo[:h_1]), ..., reduction_R.chunk(...))
-                 x = load[c, k] as float64, halo = head[c, k+1], head[c, k+2], ... (the next
-                 min(H, rows left in chain c) rows; it may span several short blocks)
+    head[c, k]   copy of the first min(H, rows) rows of load[c, k]       (blocks in a halo)
+    block[c, g]  (reduction_1.chunk(x, info, halo[:h_1]), ..., reduction_R.chunk(...))
+                 x = load[c, k0], ..., load[c, k1 - 1] joined, as float64 (task g covers the
+                 consecutive store chunks k0..k1-1 of chain c, see below), halo = head[c, k1],
+                 head[c, k1+1], ... (the next min(H, rows left in chain c) rows; it may span
+                 several short blocks)
     combine      split_every-ary tree over the blocks in (chain, time) order, element-wise per
                  reduction with reduction.combine; the root goes to the client for finalize.
+
+Store chunks smaller than a byte target are coalesced: a task takes as many consecutive chunks
+of one chain as fit in ``task_bytes`` (:data:`TASK_BYTES`, 16 MiB, by default; at least one
+chunk), so a store of 4096-row chunks does not become millions of tasks per pass. By default the
+target is also at most a :data:`MIN_TASKS`-th of the trajectory, so that a small trajectory
+still spreads over the workers.
+
+In-memory (numpy-backed) trajectories are put on the cluster once (:func:`scatter_trajectory`)
+and referenced by the graph, never embedded in it. Before its kernels run, every task caps the
+BLAS/OpenMP thread pools of its worker process at the worker's share of the cores
+(``dask.system.CPU_COUNT`` divided by the worker's threads; threadpoolctl; a pool is never
+raised), whatever environment the worker was started in. After it, a task gives its freed
+heap back (:mod:`kelr_dist.allocator`); the allocator's settings are never changed.
 
 Several reductions in one call share the loads: each block is read once per call. The tree's
 shape depends only on the chunking, so a task recomputed after a lost worker gives the identical
@@ -39,17 +54,33 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 from dask.delayed import Delayed
-from dask.highlevelgraph import HighLevelGraph
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed import Client, KilledWorker, as_completed, get_worker
 from tqdm.auto import tqdm
 
-from kelr_dist.allocator import release_free_memory, tune_allocator
-from kelr_dist.cluster import ClusterError
+from kelr_dist.allocator import release_free_memory
+from kelr_dist.cluster import ClusterError, thread_share
 from kelr_dist.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
-__all__ = ["ReductionGraph", "build_graph", "run_reduction", "run_reductions"]
+__all__ = [
+    "MIN_TASKS",
+    "TASK_BYTES",
+    "ReductionGraph",
+    "build_graph",
+    "run_reduction",
+    "run_reductions",
+    "scatter_trajectory",
+]
 
 DIMS = ("chain", "time", "component")
+#: default byte target of one task: consecutive store chunks of a chain up to this size are
+#: read and reduced by one task (as stored; a single larger chunk is a task of its own). A task
+#: holds its chunks and their float64 join (up to twice this) besides the kernels' own tables,
+#: within a small worker's memory (the out-of-core test runs 300 MiB workers); at 16 MiB the
+#: per-task overhead (~1 ms on the scheduler) is well under 1% of the task's kernels.
+TASK_BYTES = 16 * 2**20
+#: with the default target, a task holds at most this fraction of the trajectory (1/MIN_TASKS)
+MIN_TASKS = 32
 
 
 @dataclass(frozen=True)
@@ -58,15 +89,18 @@ class ReductionGraph:
 
     Attributes
     ----------
-    blocks : one ``Delayed`` per (chain, time-chunk) block, giving the tuple of its partials
-        (one per reduction), in (chain, time) order.
+    blocks : one ``Delayed`` per task (a run of consecutive store chunks of one chain),
+        giving the tuple of its partials (one per reduction), in (chain, time) order.
     total : ``Delayed`` of the tuple of fully combined partials (one per reduction).
     reductions : the reductions, in the order of the partials.
+    task_edges : row boundaries of the tasks within a chain (the same for every chain):
+        task ``g`` of chain ``c`` reduces rows ``task_edges[g]:task_edges[g + 1]``.
     """
 
     blocks: tuple[Delayed, ...]
     total: Delayed
     reductions: tuple[Reduction, ...]
+    task_edges: tuple[int, ...] = ()
 
 
 def _as_float64(array: np.ndarray) -> np.ndarray:
@@ -81,24 +115,42 @@ def _head(block: np.ndarray, rows: int) -> np.ndarray:
     return np.array(block[0, :rows], dtype=np.float64)
 
 
-def _worker_memory_limit() -> int | None:
-    """The memory limit of the Dask worker running this task (``None`` outside a worker)."""
+def _worker() -> Any:
+    """The Dask worker running this task (``None`` outside a worker)."""
     try:
-        return get_worker().memory_manager.memory_limit
+        return get_worker()
     except ValueError:
         return None
 
 
+def _cap_thread_pools(threads: int) -> None:
+    """Lower the BLAS/OpenMP pools of this process that exceed ``threads`` threads to it.
+
+    Pools at or below ``threads`` are left alone (a worker's nanny starts one thread per process
+    unless the caller's environment says otherwise). Called on a worker before its kernels run,
+    and not undone: the share belongs to the worker, and the pools are process-wide, so putting
+    them back after a task would lift the cap under a task still running in another thread.
+    """
+    from threadpoolctl import ThreadpoolController
+
+    for library in ThreadpoolController().lib_controllers:
+        if library.num_threads > threads:
+            library.set_num_threads(threads)
+
+
 def _block_partials(
-    block: np.ndarray,
+    loads: list[np.ndarray],
     heads: list[np.ndarray],
     info: BlockInfo,
     halo_rows: int,
     reductions: tuple[Reduction, ...],
 ) -> tuple[Partial, ...]:
-    """Partials of every reduction on one ``(1, L, d)`` block and its halo of ``halo_rows``."""
-    tune_allocator(_worker_memory_limit())
-    x = _as_float64(block[0])
+    """Partials of every reduction on consecutive ``(1, L_i, d)`` blocks of one chain (joined)
+    and the halo of ``halo_rows`` rows after them."""
+    worker = _worker()
+    if worker is not None:  # the worker's share of the cores for BLAS/OpenMP in the kernels
+        _cap_thread_pools(thread_share(1, worker.state.nthreads))
+    x = _as_float64(loads[0][0] if len(loads) == 1 else np.concatenate([b[0] for b in loads]))
     if heads:
         halo = _as_float64(np.concatenate(heads)[:halo_rows])
     else:
@@ -109,6 +161,54 @@ def _block_partials(
     )
     release_free_memory()  # nothing retained between tasks (see kelr_dist.allocator)
     return partials
+
+
+def _task_groups(lengths: Sequence[int], row_bytes: int, task_bytes: int) -> list[tuple[int, int]]:
+    """Runs ``[k0, k1)`` of consecutive chunks (rows ``lengths``) of at most ``task_bytes``
+    together (at least one chunk each), in order."""
+    groups: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for k, rows in enumerate(lengths):
+        nbytes = int(rows) * row_bytes
+        if k > start and size + nbytes > task_bytes:
+            groups.append((start, k))
+            start, size = k, 0
+        size += nbytes
+    groups.append((start, len(lengths)))
+    return groups
+
+
+def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.DataArray:
+    """``trajectory`` with its in-memory blocks put on the cluster once, referenced by key.
+
+    A numpy-backed trajectory (e.g. :func:`kelr_dist.store.as_trajectory` of an array) holds its
+    samples in its dask graph; every pass would ship them to the scheduler again. This sends
+    each block to a worker once (``client.scatter``) and returns the same ``DataArray`` backed
+    by those futures: graphs built from it hold keys only. The data stay on the cluster while
+    the returned object (or a graph built from it) is alive. Run several passes over the
+    returned trajectory to send the data once in all.
+
+    Anything else (a store-backed trajectory, ``client="synchronous"``, not a dask-backed
+    ``DataArray``) is returned unchanged.
+    """
+    if client == SYNCHRONOUS or not isinstance(trajectory, xr.DataArray):
+        return trajectory
+    data = trajectory.data
+    if not isinstance(data, da.Array):
+        return trajectory
+    layer = data.dask.layers.get(data.name)
+    if not isinstance(layer, MaterializedLayer):
+        return trajectory
+    keys = list(dask.core.flatten(data.__dask_keys__()))
+    blocks = [layer.get(key) for key in keys]
+    if not all(isinstance(block, np.ndarray) for block in blocks):
+        return trajectory
+    futures = client.scatter(blocks, hash=False)
+    name = f"kelr-scattered-{uuid.uuid4().hex[:12]}"
+    mapping = {(name, *key[1:]): future for key, future in zip(keys, futures, strict=True)}
+    graph = HighLevelGraph.from_collections(name, mapping, dependencies=[])
+    scattered = da.Array(graph, name, data.chunks, dtype=data.dtype, meta=data._meta)
+    return trajectory.copy(data=scattered)
 
 
 def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:
@@ -148,11 +248,24 @@ def _validate(trajectory: Any, reductions: Sequence[Reduction], split_every: int
     return trajectory.data.rechunk({0: 1, 2: -1})
 
 
+def _task_target(task_bytes: int | None, total_bytes: int) -> int:
+    """The byte target of a task: ``task_bytes``, or by default the smaller of
+    :data:`TASK_BYTES` and a :data:`MIN_TASKS`-th of the trajectory."""
+    if task_bytes is None:
+        return min(TASK_BYTES, total_bytes // MIN_TASKS)
+    if isinstance(task_bytes, bool) or not isinstance(task_bytes, int | np.integer):
+        raise ValueError(f"task_bytes={task_bytes!r} must be a number of bytes (int) or None")
+    if task_bytes < 0:
+        raise ValueError(f"task_bytes={task_bytes!r} must be >= 0 (0: one chunk per task)")
+    return int(task_bytes)
+
+
 def build_graph(
     trajectory: xr.DataArray,
     reductions: Sequence[Reduction],
     *,
     split_every: int = 8,
+    task_bytes: int | None = None,
 ) -> ReductionGraph:
     """Lazy graph running ``reductions`` over ``trajectory`` (see the module docstring).
 
@@ -162,11 +275,17 @@ def build_graph(
         shape ``(chains, n, d)``, chunked along ``time``.
     reductions : the passes to run; they share the block loads.
     split_every : fan-in of the combine tree (>= 2).
+    task_bytes : byte target of a task: consecutive store chunks of a chain up to this size
+        (as stored) are reduced by one task; ``0``: one chunk per task; ``None`` (default):
+        ``min(TASK_BYTES, trajectory bytes // MIN_TASKS)``.
     """
     reductions = tuple(reductions)
     data = _validate(trajectory, reductions, split_every)
     n = data.shape[1]
     edges = np.concatenate([[0], np.cumsum(data.chunks[1])]).astype(int).tolist()
+    row_bytes = data.shape[2] * data.dtype.itemsize
+    target = _task_target(task_bytes, data.shape[0] * n * row_bytes)
+    groups = _task_groups(data.chunks[1], row_bytes, target)
     max_halo = max(int(r.halo) for r in reductions)
     prefix = f"kelr-{'-'.join(r.name for r in reductions)}-{uuid.uuid4().hex[:12]}"
 
@@ -176,19 +295,20 @@ def build_graph(
     blocks = []
     for c in range(data.shape[0]):
         heads = [(f"{prefix}-head", c, k) for k in range(len(edges) - 1)]
-        if max_halo > 0:
-            for k in range(1, len(edges) - 1):
-                rows = min(max_halo, edges[k + 1] - edges[k])
-                layer[heads[k]] = (_head, loads[c][k][0], rows)
-        for k, (start, stop) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        for g, (k0, k1) in enumerate(groups):
+            start, stop = edges[k0], edges[k1]
             halo_rows = min(max_halo, n - stop)
-            last = bisect.bisect_left(edges, stop + halo_rows)  # blocks k+1..last-1 hold the halo
-            key = (f"{prefix}-block", c, k)
+            last = bisect.bisect_left(edges, stop + halo_rows)  # chunks k1..last-1 hold the halo
+            for k in range(k1, last):
+                if heads[k] not in layer:
+                    rows = min(max_halo, edges[k + 1] - edges[k])
+                    layer[heads[k]] = (_head, loads[c][k][0], rows)
+            key = (f"{prefix}-block", c, g)
             info = BlockInfo(c, start, stop, n)
             layer[key] = (
                 _block_partials,
-                loads[c][k][0],
-                heads[k + 1 : last],
+                [loads[c][k][0] for k in range(k0, k1)],
+                heads[k1:last],
                 info,
                 halo_rows,
                 shared,
@@ -200,6 +320,7 @@ def build_graph(
         tuple(Delayed(key, graph, layer=prefix) for key in blocks),
         Delayed(root, graph, layer=prefix),
         reductions,
+        tuple(edges[k0] for k0, _ in groups) + (n,),
     )
 
 
@@ -230,6 +351,7 @@ def run_reductions(
     *,
     split_every: int = 8,
     progress: bool | None = None,
+    task_bytes: int | None = None,
 ) -> list[Any]:
     """Run several reductions over a trajectory on a Dask cluster, sharing the block loads.
 
@@ -244,6 +366,8 @@ def run_reductions(
         or ``"synchronous"``: the same graph in this process (dask's synchronous scheduler).
     split_every : fan-in of the combine tree on the workers.
     progress : tqdm bar over completed blocks on stderr; ``None``: when stderr is a terminal.
+    task_bytes : byte target of a task (consecutive store chunks of a chain reduced together),
+        see :func:`build_graph`; default ``min(TASK_BYTES, trajectory bytes // MIN_TASKS)``.
 
     Returns
     -------
@@ -267,8 +391,12 @@ def run_reductions(
     -----
     Worker processes lost while the pass runs cost time only: their tasks are recomputed and
     the result is identical. On the first failed block the rest of the pass is cancelled.
+    An in-memory trajectory is scattered to the cluster for the pass (not embedded in its
+    graph); call :func:`scatter_trajectory` once beforehand to send it once for many passes.
     """
-    graph = build_graph(trajectory, reductions, split_every=split_every)
+    if client != SYNCHRONOUS and getattr(client, "status", None) == "running":
+        trajectory = scatter_trajectory(trajectory, client)
+    graph = build_graph(trajectory, reductions, split_every=split_every, task_bytes=task_bytes)
     if client == SYNCHRONOUS:
         (partials,) = dask.compute(graph.total, scheduler="synchronous", optimize_graph=False)
         return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
@@ -320,6 +448,7 @@ class _PassContext:
     prefix: str  # of the graph's own keys
     loads: frozenset[str]  # names of the trajectory's load tasks
     edges: tuple[int, ...]  # row boundaries of the time chunks
+    task_edges: tuple[int, ...] = ()  # row boundaries of the block tasks (coalesced chunks)
 
     @classmethod
     def of(cls, trajectory: xr.DataArray, graph: ReductionGraph, client: Client) -> _PassContext:
@@ -332,6 +461,7 @@ class _PassContext:
             prefix=str(graph.blocks[0].key[0]).removesuffix("-block"),
             loads=frozenset({data.name, data.rechunk({0: 1, 2: -1}).name}),
             edges=tuple(int(e) for e in edges),
+            task_edges=graph.task_edges,
         )
 
     def chunk(self, key: Any) -> str:
@@ -341,8 +471,9 @@ class _PassContext:
             ours = name.startswith(self.prefix) and name.endswith(("-block", "-head"))
             if ours or (name in self.loads and len(key) == 4):
                 chain, k = int(key[1]), int(key[2])
-                if 0 <= k < len(self.edges) - 1:
-                    return f"chain {chain}, rows {self.edges[k]}-{self.edges[k + 1]}"
+                edges = self.task_edges if name.endswith("-block") else self.edges
+                if 0 <= k < len(edges) - 1:
+                    return f"chain {chain}, rows {edges[k]}-{edges[k + 1]}"
             if name.startswith(self.prefix) and name.endswith("-combine"):
                 return "the combine step"
         return f"task {key!r}"
@@ -477,8 +608,14 @@ def run_reduction(
     *,
     split_every: int = 8,
     progress: bool | None = None,
+    task_bytes: int | None = None,
 ) -> Any:
     """Run one reduction over a trajectory on a Dask cluster (see :func:`run_reductions`)."""
     return run_reductions(
-        trajectory, [reduction], client, split_every=split_every, progress=progress
+        trajectory,
+        [reduction],
+        client,
+        split_every=split_every,
+        progress=progress,
+        task_bytes=task_bytes,
     )[0]

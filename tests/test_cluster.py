@@ -10,13 +10,14 @@ from pathlib import Path
 
 import dask
 import dask.array as da
+import dask.system
+import distributed.system
 import numpy as np
-import psutil
 import pytest
 import xarray as xr
 from conftest import free_port
 
-from kelr_dist.cluster import ClusterError, close_embedded_cluster, get_client
+from kelr_dist.cluster import ClusterError, client_for, close_embedded_cluster, get_client
 from kelr_dist.engine import run_reduction
 from kelr_dist.reduction import BlockInfo, Reduction
 
@@ -34,6 +35,11 @@ def no_address(monkeypatch) -> Iterator[None]:
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     with dask.config.set({"scheduler-address": None}):
         yield
+
+
+def worker_variable(name: str) -> str | None:
+    """The environment variable ``name`` of the process this runs in."""
+    return os.environ.get(name)
 
 
 def check_sums_on(client) -> None:
@@ -87,7 +93,10 @@ def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
         client = get_client(n_workers=1, memory_limit="300MiB", quiet=True)
         workers = client.scheduler_info()["workers"].values()
         assert [(w["nthreads"], w["memory_limit"]) for w in workers] == [(1, 300 * 2**20)]
-        assert list(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == ["1"]
+        share = str(max(1, dask.system.CPU_COUNT))  # one worker: all the cores are its share
+        # (a function of the worker's own environment: os.environ.get would pickle this one's)
+        assert list(client.run(worker_variable, "OMP_NUM_THREADS").values()) == [share]
+        assert list(client.run(worker_variable, "NUMBA_NUM_THREADS").values()) == [share]
         assert os.getpid() not in client.run(os.getpid).values()  # a worker process
         assert client.scheduler_info()["services"]["dashboard"] != 8787  # a free port
         assert get_client() is client
@@ -102,9 +111,9 @@ def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
         close_embedded_cluster()
         default = get_client(quiet=True)
         workers = default.scheduler_info()["workers"].values()
-        n = os.cpu_count()
+        n = dask.system.CPU_COUNT  # cgroup quota and affinity honoured
         assert len(workers) == n
-        expected_memory = int(0.8 * psutil.virtual_memory().total / n)
+        expected_memory = int(0.8 * distributed.system.MEMORY_LIMIT / n)
         assert all(abs(w["memory_limit"] - expected_memory) < 2**20 for w in workers)
     finally:
         close_embedded_cluster()
@@ -158,3 +167,80 @@ def test_cli_refuses_plain_tcp_under_require_encryption(tmp_path) -> None:
         "be reached over tls:// (see deploy/tls)"
     ]
     assert not (tmp_path / "out.zarr").exists()
+
+
+# --- client hygiene and thread pools ----------------------------------------------------------
+
+
+def test_client_for_closes_only_the_clients_it_made(dask_processes: str, no_address) -> None:
+    with client_for(dask_processes) as made:
+        assert made.status == "running"
+        check_sums_on(made)
+    assert made.status == "closed"  # made from an address: closed afterwards
+    with pytest.raises(ZeroDivisionError), client_for(dask_processes) as failed:
+        raise ZeroDivisionError("an error inside the block")
+    assert failed.status == "closed"  # also on an error
+    with get_client(dask_processes) as own:
+        with client_for(own) as same:
+            assert same is own
+        assert own.status == "running"  # the caller's client stays open
+    with client_for("synchronous") as sync:
+        assert sync == "synchronous"
+    with pytest.raises(ValueError, match="client=3 must be"):
+        with client_for(3):  # type: ignore[arg-type]
+            pass
+
+
+def test_client_for_closes_a_client_made_from_the_environment(
+    dask_processes: str, monkeypatch
+) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", dask_processes)
+    with client_for() as made:
+        assert made.scheduler.address == dask_processes
+    assert made.status == "closed"
+
+
+def test_client_for_leaves_the_embedded_cluster_running(no_address: None) -> None:
+    try:
+        with client_for(n_workers=1, memory_limit="300MiB", quiet=True) as embedded:
+            pass
+        assert embedded.status == "running" and get_client() is embedded
+    finally:
+        close_embedded_cluster()
+
+
+EMBEDDED_THREADS = """
+from kelr_dist.cluster import close_embedded_cluster, get_client
+
+def pools():
+    from threadpoolctl import threadpool_info
+    import os
+    return sorted({p["num_threads"] for p in threadpool_info()}), os.environ["OMP_NUM_THREADS"]
+
+if __name__ == "__main__":
+    client = get_client(n_workers=2, memory_limit="500MiB", quiet=True)
+    print(sorted(set(map(str, client.run(pools).values()))))
+    client.restart()  # workers that replace lost ones get the same settings
+    print(sorted(set(map(str, client.run(pools).values()))))
+    close_embedded_cluster()
+"""
+
+
+def test_embedded_workers_use_their_share_of_threads_whatever_the_environment(
+    tmp_path,
+) -> None:
+    """The caller exports 2 BLAS/OpenMP threads (a common site default): the embedded workers
+    run theirs at their share of the cores all the same."""
+    script = tmp_path / "threads.py"
+    script.write_text(EMBEDDED_THREADS)
+    env = os.environ | dict.fromkeys(
+        ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "2"
+    )
+    env.pop("DASK_SCHEDULER_ADDRESS", None)
+    run = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180
+    )
+    assert run.returncode == 0, run.stderr
+    share = max(1, dask.system.CPU_COUNT // 2)
+    expected = [str(([share], str(share)))]
+    assert run.stdout.splitlines() == [str(expected)] * 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 import threading
 import time
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from dask.callbacks import Callback
 from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
@@ -123,6 +125,14 @@ def raise_if_dask_computes() -> Iterator[None]:
 
     with dask.config.set(scheduler=forbidden):
         yield
+
+
+class ComputeGuard(Callback):
+    """flox's ``raise_if_dask_computes``: a dask callback that fails on any local compute,
+    whichever scheduler it is given (``scheduler="synchronous"`` included)."""
+
+    def _start(self, dsk) -> None:
+        raise RuntimeError("dask computed something while building a pass's graph")
 
 
 # --- clusters -------------------------------------------------------------------------------------
@@ -384,3 +394,151 @@ def test_out_of_core_store_within_worker_memory(tmp_path, process_client: Client
     for key in ("sum", "sumsq"):
         assert_partials_close(moments[key], expected[key], 1e-10)
     assert_partials_close(steps["sq"], expected["sq"], 1e-10)
+
+
+# --- coalesced chunks, scattered in-memory input, thread limits, graphs that compute nothing ----
+
+
+def test_coalesced_chunks_give_the_same_result_with_fewer_tasks(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(12), chains=2, n=3000)
+    data = as_dask(x, 16)  # 188 chunks of 16 rows (256 bytes) per chain
+    exact = Reduction("exact", partial(exact_blocks_kernel, x), halo=MAX_LAG)
+    one = build_graph(data, [LAGGED, MOMENTS], task_bytes=0)
+    few = build_graph(data, [LAGGED, MOMENTS], task_bytes=4096)  # 16 chunks per task
+    assert len(one.blocks) == 2 * 188
+    assert len(few.blocks) == 2 * 12
+    assert len(dict(few.total.__dask_graph__())) < len(dict(one.total.__dask_graph__())) / 2
+    assert few.task_edges[:3] == (0, 256, 512) and few.task_edges[-1] == 3000
+    plain = run_reductions(data, [LAGGED, MOMENTS, exact], thread_client, task_bytes=0)
+    joined = run_reductions(data, [LAGGED, MOMENTS, exact], thread_client, task_bytes=4096)
+    for a, b in zip(plain[:2], joined[:2], strict=True):
+        assert_partials_close(b, a, 1e-12)
+    assert joined[2]["wrong"] == 0  # each task saw its rows and the next MAX_LAG of its chain
+    np.testing.assert_array_equal(joined[2]["rows"], [3000, 3000])
+    assert_partials_close(joined[0], reduce_in_memory(LAGGED, x), 1e-12)
+
+
+def test_default_task_target_coalesces_small_chunks_only() -> None:
+    x = np.zeros((1, 2**16, 2))
+    small = build_graph(as_dask(x, 64), [MOMENTS])  # 1 KiB chunks, 1 MiB in all
+    assert len(small.blocks) == 32  # MIN_TASKS tasks of 32 chunks each
+    big = build_graph(as_dask(np.zeros((1, 2**20, 2)), 2**16), [MOMENTS])  # 1 MiB chunks
+    assert len(big.blocks) == 16  # a chunk above 1/MIN_TASKS of the data stays alone
+    with pytest.raises(ValueError, match="task_bytes=-1"):
+        build_graph(as_dask(x, 64), [MOMENTS], task_bytes=-1)
+
+
+def test_error_in_a_coalesced_task_names_its_rows(thread_client: Client) -> None:
+    x = make_trajectory(np.random.default_rng(6), chains=1, n=20)
+    with pytest.raises(ZeroDivisionError, match="kernel failed at row 5"):
+        run_reduction(as_dask(x, 5), Reduction("fails", failing_kernel), thread_client)
+    with pytest.raises(ValueError, match="pass 'fails', chain 0, rows 10-20 of store"):
+        run_reduction(as_dask(x, 5), Reduction("fails", failing_kernel_at_10), thread_client,
+                      task_bytes=160)  # fmt: skip
+
+
+def failing_kernel_at_10(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    if info.start == 10:
+        raise ValueError(f"kernel failed on rows {info.start}-{info.stop}")
+    return {"count": len(x)}
+
+
+def test_numpy_input_is_not_in_the_graph(thread_client: Client) -> None:
+    """1e7 rows (160 MB) of numpy input: scattered once, every pass's graph holds keys only."""
+    from kelr_dist.engine import scatter_trajectory
+    from kelr_dist.store import as_trajectory
+
+    x = np.random.default_rng(13).standard_normal((10**7, 2))
+    trajectory = as_trajectory(xr.DataArray(x, dims=("time", "component"), attrs={"dt": 0.1}))
+    embedded = build_graph(trajectory, [MOMENTS, LAGGED])
+    assert len(pickle.dumps(dict(embedded.total.__dask_graph__()))) > x.nbytes  # the old way
+    scattered = scatter_trajectory(trajectory, thread_client)
+    assert scatter_trajectory(scattered, thread_client) is scattered  # nothing left to send
+    for reductions in ([MOMENTS], [LAGGED, MOMENTS]):
+        graph = build_graph(scattered, reductions)
+        size = len(pickle.dumps(dict(graph.total.__dask_graph__())))
+        log.info("graph of a pass over 1e7 numpy rows: %d bytes", size)
+        assert size < 2**20
+    moments = run_reduction(scattered, MOMENTS, thread_client, progress=False)
+    assert moments["count"] == 10**7
+    np.testing.assert_allclose(moments["sum"], x.sum(axis=0), rtol=1e-10)
+
+
+def test_numpy_input_runs_on_worker_processes(process_client: Client) -> None:
+    from kelr_dist.store import as_trajectory
+
+    x = make_trajectory(np.random.default_rng(14), chains=2, n=5000)
+    trajectory = as_trajectory(xr.DataArray(x, dims=DIMS, attrs={"dt": 1.0}))
+    result = run_reduction(trajectory, LAGGED, process_client, progress=False)
+    assert_partials_close(result, reduce_in_memory(LAGGED, x), 1e-12)
+
+
+def blas_threads(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
+    from threadpoolctl import threadpool_info
+
+    return np.array([max(p["num_threads"] for p in threadpool_info())])
+
+
+def thread_cap_in_this_process() -> tuple[int, int, int]:
+    """(pools before, after _cap_thread_pools(1), after _cap_thread_pools(8))."""
+    from threadpoolctl import threadpool_info
+
+    from kelr_dist.engine import _cap_thread_pools
+
+    def most() -> int:
+        return max(p["num_threads"] for p in threadpool_info())
+
+    before = most()
+    _cap_thread_pools(1)
+    capped = most()
+    _cap_thread_pools(8)  # never raised
+    return before, capped, most()
+
+
+def test_tasks_run_with_the_workers_share_of_blas_threads(monkeypatch) -> None:
+    """A worker process started with 2 BLAS threads (the caller's environment) and 2 task
+    threads: its tasks run BLAS at its share of the cores."""
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, "2")  # the nanny hands the caller's values to the worker
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+        x = np.zeros((1, 40, 2))
+        seen = run_reduction(as_dask(x, 10), Reduction("blas", blas_threads), client)
+        assert client.submit(thread_cap_in_this_process, pure=False).result() == (1, 1, 1)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
+        assert client.submit(thread_cap_in_this_process, pure=False).result() == (2, 1, 1)
+    share = max(1, dask.system.CPU_COUNT // 2)
+    assert seen[0] == 4 * min(2, share)  # four blocks, each at the worker's share
+
+
+PASS_NAMES: list[str] = []
+
+
+def test_building_every_pass_of_an_estimate_computes_nothing(monkeypatch) -> None:
+    """Each pass's graph of a real estimate (the package's own reductions) is built under a
+    dask callback that fails on any compute; the passes then run as usual."""
+    import kelr_dist.engine as engine
+    from kelr_dist import estimate_response
+    from kelr_dist.models import make_model
+
+    real = engine.build_graph
+
+    def guarded(trajectory, reductions, **kwargs):
+        with ComputeGuard():
+            graph = real(trajectory, reductions, **kwargs)
+        PASS_NAMES.extend(r.name for r in graph.reductions)
+        return graph
+
+    monkeypatch.setattr(engine, "build_graph", guarded)
+    with ComputeGuard(), pytest.raises(RuntimeError, match="computed"):
+        da.ones(3).sum().compute(scheduler="synchronous")  # the guard itself works
+    model = make_model("ou")
+    rng = np.random.default_rng(15)
+    x = model.advance(model.initial_state(rng), 4000, rng)[0]
+    PASS_NAMES.clear()
+    for estimator, baselines in (("kernel-embedding", True), ("auto", False)):
+        estimate_response(x, dt=model.dt, estimator=estimator, max_lag=20, kde=baselines,
+                          gaussian=baselines, client="synchronous", progress=False)  # fmt: skip
+    log.info("passes built under the guard: %s", sorted(set(PASS_NAMES)))
+    assert {"moments", "coefficients"} <= set(PASS_NAMES) and len(set(PASS_NAMES)) >= 4
