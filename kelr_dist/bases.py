@@ -546,15 +546,26 @@ class TensorBasis:
             grads = [] if derivative_tables is None else [derivative_tables[1]]
             return tables[1], grads
         factors = [t[:, self.tails[:, k]] for k, t in enumerate(tables[1:])]
-        product = np.prod(factors, axis=0)
+        # prefix[k] = Π_{j<k} factors[j], suffix[k] = Π_{j>=k} factors[j]: the product and each
+        # gradient (one factor replaced by its derivative) in O(d) multiplications, not O(d²)
+        m = len(factors)
+        prefix = [None] * (m + 1)
+        prefix[1] = factors[0]
+        for k in range(1, m):
+            prefix[k + 1] = prefix[k] * factors[k]
+        product = prefix[m]
         grads = []
-        for k, dt in enumerate((derivative_tables or [])[1:]):
-            grads.append(
-                np.prod(
-                    [dt[:, self.tails[:, k]] if j == k else f for j, f in enumerate(factors)],
-                    axis=0,
-                )
-            )
+        if derivative_tables is not None:
+            suffix = [None] * (m + 1)
+            for k in range(m - 1, 0, -1):
+                suffix[k] = factors[k] if suffix[k + 1] is None else suffix[k + 1] * factors[k]
+            for k, dt in enumerate(derivative_tables[1:]):
+                grad = dt[:, self.tails[:, k]]
+                if prefix[k] is not None:
+                    grad *= prefix[k]
+                if suffix[k + 1] is not None:
+                    grad *= suffix[k + 1]
+                grads.append(grad)
         return product, grads
 
     @property

@@ -62,32 +62,37 @@ from kelr_dist.score_matching import (
 )
 from kelr_dist.selection import Criteria, choose_delta, choose_order, criteria_reduction
 
-#: the kernel embedding's highest order scanned: the largest total-degree set with at most this
-#: many basis functions (each costs ~4 flops per sample in the coefficient, criteria and response
-#: passes; 2600 functions are ~5 s per 1e7 samples of GEMM on 2 cores and 85 KiB of tables per
-#: sample row block), with every coordinate at most KE_MAX_DEGREE
-KE_MAX_FUNCTIONS = 2600
+#: the kernel embedding's highest order scanned: the largest total-degree set whose work per
+#: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
+#: criteria sweep), is at most KE_WORK_PER_SAMPLE — 70 in d = 2 (2556 functions, ~4 s of kernel
+#: time per 1e7 samples on 2 cores), 20 in d = 3, 11 in d = 4, 6 in d = 6 — with every
+#: coordinate at most KE_MAX_DEGREE (the 1-D order); tables stay within bases.TABLE_BUDGET bytes
+KE_WORK_PER_SAMPLE = 7800
 KE_MAX_DEGREE = 150
 #: score matching's highest degree: at most this many features (Gram matrices of 400 KiB each)
+#: and at most SM_MAX_DEGREE (polynomials of higher degree are fitted to noise; measured, the
+#: held-out loss never chose a degree above 15 on the benchmark systems)
 SM_MAX_FEATURES = 220
+SM_MAX_DEGREE = 24
 #: flops the score-matching Gram pass may spend (2 P² per row used, ~8 s at 50 Gflop/s): rows
 #: beyond that budget are thinned to every stride-th sample
 SM_GRAM_FLOPS = 4e11
 
 
 def kernel_embedding_max_order(d: int) -> int:
-    """Highest total order ``M`` with ``C(M + d, d) ≤`` :data:`KE_MAX_FUNCTIONS` (and ``M ≤``
-    :data:`KE_MAX_DEGREE`): the budget, in functions, of the kernel-embedding passes."""
+    """Highest total order ``M`` with ``(d + 1) C(M + d, d) ≤`` :data:`KE_WORK_PER_SAMPLE` (and
+    ``M ≤`` :data:`KE_MAX_DEGREE`): the work budget of the kernel-embedding passes."""
     order = 0
-    while order < KE_MAX_DEGREE and math.comb(order + 1 + d, d) <= KE_MAX_FUNCTIONS:
+    while order < KE_MAX_DEGREE and (d + 1) * math.comb(order + 1 + d, d) <= KE_WORK_PER_SAMPLE:
         order += 1
     return order
 
 
 def score_matching_max_degree(d: int) -> int:
-    """Highest total degree ``q ≥ 1`` with at most :data:`SM_MAX_FEATURES` features."""
+    """Highest total degree ``1 ≤ q ≤`` :data:`SM_MAX_DEGREE` with at most
+    :data:`SM_MAX_FEATURES` features."""
     degree = 1
-    while feature_count(d, degree + 1) <= SM_MAX_FEATURES:
+    while degree < SM_MAX_DEGREE and feature_count(d, degree + 1) <= SM_MAX_FEATURES:
         degree += 1
     return degree
 
