@@ -149,7 +149,7 @@ def _estimator_line(ds: xr.Dataset) -> str:
     if a.get("estimator_selection") != "auto" or "candidate_loss" not in ds:
         return f"{used} (given)"
     chosen = ds["candidate_chosen"].values.astype(bool)
-    estimators = ds["candidate_estimator"].values.astype(str)
+    estimators = np.array([str(v) for v in ds["candidate_estimator"].values])
     losses = ds["candidate_loss"].values
     other = [
         float(np.nanmin(losses[(estimators == e) & np.isfinite(losses)]))
@@ -309,7 +309,7 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         diagonal = a == b
         ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
         ax.set_xlabel(f"time lag t (dt = {ds.attrs.get('dt', '?')}, the data's time unit)")
-        ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit forcing)")
+        ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -332,7 +332,7 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
 def plot_selection(ds: xr.Dataset) -> Figure:
     """Held-out Hyvärinen loss of every candidate against its order (kernel embedding) or degree
     (score matching: the best ridge per degree), ± its fold standard error; the choice marked."""
-    estimators = ds["candidate_estimator"].values.astype(str)
+    estimators = np.array([str(v) for v in ds["candidate_estimator"].values])
     orders = ds["candidate_order"].values
     losses = ds["candidate_loss"].values
     errors = ds["candidate_loss_stderr"].values
@@ -340,12 +340,9 @@ def plot_selection(ds: xr.Dataset) -> Figure:
     fig = Figure(figsize=(7, 4.2), layout="constrained")
     ax = fig.subplots()
     finite = np.isfinite(losses)
-    sane = losses[finite]
-    if sane.size:
-        low = float(sane.min())
-        span = max(float(np.median(sane)) - low, 1e-3 * max(abs(low), 1.0))
-        ax.set_ylim(low - 0.5 * span, low + 3.0 * span)
     sm = (estimators == "score-matching") & finite
+    ke = (estimators == "kernel-embedding") & finite
+    shown = list(losses[ke])
     if sm.any():
         degrees = np.unique(orders[sm])
         best_rows = [
@@ -361,7 +358,12 @@ def plot_selection(ds: xr.Dataset) -> Figure:
             color="C2",
             label="score matching, degree q (best ridge)",
         )
-    ke = (estimators == "kernel-embedding") & finite
+        curve = losses[best_rows]
+        shown += list(curve[curve <= np.median(curve) + 2 * (np.median(curve) - curve.min())])
+    if shown:
+        low, high = min(shown), max(shown)
+        pad = 0.1 * max(high - low, 1e-3 * max(abs(low), 1.0))
+        ax.set_ylim(low - pad, high + pad)
     if ke.any():
         ax.errorbar(
             orders[ke],
