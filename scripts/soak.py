@@ -7,8 +7,8 @@
    and of every worker; open file descriptors and threads are counted after the first run (the
    warm-up: imports, numba caches, the allocator's pools) and after the last. Target: every
    count flat (<= 5 % growth). Every result must equal the first one exactly.
-3. Temporary folders: entries of the system temporary folder and the work folder that were
-   not there before the cluster started and are still there after it is closed.
+3. Temporary folders left once the cluster is closed: the workers' scratch folders, and
+   anything in the work folder besides the store and the result (e.g. ``.result.zarr.tmp-*``).
 4. Two client processes estimating on the same cluster at once, and one alone: the maximum
    absolute difference of ``response`` (target 0).
 
@@ -31,6 +31,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import psutil
 
@@ -73,8 +74,9 @@ def growth(before: float, after: float) -> str:
     return f"{100 * (after - before) / before:+.1f} %" if before else "n/a"
 
 
-def temporary_entries(folders: list[Path]) -> set[Path]:
-    return {entry for folder in folders if folder.exists() for entry in folder.iterdir()}
+def _local_directory(dask_worker) -> str:
+    """On a worker: its scratch folder (removed when the cluster closes)."""
+    return dask_worker.local_directory
 
 
 def two_clients(address: str, store: Path, work: Path) -> tuple[list[np.ndarray], float, float]:
@@ -108,7 +110,16 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=25_000, help="time chunk (default 25000)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp folder")
+    parser.add_argument(
+        "--log-length",
+        type=int,
+        default=None,
+        help="dask's distributed.admin.low-level-log-length for the cluster (default: dask's, "
+        "1000): the scheduler keeps that many recent messages per worker, task specs included",
+    )
     args = parser.parse_args()
+    if args.log_length is not None:  # before the cluster starts: scheduler and workers see it
+        dask.config.set({"distributed.admin.low-level-log-length": args.log_length})
     if args.runs < 2:
         parser.error("--runs must be at least 2 (the first run is the warm-up)")
 
@@ -117,8 +128,6 @@ def main() -> None:
     store, result = work / "ou.zarr", work / "result.zarr"
     if not store.exists():
         simulate("ou", store, args.samples, chunk=args.chunk, seed=12, progress=False)
-    watched = [Path(tempfile.gettempdir()), work]
-    entries_before = temporary_entries(watched)
     load = os.getloadavg()[0]
     print(f"soak: {args.runs} estimates of an OU store, {args.samples} samples in chunks of "
           f"{args.chunk}, {args.workers} workers; load average {load:.2f}")  # fmt: skip
@@ -126,14 +135,16 @@ def main() -> None:
     client = get_client(n_workers=args.workers, quiet=True)
     address = client.scheduler.address
     workers = {f"worker {k}": pid for k, pid in enumerate(sorted(client.run(os.getpid).values()))}
+    worker_folders = list(client.run(_local_directory).values())
     pids = {"client": os.getpid(), **workers}
 
     first = kelr_dist.estimate_response(store, client=client, **ESTIMATE)
     kelr_dist.write_result(first, result, overwrite=True)
     before = snapshot(pids)
     times, writes, worst = [], [], 0.0
+    checkpoints = {1: before}
     with peak_memory(list(pids.values())) as peaks:
-        for _ in range(args.runs - 1):
+        for run in range(2, args.runs + 1):
             started = time.perf_counter()
             ds = kelr_dist.estimate_response(store, client=client, **ESTIMATE)
             estimated = time.perf_counter()
@@ -141,6 +152,8 @@ def main() -> None:
             times.append(estimated - started)
             writes.append(time.perf_counter() - estimated)
             worst = max(worst, float(np.max(np.abs(ds["response"] - first["response"]))))
+            if run % 10 == 0:
+                checkpoints[run] = snapshot(pids)
     after = snapshot(pids)
     restarted = set(client.run(os.getpid).values()) != set(workers.values())
 
@@ -150,13 +163,11 @@ def main() -> None:
     vs_alone = max(float(np.max(np.abs(r - alone))) for r in (a, b))
     close_embedded_cluster()
     time.sleep(1.0)
-    if args.workdir is None:  # ours: only the store, the result and the two responses in it
-        for name in ("concurrent-0.npy", "concurrent-1.npy"):
-            (work / name).unlink()
+    for name in ("concurrent-0.npy", "concurrent-1.npy"):
+        (work / name).unlink()  # ours, not left-overs
     left = sorted(
-        str(entry)
-        for entry in temporary_entries(watched) - entries_before
-        if entry not in {store, result} and not entry.name.startswith("concurrent-")
+        [str(folder) for folder in worker_folders if Path(folder).exists()]
+        + [str(entry) for entry in work.iterdir() if entry not in {store, result}]
     )
 
     median, slowest = statistics.median(times), max(times)
@@ -178,6 +189,9 @@ def main() -> None:
             f"{rss1 / MiB:6.0f} MiB {growth(rss0, rss1):>9}   {fds0:>8} -> {fds1:<7}   "
             f"{threads0:>10} -> {threads1:<9}"
         )
+    print("RSS (MiB) after run " + ", ".join(str(run) for run in checkpoints) + ":")
+    for name in pids:
+        print(f"  {name:10} " + " ".join(f"{c[name][0] / MiB:6.0f}" for c in checkpoints.values()))
     print(f"temporary folders left: {len(left)}" + "".join(f"\n  {entry}" for entry in left))
     if args.workdir is None:
         shutil.rmtree(work)

@@ -12,6 +12,7 @@ full disk is a file-size limit (``RLIMIT_FSIZE``) in a subprocess: writes past i
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -325,27 +326,39 @@ def run_limited(code: str, limit: int, *args: str) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
-def test_full_disk_during_write_result_keeps_the_previous_result(reference, tmp_path) -> None:
+@pytest.mark.parametrize(
+    "writer", ["kelr_dist.estimate.write_result", "kelr_dist.atomic.write_dataset"]
+)
+def test_full_disk_during_write_result_keeps_the_previous_result(writer, reference, tmp_path):
     out = tmp_path / "result.zarr"
     write_result(reference, out)
     before = tree_digest(out)
     largest = max((out / name).stat().st_size for name in before)
     rewrite = """
+        import importlib
         import xarray as xr
-        from kelr_dist import write_result
+        module, _, name = sys.argv[3].rpartition(".")
+        write = getattr(importlib.import_module(module), name)
         ds = xr.open_zarr(sys.argv[2], consolidated=False).load()
         ds.attrs["created"] = "a newer run"
         try:
-            write_result(ds, sys.argv[2], overwrite=True)
+            write(ds, sys.argv[2], overwrite=True)
         except OSError as err:
             print(f"OSError errno={err.errno}")
             sys.exit(3)
     """
-    run = run_limited(rewrite, largest - 1, str(out))  # the largest file does not fit
+    run = run_limited(rewrite, largest - 1, str(out), writer)  # the largest file does not fit
     assert run.returncode == 3, run.stdout + run.stderr
     assert "errno=27" in run.stdout  # EFBIG: File too large
     assert tree_digest(out) == before  # the earlier result, byte for byte
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.zarr"]  # no temporary left
+
+    module, _, name = writer.rpartition(".")  # with room on the disk, the new result replaces it
+    getattr(importlib.import_module(module), name)(
+        reference.assign_attrs(created="a newer run"), out, overwrite=True
+    )
+    assert xr.open_zarr(out, consolidated=False).attrs["created"] == "a newer run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.zarr"]
 
 
 def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
