@@ -260,6 +260,20 @@ OTHER_BAD_INPUTS = [
      "Invalid value for 'MODEL'", ["new.zarr"]),
     ("missing result",
      lambda f, s: ["report", f / "nothing.zarr"], "does not exist", []),
+    ("unknown estimator",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--estimator", "neural"],
+     "Invalid value for '--estimator'", ["out.zarr"]),
+    ("score-matching degree too large for memory",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--degree", 3000, "--scheduler",
+                   "synchronous"],
+     "its Gram matrices need", ["out.zarr"]),
+    ("too many folds for the samples",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--folds", 5000, "--scheduler", "synchronous"],
+     "folds=5000", ["out.zarr"]),
+    ("bad job estimator",
+     lambda f, s: ["run", job_file(f, f"input: {{store: {s}}}\nestimator: {{method: knn}}\n"
+                                      "outputs: {result: out.zarr}\n")],
+     "job.yaml: estimator.method: expected one of", ["out.zarr"]),
 ]  # fmt: skip
 
 
