@@ -14,6 +14,13 @@ trajectory bit for bit (the models' ``advance`` relies on this).
 Kernels assume validated input and never allocate per step. The scalar potentials and forces
 are plain ``@njit`` functions shared by the kernels and by the vectorised evaluators the models
 use (one implementation of each formula).
+
+The triple-well kernel also comes in a form that draws its normals itself
+(:func:`weak_trapezoidal_triple_well_pcg64`): numpy's PCG64 step and its ziggurat for
+``standard_normal``, compiled into the integrator loop, give the very numbers
+``Generator(PCG64).standard_normal`` gives, in the same order, and leave the generator in the
+same state (checked bit for bit in ``tests/test_simulate.py``), with no buffer of normals and
+the random numbers drawn while the previous step's arithmetic is still in flight.
 """
 
 from __future__ import annotations
@@ -22,6 +29,13 @@ import math
 
 import numpy as np
 from numba import njit
+from numba.np.random._constants import (  # numpy's ziggurat tables, as numba's port holds them
+    fi_double,
+    ki_double,
+    wi_double,
+    ziggurat_nor_inv_r,
+    ziggurat_nor_r,
+)
 
 # --------------------------------------------------------------------------------------------
 # Ornstein-Uhlenbeck: exact Gaussian transition
@@ -178,6 +192,140 @@ def weak_trapezoidal_triple_well(
             row += 1
         out[n, 0] = x1
         out[n, 1] = x2
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# numpy's PCG64 and standard_normal, compiled into the kernels
+# --------------------------------------------------------------------------------------------
+
+_U32 = np.uint64(0xFFFFFFFF)
+_MULTIPLIER_HIGH = np.uint64(2549297995355413924)  # PCG's 128-bit default multiplier
+_MULTIPLIER_LOW = np.uint64(4865540595714422341)
+_MANTISSA = np.uint64(0x000FFFFFFFFFFFFF)
+_DOUBLE_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+
+
+@njit(inline="always")
+def _high_product(a: np.uint64, b: np.uint64) -> np.uint64:
+    """The high 64 bits of the 128-bit product ``a * b``."""
+    a_low, a_high = a & _U32, a >> np.uint64(32)
+    b_low, b_high = b & _U32, b >> np.uint64(32)
+    cross = a_low * b_high
+    other = a_high * b_low
+    middle = ((a_low * b_low) >> np.uint64(32)) + (cross & _U32) + (other & _U32)
+    return (
+        a_high * b_high
+        + (cross >> np.uint64(32))
+        + (other >> np.uint64(32))
+        + (middle >> np.uint64(32))
+    )
+
+
+@njit(inline="always")
+def pcg64_next(
+    high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
+) -> tuple[np.uint64, np.uint64, np.uint64]:
+    """numpy's ``PCG64.random_raw()``: ``(output, new state high, new state low)``.
+
+    The state advances ``s <- s * multiplier + inc (mod 2**128)``; the output is the XSL-RR
+    permutation of the new state.
+    """
+    new_high = high * _MULTIPLIER_LOW + low * _MULTIPLIER_HIGH + _high_product(low, _MULTIPLIER_LOW)
+    product_low = low * _MULTIPLIER_LOW
+    new_low = product_low + inc_low
+    new_high = new_high + inc_high + (np.uint64(1) if new_low < product_low else np.uint64(0))
+    mixed = new_high ^ new_low
+    rotation = new_high >> np.uint64(58)
+    output = (mixed >> rotation) | (mixed << ((np.uint64(64) - rotation) & np.uint64(63)))
+    return output, new_high, new_low
+
+
+@njit(inline="always")
+def pcg64_standard_normal(
+    high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
+) -> tuple[float, np.uint64, np.uint64]:
+    """numpy's ``Generator.standard_normal()`` on PCG64 (its 256-layer ziggurat):
+    ``(normal, new state high, new state low)``."""
+    while True:
+        bits, high, low = pcg64_next(high, low, inc_high, inc_low)
+        layer = bits & np.uint64(0xFF)
+        bits = bits >> np.uint64(8)
+        magnitude = (bits >> np.uint64(1)) & _MANTISSA
+        x = np.int64(magnitude) * wi_double[layer]  # < 2**52: a signed conversion is exact
+        if bits & np.uint64(1):
+            x = -x
+        if magnitude < ki_double[layer]:
+            return x, high, low
+        if layer == 0:  # the tail beyond ziggurat_nor_r
+            while True:
+                u, high, low = pcg64_next(high, low, inc_high, inc_low)
+                xx = -ziggurat_nor_inv_r * np.log1p(-np.int64(u >> np.uint64(11)) * _DOUBLE_UNIT)
+                u, high, low = pcg64_next(high, low, inc_high, inc_low)
+                yy = -np.log1p(-np.int64(u >> np.uint64(11)) * _DOUBLE_UNIT)
+                if yy + yy > xx * xx:
+                    if (magnitude >> np.uint64(8)) & np.uint64(1):
+                        return -(ziggurat_nor_r + xx), high, low
+                    return ziggurat_nor_r + xx, high, low
+        else:
+            u, high, low = pcg64_next(high, low, inc_high, inc_low)
+            uniform = np.int64(u >> np.uint64(11)) * _DOUBLE_UNIT
+            edge = (fi_double[layer - 1] - fi_double[layer]) * uniform + fi_double[layer]
+            if edge < math.exp(-0.5 * x * x):
+                return x, high, low
+
+
+@njit(cache=True, nogil=True)
+def pcg64_fill_normals(state: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``out[:] = Generator(PCG64).standard_normal(out.size)`` with the PCG64 state held in
+    ``state`` (``[high, low, inc high, inc low]`` uint64, advanced in place)."""
+    high, low, inc_high, inc_low = state[0], state[1], state[2], state[3]
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        flat[i], high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+    state[0] = high
+    state[1] = low
+    return out
+
+
+@njit(cache=True, nogil=True)
+def weak_trapezoidal_triple_well_pcg64(
+    x0: np.ndarray,
+    state: np.ndarray,
+    out: np.ndarray,
+    step: float,
+    subsample: int,
+    a: float,
+    gamma: float,
+    kT: float,
+    radial: bool,
+) -> np.ndarray:
+    """:func:`weak_trapezoidal_triple_well` drawing its normals from the PCG64 ``state``
+    (``[high, low, inc high, inc low]`` uint64, advanced in place) in the order
+    ``(z1_1, z1_2, z2_1, z2_2)`` per step: the same trajectory, bit for bit, as that kernel
+    fed with ``Generator(PCG64).standard_normal`` of the same generator."""
+    half = 0.5 * step
+    noise = math.sqrt(2.0 * kT) * math.sqrt(half)
+    high, low, inc_high, inc_low = state[0], state[1], state[2], state[3]
+    x1 = x0[0]
+    x2 = x0[1]
+    _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
+    for n in range(out.shape[0]):
+        for _ in range(subsample):
+            z1, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+            z2, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+            z3, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+            z4, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+            y1 = x1 - g1 * half + noise * z1
+            y2 = x2 - g2 * half + noise * z2
+            _, h1, h2 = triple_well_point(y1, y2, a, gamma, radial)
+            x1 = y1 + (g1 - 2.0 * h1) * half + noise * z3
+            x2 = y2 + (g2 - 2.0 * h2) * half + noise * z4
+            _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
+        out[n, 0] = x1
+        out[n, 1] = x2
+    state[0] = high
+    state[1] = low
     return out
 
 

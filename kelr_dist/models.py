@@ -110,6 +110,40 @@ def _run_blocks(
     return out, x
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _run_pcg64(
+    state: np.ndarray,
+    n_samples: int,
+    rng: np.random.Generator,
+    d: int,
+    kernel: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_run_blocks` for a kernel that draws its normals from ``rng``'s PCG64 state.
+
+    ``kernel(x0 (d,), words (4,) uint64, out (k, d))`` fills ``out`` and advances ``words``
+    (``[state high, state low, inc high, inc low]``) exactly as ``rng.standard_normal`` would
+    (:func:`kelr_dist.integrators.pcg64_standard_normal`); the new state is written back to
+    ``rng``, so the samples and the generator afterwards are those of the buffered path.
+    """
+    x = np.array(state, dtype=np.float64)  # a copy: the caller's state is never modified
+    if x.shape != (d,):
+        raise ValueError(f"state of shape {x.shape} must have shape ({d},)")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
+        raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
+    out = np.empty((n_samples, d))
+    if n_samples == 0:
+        return out, x
+    generator = rng.bit_generator.state
+    value, inc = generator["state"]["state"], generator["state"]["inc"]
+    words = np.array([value >> 64, value & _MASK64, inc >> 64, inc & _MASK64], dtype=np.uint64)
+    kernel(x, words, out)
+    generator["state"]["state"] = (int(words[0]) << 64) | int(words[1])
+    rng.bit_generator.state = generator  # has_uint32 / uinteger untouched: 64-bit draws only
+    return out, out[-1].copy()
+
+
 def _real(name: str, value: Any) -> float:
     """``value`` as a finite float, or a ValueError naming the parameter."""
     try:
@@ -326,6 +360,9 @@ class TripleWell:
     def advance(
         self, state: np.ndarray, n_samples: int, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
+        if type(rng.bit_generator) is np.random.PCG64:  # normals drawn inside the kernel
+            return _run_pcg64(state, n_samples, rng, 2, self._pcg64_kernel)
+
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
             return integrators.weak_trapezoidal_triple_well(
                 x0, normals.reshape(-1, 4), out, self.step, self.subsample, self.a,
@@ -333,6 +370,12 @@ class TripleWell:
             )  # fmt: skip
 
         return _run_blocks(state, n_samples, rng, 4 * self.subsample, kernel, 2)
+
+    def _pcg64_kernel(self, x0: np.ndarray, words: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return integrators.weak_trapezoidal_triple_well_pcg64(
+            x0, words, out, self.step, self.subsample, self.a, self.gamma, self.kT,
+            self.variant == "radial",
+        )  # fmt: skip
 
     def score(self, x: np.ndarray) -> np.ndarray:
         return -self.gradient(x) / self.kT

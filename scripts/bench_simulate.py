@@ -1,8 +1,11 @@
 """Benchmark the test-system integrators and end-to-end simulation into a trajectory store.
 
 1. Integrator throughput of every model on one core (median of a few repeats): integrator
-   steps/s of ``model.advance``, and the share of that time spent drawing the standard normals
-   (numpy ``Generator.standard_normal`` into a reused buffer, as ``advance`` does).
+   steps/s of ``model.advance`` by the wall clock and per CPU second of this process (the
+   figure that holds on a machine shared with other jobs), and what drawing the same standard
+   normals with numpy's ``Generator.standard_normal`` alone takes, as a share of ``advance``
+   (the triple-well draws its normals inside its kernel: numpy's PCG64 and ziggurat compiled
+   into the loop, the same numbers; ``--buffered`` times the numpy-buffer path instead).
 2. ``kelr_dist.simulate.simulate`` of the triple-well (one chain, no Dask client) for several N:
    wall time and peak resident memory of a fresh process (itself and its children), with the
    target "flat in N, under 1 GiB".
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -38,27 +42,33 @@ def steps_per_sample(model) -> int:
     return getattr(model, "subsample", 1)
 
 
-def throughput(name: str, steps: int, repeats: int) -> dict[str, float]:
+class BufferedPCG64(np.random.PCG64):
+    """PCG64 that is not ``type(...) is PCG64``: models take their numpy-buffer path."""
+
+
+def throughput(name: str, steps: int, repeats: int, buffered: bool = False) -> dict[str, float]:
     """Median integrator steps/s of ``advance`` and of drawing its normals alone."""
     model = make_model(name)
     n_samples = max(1, steps // steps_per_sample(model))
-    rng = np.random.default_rng(0)
+    rng = np.random.Generator(BufferedPCG64(0) if buffered else np.random.PCG64(0))
     state = model.advance(model.initial_state(rng), 1000, rng)[1]  # compile, then time
     total_steps = n_samples * steps_per_sample(model)
     buffer = np.empty(1 << 16)
-    advance_times, normal_times = [], []
+    advance_times, cpu_times, normal_times = [], [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         state = model.advance(state, n_samples, rng)[1]
         advance_times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu)
         start = time.perf_counter()
-        for _ in range(total_steps * NORMALS_PER_STEP[name] // buffer.size + 1):
+        for _ in range(total_steps * NORMALS_PER_STEP.get(name, 0) // buffer.size + 1):
             rng.standard_normal(out=buffer)
         normal_times.append(time.perf_counter() - start)
     advance_time = statistics.median(advance_times)
     normal_time = statistics.median(normal_times)
     return {
         "steps_per_s": total_steps / advance_time,
+        "steps_per_cpu_s": total_steps / statistics.median(cpu_times),
         "samples_per_s": n_samples / advance_time,
         "normals_share": normal_time / advance_time,
     }
@@ -93,6 +103,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N <= 1e7, shorter timings")
     parser.add_argument("--chunk", type=int, default=262144, help="samples per store chunk")
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (median)")
+    parser.add_argument(
+        "--buffered", action="store_true", help="normals from a numpy buffer (the old path)"
+    )
+    parser.add_argument("--no-store", action="store_true", help="throughput only")
+    parser.add_argument("--models", nargs="*", choices=MODEL_NAMES, help="default: all")
     parser.add_argument("--child", nargs=3, metavar=("N", "PATH", "CHUNK"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -101,13 +116,17 @@ def main() -> None:
 
     steps = 2_000_000 if args.quick else 10_000_000
     print(f"integrator throughput, one core, median of {args.repeats} x {steps:.0e} steps")
-    print(f"{'model':<16}{'steps/s':>12}{'samples/s':>12}{'normals share':>15}")
-    for name in MODEL_NAMES:
-        r = throughput(name, steps, args.repeats)
+    print(f"load average: {os.getloadavg()[0]:.1f} (wall-clock figures need a quiet machine)")
+    print(f"{'model':<16}{'steps/s':>12}{'steps/CPU-s':>13}{'samples/s':>12}{'numpy normals':>15}")
+    for name in args.models or MODEL_NAMES:
+        r = throughput(name, steps, args.repeats, args.buffered)
         print(
-            f"{name:<16}{r['steps_per_s']:>12.3g}{r['samples_per_s']:>12.3g}"
-            f"{r['normals_share']:>15.0%}"
+            f"{name:<16}{r['steps_per_s']:>12.3g}{r['steps_per_cpu_s']:>13.3g}"
+            f"{r['samples_per_s']:>12.3g}"
+            + (f"{r['normals_share']:>15.0%}" if name in NORMALS_PER_STEP else f"{'-':>15}")
         )
+    if args.no_store:
+        return
 
     sizes = [10**6, 10**7] if args.quick else [10**6, 10**7, 10**8]
     print(f"\nsimulate('triple-well', chains=1, chunk={args.chunk}, client=None), fresh process")

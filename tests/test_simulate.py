@@ -165,3 +165,54 @@ def test_progress_bar_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().err == ""
     simulate("ou", tmp_path / "loud.zarr", 30, chunk=10, progress=True)
     assert "3/3" in capsys.readouterr().err
+
+
+# --- the triple-well kernel draws numpy's own normals ---------------------------------------
+
+
+class BufferedPCG64(np.random.PCG64):
+    """A PCG64 that models do not recognise as one: they take the numpy-buffer path."""
+
+
+def _words(rng: np.random.Generator) -> np.ndarray:
+    state = rng.bit_generator.state["state"]
+    mask = (1 << 64) - 1
+    value, inc = state["state"], state["inc"]
+    return np.array([value >> 64, value & mask, inc >> 64, inc & mask], dtype=np.uint64)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**63 + 12345])
+def test_compiled_pcg64_normals_are_numpys(seed: int) -> None:
+    from kelr_dist.integrators import pcg64_fill_normals
+
+    rng = np.random.Generator(np.random.PCG64(seed))
+    rng.standard_normal(7)
+    words = _words(rng)
+    expected = rng.standard_normal(300_000)  # ~0.3 % from the wedges and the tail
+    np.testing.assert_array_equal(pcg64_fill_normals(words, np.empty(300_000)), expected)
+    np.testing.assert_array_equal(words, _words(rng))  # and the same state afterwards
+
+
+def test_triple_well_is_the_same_with_compiled_or_buffered_normals() -> None:
+    """The compiled-normals path gives the buffered path's samples and generator state, bit for
+    bit, however a run is split (so stores and their resumes are unchanged)."""
+    model = make_model("triple-well")
+
+    def run(bit_generator: np.random.BitGenerator, splits: list[int]):
+        rng = np.random.Generator(bit_generator)
+        state = model.initial_state(rng)
+        parts = []
+        for n in splits:
+            samples, state = model.advance(state, n, rng)
+            parts.append(samples)
+        return np.concatenate(parts), state, rng.standard_normal(5), rng.integers(2**32)
+
+    compiled = run(np.random.PCG64(21), [5000])
+    for bit_generator, splits in [
+        (BufferedPCG64(21), [5000]),
+        (np.random.PCG64(21), [1, 0, 3276, 1723]),
+        (BufferedPCG64(21), [2000, 3000]),
+    ]:
+        other = run(bit_generator, splits)
+        for a, b in zip(compiled, other, strict=True):
+            np.testing.assert_array_equal(a, b)
