@@ -212,7 +212,9 @@ def speed(cache: Path, quick: bool, sizes: tuple[int, ...] | None = None) -> Non
     for n in sizes:
         path = cached_store(cache, "triple-well", n, client=client)
         start = time.perf_counter()
-        estimate_response(path, client=client, order=order, max_lag=max_lag)
+        estimate_response(
+            path, client=client, estimator="kernel-embedding", order=order, max_lag=max_lag
+        )
         walls[n] = time.perf_counter() - start
         say(f"  N = {n:.0e}: {walls[n]:.1f} s, {n / walls[n]:.3g} samples/s")
     middle = 10**7 if 10**7 in sizes else min(sizes)
@@ -225,7 +227,12 @@ def speed(cache: Path, quick: bool, sizes: tuple[int, ...] | None = None) -> Non
         close_embedded_cluster()  # the core path gets the two cores alone
         start = time.perf_counter()
         estimate_response(
-            x, dt=make_model("triple-well").dt, client="synchronous", order=order, max_lag=max_lag
+            x,
+            dt=make_model("triple-well").dt,
+            client="synchronous",
+            estimator="kernel-embedding",
+            order=order,
+            max_lag=max_lag,
         )
         core = time.perf_counter() - start
         say(
