@@ -392,7 +392,7 @@ def estimate_response(
         "basis": format_basis(coordinates),
         "rejection": main.rejection,
         "store_reads": passes.reads,
-        "chunking": json.dumps([int(c) for c in traj.chunks[1]]),
+        "chunking": [int(c) for c in traj.chunks[1]],
         "store": str(traj.attrs.get("store", "<in-memory>")),
         "variable": str(traj.name),
         "kelr_dist_version": __version__,
@@ -401,9 +401,9 @@ def estimate_response(
     }
     if ke is not None:
         attrs.update(
-            order=json.dumps(ke.order),
+            order=_number_attr(ke.order),
             order_selection=ke.order_selection,
-            max_order=json.dumps(ke.density.basis.order),
+            max_order=_number_attr(ke.density.basis.order),
             index_set=ke.density.basis.index_set,
             delta=ke.delta,
             delta_rule=ke.delta_rule,
@@ -437,6 +437,12 @@ def _warn_bias(result: ResponseResult) -> None:
             BiasWarning,
             stacklevel=3,
         )
+
+
+def _number_attr(value: int | tuple[int, ...]) -> int | list[int]:
+    """An order as an attribute: a number, or a list of numbers (zarr stores a JSON array,
+    netCDF a numeric array attribute); never a string."""
+    return [int(v) for v in value] if isinstance(value, tuple | list) else int(value)
 
 
 def _attr(value: Any) -> Any:
@@ -524,9 +530,14 @@ def density_from_result(ds: xr.Dataset) -> KernelDensity:
     )
 
 
-def _order(text: str) -> int | tuple[int, ...]:
-    value = json.loads(text)
-    return tuple(value) if isinstance(value, list) else int(value)
+def _order(value: Any) -> int | tuple[int, ...]:
+    """An order attribute back as ``int`` or ``tuple`` (also from the JSON strings of results
+    written by earlier versions)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if np.ndim(value) == 0:
+        return int(value)
+    return tuple(int(v) for v in np.asarray(value).ravel())
 
 
 def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:

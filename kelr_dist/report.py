@@ -90,13 +90,16 @@ def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
 
 
 def chosen_order(ds: xr.Dataset) -> int | tuple[int, ...] | None:
-    """The order ``M`` the estimate used (``attrs["order"]``, JSON), or None if absent."""
+    """The order ``M`` the estimate used (``attrs["order"]``: a number or a list; JSON text in
+    results of earlier versions), or None if absent."""
     value = ds.attrs.get("order")
     if isinstance(value, str):
         value = json.loads(value)
-    if isinstance(value, list | tuple):
-        return tuple(int(v) for v in value)
-    return None if value is None else int(value)
+    if value is None:
+        return None
+    if np.ndim(value) > 0:
+        return tuple(int(v) for v in np.asarray(value).ravel())
+    return int(value)
 
 
 def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str, dict[str, float]]:

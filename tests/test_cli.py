@@ -93,7 +93,7 @@ def test_simulate_info_estimate_report(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "order M" in run.stdout and "rejection" in run.stdout and "run time" in run.stdout
     pngs = sorted(figures.glob("*.png"))
-    assert [p.name for p in pngs] == ["criteria.png", "density.png", "response.png"]
+    assert [p.name for p in pngs] == ["criteria.png", "density.png", "response.png", "selection.png"]
     for png in pngs:
         data = png.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 20_000
@@ -138,11 +138,11 @@ def test_job_file_with_a_user_observable(tmp_path, store):
     run = kelr("run", "job.yaml", "--quiet", cwd=jobs, env=environment(PYTHONPATH=str(modules)))
     assert run.returncode == 0, run.stderr
     assert {p.name for p in (jobs / "out").iterdir()} == {"result.zarr", "result.nc", "figures"}
-    assert len(list((jobs / "out" / "figures").glob("*.png"))) == 3
+    assert len(list((jobs / "out" / "figures").glob("*.png"))) == 4
     result = xr.open_zarr(jobs / "out" / "result.zarr", consolidated=False).load()
     xr.testing.assert_identical(result, xr.load_dataset(jobs / "out" / "result.nc"))
     assert list(result["i"].values) == ["first", "sum"]
-    assert result.attrs["order"] == "4"
+    assert result.attrs["order"] == 4
 
     # brute-force twin: the response is linear in A, so with A = x the rows combine to it
     twin = estimate_response(

@@ -79,7 +79,11 @@ def test_summary_table():
 
 
 def test_response_figure_has_every_entry():
-    fig = plot_responses(analytic_result())
+    raw = plot_responses(analytic_result())
+    titles = sorted(ax.get_title() for ax in raw.axes if ax.get_visible())
+    assert titles == ["k[x1, x1](t)", "k[x1, x2](t)", "k[x2, x1](t)", "k[x2, x2](t)"]
+    assert "sampling error only" in raw.texts[0].get_text()  # the caption says what bands cover
+    fig = plot_responses(analytic_result(), normalise=True)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert len(axes) == 4
     titles = sorted(ax.get_title() for ax in axes)
@@ -105,7 +109,7 @@ def ou_result(tmp_path_factory):
 def test_figures_are_png_files(ou_result):
     ds = open_result(ou_result / "result.zarr")
     written = write_figures(ds, ou_result / "figures")
-    assert sorted(p.name for p in written) == ["criteria.png", "density.png", "response.png"]
+    assert sorted(p.name for p in written) == ["criteria.png", "density.png", "response.png", "selection.png"]
     for path in written:
         data = path.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 20_000, path
