@@ -93,7 +93,9 @@ def test_simulate_info_estimate_report(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "order M" in run.stdout and "rejection" in run.stdout and "run time" in run.stdout
     pngs = sorted(figures.glob("*.png"))
-    assert [p.name for p in pngs] == ["criteria.png", "density.png", "response.png", "selection.png"]
+    assert [p.name for p in pngs] == [
+        "criteria.png", "density.png", "response.png", "selection.png"
+    ]  # fmt: skip
     for png in pngs:
         data = png.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 20_000

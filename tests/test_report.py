@@ -109,7 +109,9 @@ def ou_result(tmp_path_factory):
 def test_figures_are_png_files(ou_result):
     ds = open_result(ou_result / "result.zarr")
     written = write_figures(ds, ou_result / "figures")
-    assert sorted(p.name for p in written) == ["criteria.png", "density.png", "response.png", "selection.png"]
+    assert sorted(p.name for p in written) == [
+        "criteria.png", "density.png", "response.png", "selection.png"
+    ]  # fmt: skip
     for path in written:
         data = path.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 20_000, path
