@@ -358,11 +358,17 @@ def info(store: str, variable: str, as_json: bool) -> None:
 
 
 def _check_outputs(targets: Sequence[Path | None], overwrite: bool) -> None:
+    """Refuse outputs that exist (without --overwrite) or could not be written, before work."""
+    from kelr_dist.estimate import check_output
+
     for target in targets:
-        if target is not None and target.exists() and not overwrite:
+        if target is None:
+            continue
+        if target.exists() and not overwrite:
             raise ValueError(
                 f"output {str(target)!r} exists; remove it, choose another path or pass --overwrite"
             )
+        check_output(target, overwrite)
 
 
 def _run_estimate(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 import warnings
@@ -81,6 +82,11 @@ DEFAULT_MAX_LAG = 2000
 MAX_GRAM_BYTES = 2 * 1024**3
 #: a lag-0 Stein residual beyond this many standard errors is reported as a bias
 STEIN_TOLERANCE = 3.0
+#: fewest samples per chain, and most components, an estimate accepts
+MIN_SAMPLES = 1000
+MAX_COMPONENTS = 64
+#: the largest lag may be at most this fraction of a chain (error bars need many blocks of it)
+MAX_LAG_FRACTION = 0.25
 
 
 class BiasWarning(UserWarning):
@@ -120,9 +126,29 @@ def _max_lag(max_lag: int | None, max_time: float | None, dt: float, n: int) -> 
         max_lag = min(DEFAULT_MAX_LAG, max(1, n // 20))
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
-    if max_lag >= n:
-        raise ValueError(f"max_lag={max_lag} must be smaller than the chain length {n}")
+    if max_lag > MAX_LAG_FRACTION * n:
+        raise ValueError(
+            f"max_lag={max_lag} is more than a quarter of the chain length {n}: the lagged means "
+            "and their error bars need chains several times longer than the largest lag"
+        )
     return int(max_lag)
+
+
+def _check_shape(traj: xr.DataArray, chains: int, n: int, d: int) -> None:
+    """Refuse data that cannot give a response: too short chains, or a component axis that is
+    really the time axis (a transposed array)."""
+    source = traj.attrs.get("store", "<in-memory>")
+    if d > MAX_COMPONENTS or d >= n:
+        raise ValueError(
+            f"trajectory {source!r} has {d} components and {n} samples per chain: a component "
+            f"axis this long (more than {MAX_COMPONENTS}, or not fewer than the samples) is "
+            "probably the time axis — is the array transposed? Expected dims (time, component)"
+        )
+    if n < MIN_SAMPLES:
+        raise ValueError(
+            f"trajectory {source!r} has {n} samples per chain; the estimate needs at least "
+            f"{MIN_SAMPLES} (orders, folds and error bars)"
+        )
 
 
 def _orders(order: Any, max_order: Any, index_set: str, d: int) -> tuple[Any, Any]:
@@ -289,6 +315,7 @@ def estimate_response(
     step = float(traj.attrs["dt"])
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    _check_shape(traj, chains, n, d)
     lag = _max_lag(max_lag, max_time, step, n)
     if index_set not in ("auto", "total", "box"):
         raise ValueError(f"index_set must be 'auto', 'total' or 'box', got {index_set!r}")
@@ -540,6 +567,31 @@ def _order(value: Any) -> int | tuple[int, ...]:
     return tuple(int(v) for v in np.asarray(value).ravel())
 
 
+def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
+    """Refuse, before any work, an output that could not be written: it exists (without
+    ``overwrite``), or its nearest existing ancestor is not a writable folder (a read-only
+    directory, a regular file in the path). The message names the path as given."""
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise ValueError(f"output {str(path)!r} exists; choose another path or overwrite")
+    ancestor = target.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(
+            f"output {str(path)!r} cannot be created: {str(ancestor)!r} is a file, not a folder"
+        )
+    try:  # a real probe: permissions, read-only mounts and immutable folders alike
+        handle, probe = tempfile.mkstemp(prefix=".kelr-probe-", dir=ancestor)
+    except OSError as err:
+        raise ValueError(
+            f"output {str(path)!r} cannot be created: the folder {str(ancestor)!r} is not "
+            f"writable ({err.strerror})"
+        ) from None
+    os.close(handle)
+    os.unlink(probe)
+
+
 def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:
     """Write a result atomically: to a temporary sibling first, then renamed into place.
 
@@ -547,8 +599,7 @@ def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool =
     store at ``path`` (only a ``.tmp-*`` sibling, removed on errors).
     """
     target = Path(path)
-    if target.exists() and not overwrite:
-        raise ValueError(f"output {str(target)!r} exists; choose another path or overwrite")
+    check_output(path, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:

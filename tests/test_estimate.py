@@ -453,7 +453,8 @@ def test_exact_from_store_attributes_equals_given_score(ou_oracle) -> None:
         ({"order": 9, "max_order": 8}, "order=9 is above max_order=8"),
         ({"order": (3, 0), "index_set": "total"}, "needs index_set='box'"),
         ({"max_lag": 5, "max_time": 1.0}, "max_lag or max_time, not both"),
-        ({"max_lag": N}, f"max_lag={N} must be smaller than the chain length {N}"),
+        ({"max_lag": N}, f"max_lag={N} is more than a quarter of the chain length {N}"),
+        ({"max_lag": N // 4 + 1}, "more than a quarter of the chain length"),
         ({"max_lag": -2}, "max_lag must be a non-negative integer"),
         ({"max_time": -1.0}, "max_time must be non-negative"),
         ({"index_set": "simplex"}, "index_set must be.*'simplex'"),
@@ -462,13 +463,45 @@ def test_exact_from_store_attributes_equals_given_score(ou_oracle) -> None:
         ({"estimator": "neural"}, "estimator must be one of.*'neural'"),
         ({"degree": 0}, "degree must be 'auto' or an integer >= 1, got 0"),
         ({"degree": 4000}, r"degree=4000 gives .* features in d = 2: .* GiB"),
-        ({"folds": 200}, r"folds=200: .* fold of only 200 samples"),
+        ({"folds": 400}, r"folds=400: .* fold of only 100 samples"),
         ({"folds": 1}, "folds must be an integer >= 2, got 1"),
     ],
 )
 def test_invalid_arguments(stores: dict[str, Path], kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         estimate_response(stores["base"], client="synchronous", **kwargs)
+
+
+def test_transposed_and_too_short_arrays_are_named() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 100_000))  # (component, time) by mistake
+    with pytest.raises(ValueError, match="100000 components and 2 samples.*transposed"):
+        estimate_response(x, client="synchronous")
+    with pytest.raises(ValueError, match="has 10 samples per chain; .* at least 1000"):
+        estimate_response(np.zeros((10, 2)), client="synchronous")
+
+
+def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path) -> None:
+    from kelr_dist.estimate import check_output
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    immutable = False
+    try:
+        if os.access(locked, os.W_OK):  # root ignores permission bits: an immutable folder
+            immutable = subprocess.run(["chattr", "+i", str(locked)], check=False).returncode == 0
+            if not immutable:
+                pytest.skip("cannot make a folder this user cannot write to")
+        with pytest.raises(ValueError, match="locked.*is not writable"):
+            check_output(locked / "sub" / "out.zarr")
+        assert list(locked.iterdir()) == []
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(locked)], check=True)
+        locked.chmod(0o700)
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(ValueError, match=r"'.*plain/out.zarr' cannot be created: .* is a file"):
+        check_output(tmp_path / "plain" / "out.zarr")
 
 
 def test_non_finite_samples_are_rejected() -> None:
