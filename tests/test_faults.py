@@ -198,12 +198,12 @@ def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
 # --------------------------------------------------------------------------------------------
 
 
-def start(command: list[str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
+def start(command: list[str], log: Path, prefix: tuple[str, ...] = ()) -> subprocess.Popen:
     env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     with open(log, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "dask", *command], stdout=out, stderr=subprocess.STDOUT,
-            env=env, cwd=cwd, start_new_session=True,
+            [*prefix, sys.executable, "-m", "dask", *command], stdout=out,
+            stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
 
 
@@ -264,22 +264,39 @@ def test_scheduler_killed_mid_job_raises_within_60_s(store, tmp_path, record_pro
 # --------------------------------------------------------------------------------------------
 
 
-def test_worker_that_cannot_open_the_store_is_named(
-    store, client, monkeypatch, tmp_path, record_property
-) -> None:
-    """A relative store path: the client resolves it in its folder, the workers (started in
-    another folder) cannot; the error names the store and a worker before any block runs."""
-    shutil.copytree(store, tmp_path / "here.zarr")
-    monkeypatch.chdir(tmp_path)  # the workers keep the folder they were started in
-    workers = set(client.scheduler_info()["workers"])
-    started = time.monotonic()
-    with pytest.raises(TrajectoryError) as info:
-        estimate_response("here.zarr", client=client, **FAST)
-    record_property("seconds_to_outcome", round(time.monotonic() - started, 2))
+def test_worker_that_cannot_open_the_store_is_named(store, client, tmp_path, record_property):
+    """A worker that may not read the store (started without root's permission override, as a
+    worker of another user would run) joins the cluster; the client can read the store. The
+    error names the store and that worker, before any block runs."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to run a worker with fewer rights than the client")
+    private = tmp_path / "private.zarr"
+    shutil.copytree(store, private)
+    before = set(client.scheduler_info()["workers"])
+    worker = start(
+        ["worker", client.scheduler.address, "--nthreads", "1", "--no-dashboard"],
+        tmp_path / "worker.log",
+        prefix=(setpriv, "--bounding-set=-dac_override,-dac_read_search"),
+    )
+    try:
+        client.wait_for_workers(len(before) + 1, timeout=90)
+        (restricted,) = set(client.scheduler_info()["workers"]) - before
+        private.chmod(0o000)  # nobody but a process with root's override may enter
+        started = time.monotonic()
+        with pytest.raises(TrajectoryError) as info:
+            estimate_response(private, client=client, **FAST)
+        record_property("seconds_to_outcome", round(time.monotonic() - started, 2))
+    finally:
+        private.chmod(0o755)
+        stop([worker])
     message = str(info.value)
-    assert re.match(r"store 'here.zarr', variable 'x': pass 'moments[^']*': worker tcp://", message)
-    assert any(worker in message for worker in workers)
-    assert "cannot open the store" in message and "path resolved on the worker" in message
+    expected = (
+        rf"store '{re.escape(str(private))}', variable 'x': pass 'moments[^']*': "
+        rf"worker {re.escape(restricted)} cannot open the store: "
+    )
+    assert re.match(expected, message), message
+    assert "PermissionError" in message
 
 
 def test_unreadable_block_names_pass_chunk_store_and_worker(
