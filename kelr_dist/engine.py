@@ -28,8 +28,9 @@ In-memory (numpy-backed) trajectories are put on the cluster once (:func:`scatte
 and referenced by the graph, never embedded in it. Before its kernels run, every task caps the
 BLAS/OpenMP thread pools of its worker process at the worker's share of the cores
 (``dask.system.CPU_COUNT`` divided by the worker's threads; threadpoolctl; a pool is never
-raised), whatever environment the worker was started in. After it, a task gives its freed
-heap back (:mod:`kelr_dist.allocator`); the allocator's settings are never changed.
+raised), whatever environment the worker was started in; it also tunes the worker's glibc
+allocator for its memory limit and gives the freed heap back after its kernels
+(:mod:`kelr_dist.allocator`). Neither happens in the caller's process (``"synchronous"``).
 
 Several reductions in one call share the loads: each block is read once per call. The tree's
 shape depends only on the chunking, so a task recomputed after a lost worker gives the identical
@@ -58,7 +59,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed import Client, KilledWorker, as_completed, get_worker
 from tqdm.auto import tqdm
 
-from kelr_dist.allocator import release_free_memory
+from kelr_dist.allocator import release_free_memory, tune_allocator
 from kelr_dist.cluster import ClusterError, thread_share
 from kelr_dist.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
@@ -148,7 +149,8 @@ def _block_partials(
     """Partials of every reduction on consecutive ``(1, L_i, d)`` blocks of one chain (joined)
     and the halo of ``halo_rows`` rows after them."""
     worker = _worker()
-    if worker is not None:  # the worker's share of the cores for BLAS/OpenMP in the kernels
+    if worker is not None:  # allocator and thread pools: on workers only, never the caller's
+        tune_allocator(worker.memory_manager.memory_limit)
         _cap_thread_pools(thread_share(1, worker.state.nthreads))
     x = _as_float64(loads[0][0] if len(loads) == 1 else np.concatenate([b[0] for b in loads]))
     if heads:
