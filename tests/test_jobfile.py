@@ -143,7 +143,7 @@ def test_defaults_and_built_ins(tmp_path):
         (with_("cluster", "workers", 0), "cluster.workers: expected a positive integer"),
         ({**MINIMAL, "cluster": {"scheduler": "tcp://h:8786", "workers": 2}},
          "cluster.workers: applies to the embedded cluster only"),
-        ({**MINIMAL, "inputs": {}}, "inputs: unknown key; allowed: input, basis"),
+        ({**MINIMAL, "inputs": {}}, "inputs: unknown key; allowed: input, estimator, basis"),
         ({"outputs": {"result": "r.zarr"}}, "input.store: required key is missing"),
         ({"input": {"store": "s.zarr"}}, "outputs.result: required key is missing"),
         (with_("basis", None, "auto"), "basis: expected a mapping of keys"),
