@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -39,6 +37,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
+from kelr_dist.atomic import write_dataset
 from kelr_dist.bases import TensorBasis
 from kelr_dist.density import KernelDensity
 from kelr_dist.folds import DEFAULT_FOLDS, Folds
@@ -593,34 +592,8 @@ def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
 
 
 def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:
-    """Write a result atomically: to a temporary sibling first, then renamed into place.
-
-    ``*.nc`` gives netCDF, anything else a zarr store. An interrupted write never leaves a
-    store at ``path`` (only a ``.tmp-*`` sibling, removed on errors).
-    """
-    target = Path(path)
+    """Write a result atomically (:func:`kelr_dist.atomic.write_dataset`): to a temporary
+    sibling, flushed, then put in place in one step; ``*.nc`` gives netCDF, anything else a
+    zarr store. An interrupted or failed write (a full disk) leaves ``path`` as it was."""
     check_output(path, overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        if target.suffix == ".nc":
-            ds.to_netcdf(tmp)
-        else:
-            ds.to_zarr(tmp, mode="w", consolidated=False)
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            _remove(old)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists():
-        path.unlink()
+    write_dataset(ds, path, overwrite)
