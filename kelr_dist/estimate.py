@@ -39,12 +39,12 @@ import xarray as xr
 from kelr_dist import __version__
 from kelr_dist.atomic import write_dataset
 from kelr_dist.bases import TensorBasis
+from kelr_dist.cluster import client_for
 from kelr_dist.density import KernelDensity
 from kelr_dist.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.heldout import ESTIMATORS, Choice, candidate_table, used_estimator
 from kelr_dist.kde import gaussian_score
 from kelr_dist.moments import coordinates_from_spec, format_basis, parse_basis_spec
-from kelr_dist.reduction import SYNCHRONOUS
 from kelr_dist.response import (
     DensityScore,
     Forcing,
@@ -102,16 +102,6 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     elif dt is not None:
         trajectory = trajectory.assign_attrs(dt=dt)
     return as_trajectory(trajectory, variable)
-
-
-def _client(client: Any, n_workers: int | None, memory_limit: Any) -> Any:
-    if client == SYNCHRONOUS:
-        return client
-    if client is None or isinstance(client, str):
-        from kelr_dist.cluster import get_client
-
-        return get_client(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True)
-    return client
 
 
 def _max_lag(max_lag: int | None, max_time: float | None, dt: float, n: int) -> int:
@@ -333,67 +323,71 @@ def estimate_response(
     forcing = forcing or constant_forcing(components)
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
-    passes = Passes(traj, _client(client, n_workers, memory_limit), progress)
+    # a client made here from an address is closed at the end (also on an error)
+    with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
+        passes = Passes(traj, run_on, progress)
 
-    survey = survey_data(passes, observable, covariance=kde or gaussian)
-    coordinates = choose_coordinates(passes, survey, basis)
-    if index_set == "auto" and isinstance(chosen, tuple):
-        index_set = "box"
-    features = (
-        PolynomialFeatures(coordinates, sm_degree or score_matching_max_degree(d))
-        if use_sm
-        else None
-    )
-    fits = fit_estimators(
-        passes,
-        density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
-        if use_ke
-        else None,
-        features=features,
-        folds=fold_plan,
-        kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
-    )
-    ke: KernelEmbeddingChoice | None = None
-    if use_ke:
-        density = fits.density
-        assert density is not None
-        if index_set == "auto":
-            index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
-            if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
-                basis_box = TensorBasis(coordinates, fitted, "box")
-                density = fit_estimators(passes, density_basis=basis_box, folds=fold_plan).density
-                assert density is not None
-        ke = choose_kernel_embedding(passes, density, chosen, delta)
-    sm: ScoreMatchingChoice | None = None
-    if use_sm:
-        assert fits.gram is not None
-        sm = choose_score_matching(fits.gram, sm_degree)
-
-    scores: dict[str, Score] = {}
-    if ke is not None:
-        scores["response_kernel_embedding"] = DensityScore(ke.density, ke.order, ke.delta)
-    if sm is not None:
-        scores["response_score_matching"] = sm.model
-    if exact_fn is not None:
-        scores["response_exact"] = FunctionScore(exact_fn)
-    if fits.kde is not None:
-        scores["response_kde"] = KDEScore(fits.kde)
-    if gaussian:
-        assert survey.sample is not None
-        sample = survey.sample
-        scores["response_gaussian"] = FunctionScore(
-            gaussian_score(sample.mean, np.atleast_2d(sample.cov))
+        survey = survey_data(passes, observable, covariance=kde or gaussian)
+        coordinates = choose_coordinates(passes, survey, basis)
+        if index_set == "auto" and isinstance(chosen, tuple):
+            index_set = "box"
+        features = (
+            PolynomialFeatures(coordinates, sm_degree or score_matching_max_degree(d))
+            if use_sm
+            else None
         )
-    out = respond(
-        passes,
-        scores,
-        observable,
-        forcing,
-        lag,
-        centre=survey.centre,
-        scales=survey.moments.std,
-        held_out=(ke, fold_plan) if (ke is not None and fold_plan is not None) else None,
-    )
+        fits = fit_estimators(
+            passes,
+            density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
+            if use_ke
+            else None,
+            features=features,
+            folds=fold_plan,
+            kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
+        )
+        ke: KernelEmbeddingChoice | None = None
+        if use_ke:
+            density = fits.density
+            assert density is not None
+            if index_set == "auto":
+                index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
+                if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
+                    basis_box = TensorBasis(coordinates, fitted, "box")
+                    density = fit_estimators(
+                        passes, density_basis=basis_box, folds=fold_plan
+                    ).density
+                    assert density is not None
+            ke = choose_kernel_embedding(passes, density, chosen, delta)
+        sm: ScoreMatchingChoice | None = None
+        if use_sm:
+            assert fits.gram is not None
+            sm = choose_score_matching(fits.gram, sm_degree)
+
+        scores: dict[str, Score] = {}
+        if ke is not None:
+            scores["response_kernel_embedding"] = DensityScore(ke.density, ke.order, ke.delta)
+        if sm is not None:
+            scores["response_score_matching"] = sm.model
+        if exact_fn is not None:
+            scores["response_exact"] = FunctionScore(exact_fn)
+        if fits.kde is not None:
+            scores["response_kde"] = KDEScore(fits.kde)
+        if gaussian:
+            assert survey.sample is not None
+            sample = survey.sample
+            scores["response_gaussian"] = FunctionScore(
+                gaussian_score(sample.mean, np.atleast_2d(sample.cov))
+            )
+        out = respond(
+            passes,
+            scores,
+            observable,
+            forcing,
+            lag,
+            centre=survey.centre,
+            scales=survey.moments.std,
+            held_out=(ke, fold_plan) if (ke is not None and fold_plan is not None) else None,
+        )
     candidates = candidate_table(
         estimator,
         None if ke is None else (ke.level, out.density_loss),
