@@ -41,6 +41,7 @@ from kelr_dist.atomic import write_dataset
 from kelr_dist.bases import TensorBasis
 from kelr_dist.cluster import client_for
 from kelr_dist.density import KernelDensity
+from kelr_dist.engine import scatter_trajectory
 from kelr_dist.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.heldout import ESTIMATORS, Choice, candidate_table, used_estimator
 from kelr_dist.kde import gaussian_score
@@ -325,7 +326,8 @@ def estimate_response(
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
-        passes = Passes(traj, run_on, progress)
+        # in-memory input goes to the workers once, not once per pass
+        passes = Passes(scatter_trajectory(traj, run_on), run_on, progress)
 
         survey = survey_data(passes, observable, covariance=kde or gaussian)
         coordinates = choose_coordinates(passes, survey, basis)
