@@ -128,8 +128,12 @@ def figure(results: list[tuple[dict, xr.Dataset]], path: Path) -> None:
     hardest = sorted(results, key=lambda r: -max(r[0]["auto"]))[:2]
     fig, axes = plt.subplots(len(hardest), 2, figsize=(10, 3.6 * len(hardest)), squeeze=False)
     for (row, ds), ax_row in zip(hardest, axes, strict=True):
+        # show the lags where the exact response lives: 3x the time its k_11 falls below 2%
+        k11 = np.abs(ds["response_exact"].isel(i=0, j=0).values)
+        alive = np.flatnonzero(k11 > 0.02 * k11.max())
+        shown = slice(0, min(len(k11), 3 * (int(alive[-1]) + 1)))
         for ax, (i, j) in zip(ax_row, [(0, 0), (0, 1)], strict=True):
-            t = ds["time"].values
+            t = ds["time"].values[shown]
             for name, style in [
                 ("response_exact", dict(color="k", lw=2, label="exact FDT")),
                 ("response", dict(color="C0", label=f"automatic ({row['chosen']})")),
@@ -138,10 +142,10 @@ def figure(results: list[tuple[dict, xr.Dataset]], path: Path) -> None:
                 ("response_gaussian", dict(color="C3", ls=":", label="quasi-Gaussian")),
             ]:
                 if name in ds:
-                    k = ds[name].isel(i=i, j=j).values
+                    k = ds[name].isel(i=i, j=j).values[shown]
                     ax.plot(t, k, **style)
                     if name == "response":
-                        se = ds["response_stderr"].isel(i=i, j=j).values
+                        se = ds["response_stderr"].isel(i=i, j=j).values[shown]
                         ax.fill_between(t, k - 2 * se, k + 2 * se, color="C0", alpha=0.2, lw=0)
             ax.set_title(f"{row['system']}: k_{i + 1}{j + 1}(t)")
             ax.set_xlabel("time lag t (model time units)")
