@@ -27,7 +27,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.bases import Coordinate, IndexSet, TensorBasis
-from kelr_dist.density import KernelDensity, Order, coefficient_reduction
+from kelr_dist.density import KernelDensity, coefficient_reduction
 from kelr_dist.engine import run_reductions
 from kelr_dist.folds import Folds
 from kelr_dist.heldout import FoldLosses, density_loss_reduction
@@ -313,7 +313,6 @@ def index_set_for(index_set: str) -> IndexSet:
 __all__ = [
     "Fits",
     "KernelEmbeddingChoice",
-    "Order",
     "Passes",
     "Responses",
     "ScoreMatchingChoice",
