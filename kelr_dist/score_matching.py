@@ -273,7 +273,9 @@ def choose_candidate(candidates: list[Candidate]) -> Candidate:
     Simplest: lowest degree, then smallest ridge (a ridge shrinks the score and biases the
     response linearly while the loss sees the shrinkage only quadratically: it is there for
     ill-conditioned Gram matrices, not as a smoother). The standard error is that of the paired
-    per-fold difference to the best candidate, ``sd_f(J_f(c) - J_f(best)) / sqrt(K)``: among
+    per-fold difference to the best candidate, ``sd_f(J_f(c) - J_f(best)) / sqrt(K)``, capped
+    at the best candidate's own ``sd_f(J_f(best)) / sqrt(K)`` (so an unstable fit whose fold
+    losses scatter by more than the loss itself is never "within one error"): among
     candidates the data cannot tell apart, the one with fewer parameters has the smaller
     variance (the one-standard-error rule; Hastie, Tibshirani & Friedman, *The Elements of
     Statistical Learning*, 2nd ed., §7.10).
@@ -283,9 +285,14 @@ def choose_candidate(candidates: list[Candidate]) -> Candidate:
         raise ValueError("every score-matching candidate has a non-finite held-out loss")
     top = min(finite, key=lambda c: c.loss)
     k = len(top.fold_losses)
+    if k < 2:
+        return top
+    own = np.std(top.fold_losses, ddof=1) / np.sqrt(k)
     for c in sorted(finite, key=lambda c: (c.degree, c.ridge)):
-        spread = np.std(c.fold_losses - top.fold_losses, ddof=1) / np.sqrt(k) if k > 1 else 0.0
-        if c.loss <= top.loss + spread:
+        paired = np.std(c.fold_losses - top.fold_losses, ddof=1) / np.sqrt(k)
+        # a candidate whose losses scatter wildly is not "as good": the tolerance never
+        # exceeds the best candidate's own standard error
+        if c.loss <= top.loss + min(paired, own):
             return c
     return top
 

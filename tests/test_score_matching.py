@@ -194,10 +194,13 @@ def test_one_standard_error_rule_prefers_low_degree_and_no_ridge():
         Candidate(1, 0.0, -0.50, flat * 0.5),
         Candidate(2, 0.0, -1.00, flat + np.array([0.01, -0.01, 0.02, -0.02])),
         Candidate(2, 1e-2, -1.00, flat),
-        Candidate(5, 0.0, -1.001, flat - 0.001),
+        Candidate(5, 0.0, -1.001, flat - 0.001 + np.array([0.02, -0.02, 0.01, -0.01])),
     ]
     pick = choose_candidate(c)
     assert (pick.degree, pick.ridge) == (2, 0.0)
+    # an unstable low-degree fit whose fold losses scatter wildly is not within one error
+    wild = Candidate(1, 0.0, 30.0, np.array([-10.0, 100.0, -10.0, 40.0]))
+    assert choose_candidate([wild, *c[1:]]).degree == 2
     with pytest.raises(ValueError, match="non-finite"):
         choose_candidate([Candidate(1, 0.0, np.nan, flat)])
 
