@@ -43,7 +43,7 @@ def test_the_held_out_choice_picks_the_estimator_the_system_needs(
 ):
     """CI-sized accuracy suite (scripts/accuracy_suite.py at N = 1e7 has the real figures):
     the automatic estimate must take the estimator whose response is right, and be close to
-    the exact FDT on the same samples; the other estimator is far off on each system. The
+    the exact FDT on the same samples; the other estimator is clearly worse on each. The
     lag-0 Stein residuals of the chosen and of the exact estimate are within their error bars."""
     ds = estimate_response(
         systems[system], client="synchronous", exact=True, gaussian=True, max_lag=400
@@ -53,7 +53,7 @@ def test_the_held_out_choice_picks_the_estimator_the_system_needs(
         "response_score_matching" if expected == "kernel-embedding" else "response_kernel_embedding"
     )
     assert error(ds) <= tolerance
-    assert error(ds, other) > 2 * error(ds)
+    assert error(ds, other) > 1.5 * error(ds)  # the one not chosen is clearly worse
     table = ds["candidate_chosen"].values
     assert table.sum() == 1
     assert ds["candidate_estimator"].values[table][0] == expected
