@@ -74,6 +74,17 @@ class Model(Protocol):
 Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
+def _start(state: np.ndarray, n_samples: int, d: int) -> np.ndarray:
+    """A float64 copy of ``state`` (the caller's is never modified), after checking its shape
+    ``(d,)`` and that ``n_samples`` is a non-negative integer."""
+    x = np.array(state, dtype=np.float64)
+    if x.shape != (d,):
+        raise ValueError(f"state of shape {x.shape} must have shape ({d},)")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
+        raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
+    return x
+
+
 def _run_blocks(
     state: np.ndarray,
     n_samples: int,
@@ -93,11 +104,7 @@ def _run_blocks(
     samples : (n_samples, d) float64.
     new_state : (d,) float64, the last sample (a copy of ``state`` when ``n_samples == 0``).
     """
-    x = np.array(state, dtype=np.float64)  # a copy: the caller's state is never modified
-    if x.shape != (d,):
-        raise ValueError(f"state of shape {x.shape} must have shape ({d},)")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
-        raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
+    x = _start(state, n_samples, d)
     out = np.empty((n_samples, d))
     per_block = max(1, _NORMALS_PER_BLOCK // normals_per_sample)
     buffer = np.empty((min(per_block, n_samples), normals_per_sample))
@@ -127,11 +134,7 @@ def _run_pcg64(
     (:func:`kelr_dist.integrators.pcg64_standard_normal`); the new state is written back to
     ``rng``, so the samples and the generator afterwards are those of the buffered path.
     """
-    x = np.array(state, dtype=np.float64)  # a copy: the caller's state is never modified
-    if x.shape != (d,):
-        raise ValueError(f"state of shape {x.shape} must have shape ({d},)")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
-        raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
+    x = _start(state, n_samples, d)
     out = np.empty((n_samples, d))
     if n_samples == 0:
         return out, x

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -21,27 +23,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def dask_processes(tmp_path_factory) -> Iterator[str]:
-    """A real ``dask scheduler`` and two ``dask worker`` processes (one thread each) on
-    127.0.0.1, started from the command line; yields the scheduler address."""
+@contextmanager
+def dask_processes_in(folder: Path, workers: int = 2, cwd: Path | None = None) -> Iterator[str]:
+    """A real ``dask scheduler`` and ``workers`` ``dask worker`` processes (one thread each) on
+    127.0.0.1, started from the command line with their logs in ``folder`` (and ``cwd`` as
+    their working directory); yields the scheduler address, stops them afterwards."""
     address = f"tcp://127.0.0.1:{free_port()}"
-    logs = tmp_path_factory.mktemp("dask-processes")
     env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     commands = [
         ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
-        *[["worker", address, "--nthreads", "1", "--no-dashboard"]] * 2,
+        *[["worker", address, "--nthreads", "1", "--no-dashboard"]] * workers,
     ]
     processes = []
     try:
         for k, command in enumerate(commands):
-            with open(logs / f"{command[0]}-{k}.log", "w") as log:
+            with open(folder / f"{command[0]}-{k}.log", "w") as log:
                 processes.append(
                     subprocess.Popen(
                         [sys.executable, "-m", "dask", *command],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=env,
+                        cwd=cwd,
                     )
                 )
         yield address
@@ -54,3 +57,11 @@ def dask_processes(tmp_path_factory) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture(scope="module")
+def dask_processes(tmp_path_factory) -> Iterator[str]:
+    """A real ``dask scheduler`` and two ``dask worker`` processes (one thread each) on
+    127.0.0.1, started from the command line; yields the scheduler address."""
+    with dask_processes_in(tmp_path_factory.mktemp("dask-processes")) as address:
+        yield address

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -283,38 +281,11 @@ def test_relative_path_is_made_absolute(tmp_path: Path, monkeypatch) -> None:
 def workers_elsewhere(tmp_path_factory) -> Iterator[str]:
     """A ``dask scheduler`` and a ``dask worker`` on 127.0.0.1 whose working directory is a
     folder of their own; yields the scheduler address."""
-    from conftest import free_port
+    from conftest import dask_processes_in
 
     folder = tmp_path_factory.mktemp("workers-cwd")
-    address = f"tcp://127.0.0.1:{free_port()}"
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    commands = [
-        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
-        ["worker", address, "--nthreads", "1", "--no-dashboard"],
-    ]
-    processes = []
-    try:
-        for k, command in enumerate(commands):
-            with open(folder / f"{command[0]}-{k}.log", "w") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "dask", *command],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        cwd=folder,
-                    )
-                )
+    with dask_processes_in(folder, workers=1, cwd=folder) as address:
         yield address
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def column_sums(x: np.ndarray, info: object, halo: None) -> np.ndarray:
