@@ -321,12 +321,14 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     axes[0, 0].legend(handles, labels, fontsize="small")
     stein = stein_rows(ds).get("response")
     bias = (
-        f"; lag-0 Stein residual (bias) up to {stein[0]:.2g} = {stein[1]:.1f} stderr"
+        f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein[0]:.2g} "
+        f"= {stein[1]:.1f} stderr"
         if stein
         else ""
     )
     fig.suptitle(
-        f"linear response operator ({note}); bands: sampling error only, not estimator bias{bias}",
+        f"linear response operator ({note})\nbands: ±2 standard errors, sampling error only, "
+        f"not estimator bias{bias}",
         fontsize="medium",
     )
     return fig
@@ -361,10 +363,11 @@ def plot_selection(ds: xr.Dataset) -> Figure:
             color="C2",
             label="score matching, degree q (best ridge)",
         )
-        curve = losses[best_rows]
-        shown += list(curve[curve <= np.median(curve) + 2 * (np.median(curve) - curve.min())])
+        shown += list(losses[best_rows])
     if shown:
-        low, high = min(shown), max(shown)
+        # unstable high-degree fits reach losses of 1e3 and more: show what is near the best
+        low = min(shown)
+        high = max(v for v in shown if v <= low + max(2.0 * abs(low), 1.0))
         pad = 0.1 * max(high - low, 1e-3 * max(abs(low), 1.0))
         ax.set_ylim(low - pad, high + pad)
     if ke.any():
