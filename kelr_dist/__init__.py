@@ -7,7 +7,7 @@ The main entry points::
     kelr_dist.estimate_response(path_or_array, ...)      # the response k(lag, i, j)
 
 See ``docs/architecture.md`` for the module map. Importing the package registers the
-``Dataset.kelr`` accessor (:mod:`kelr_dist.analysis`).
+``Dataset.kelr`` accessor (:mod:`kelr_dist.edges.analysis`).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -17,40 +17,40 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-from kelr_dist import analysis  # noqa: E402  (registers the Dataset.kelr accessor)
+from kelr_dist.edges import analysis  # noqa: E402  (registers the Dataset.kelr accessor)
 
 #: public name -> defining module; imported on first use (PEP 562), so that worker processes,
 #: which import the package to unpickle a kernel, load only the modules that kernel needs
 _EXPORTS = {
-    "predict_response": "analysis",
-    "ramp": "analysis",
-    "sampled": "analysis",
-    "step": "analysis",
-    "susceptibility": "analysis",
-    "Coordinate": "bases",
-    "Hermite": "bases",
-    "Laguerre": "bases",
-    "TensorBasis": "bases",
-    "ClusterError": "cluster",
-    "close_embedded_cluster": "cluster",
-    "get_client": "cluster",
-    "KernelDensity": "density",
-    "density_from_result": "estimate",
-    "estimate_response": "estimate",
-    "write_result": "estimate",
-    "MODEL_NAMES": "models",
-    "make_model": "models",
-    "fit_basis": "moments",
-    "format_basis": "moments",
-    "Forcing": "response",
-    "Observable": "response",
-    "Criteria": "selection",
-    "choose_delta": "selection",
-    "choose_order": "selection",
-    "simulate": "simulate",
-    "TrajectoryError": "store",
-    "describe_trajectory": "store",
-    "open_trajectory": "store",
+    "predict_response": "edges.analysis",
+    "ramp": "edges.analysis",
+    "sampled": "edges.analysis",
+    "step": "edges.analysis",
+    "susceptibility": "edges.analysis",
+    "Coordinate": "kernels.bases",
+    "Hermite": "kernels.bases",
+    "Laguerre": "kernels.bases",
+    "TensorBasis": "kernels.bases",
+    "ClusterError": "engine.cluster",
+    "close_embedded_cluster": "engine.cluster",
+    "get_client": "engine.cluster",
+    "KernelDensity": "kernels.density",
+    "density_from_result": "pipeline.estimate",
+    "estimate_response": "pipeline.estimate",
+    "write_result": "pipeline.estimate",
+    "MODEL_NAMES": "data.models",
+    "make_model": "data.models",
+    "fit_basis": "kernels.moments",
+    "format_basis": "kernels.moments",
+    "Forcing": "kernels.response",
+    "Observable": "kernels.response",
+    "Criteria": "kernels.selection",
+    "choose_delta": "kernels.selection",
+    "choose_order": "kernels.selection",
+    "simulate": "data.simulate",
+    "TrajectoryError": "data.store",
+    "describe_trajectory": "data.store",
+    "open_trajectory": "data.store",
 }
 
 __all__ = ["__version__", "analysis", *sorted(_EXPORTS)]

@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 import kelr_dist
-from kelr_dist.models import make_model
+from kelr_dist.data.models import make_model
 
 #: name -> (model name, parameters); d = 2 unless the model says otherwise
 SYSTEMS = {

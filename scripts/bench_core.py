@@ -36,24 +36,24 @@ from functools import reduce  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import fft  # noqa: E402
 
-from kelr_dist import kde  # noqa: E402
-from kelr_dist.bases import TensorBasis  # noqa: E402
-from kelr_dist.blocking import (  # noqa: E402
+from kelr_dist.data.models import make_model  # noqa: E402
+from kelr_dist.kernels import kde  # noqa: E402
+from kelr_dist.kernels.bases import TensorBasis  # noqa: E402
+from kelr_dist.kernels.blocking import (  # noqa: E402
     combine_block_partials,
     default_base_block,
     response_block_partial,
 )
-from kelr_dist.density import (  # noqa: E402
+from kelr_dist.kernels.density import (  # noqa: E402
     KernelDensity,
     coefficient_reduction,
     coefficient_sums,
     row_blocks,
 )
-from kelr_dist.lagged import default_block_rows, lagged_sums  # noqa: E402
-from kelr_dist.models import make_model  # noqa: E402
-from kelr_dist.moments import fit_basis  # noqa: E402
-from kelr_dist.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
-from kelr_dist.selection import combine_sweeps, sweep_sums  # noqa: E402
+from kelr_dist.kernels.lagged import default_block_rows, lagged_sums  # noqa: E402
+from kelr_dist.kernels.moments import fit_basis  # noqa: E402
+from kelr_dist.kernels.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
+from kelr_dist.kernels.selection import combine_sweeps, sweep_sums  # noqa: E402
 
 ORDER = 60
 SWEEP_ORDER = 70

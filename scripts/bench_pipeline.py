@@ -10,7 +10,7 @@
    Langevin-Morse (N = 1e7, Laguerre(θ=1) x Hermite M = (90, 0) box and automatic, KDE).
 3. Speed: wall time and samples/s of the whole estimate (triple-well, M = 60, S = 2000) for
    N = 1e6, 1e7, 1e8 on the embedded 2-worker cluster, wall time per pass at N = 1e7
-   (through ``kelr_dist.engine.run_reductions``), the in-memory core path
+   (through ``kelr_dist.engine.passes.run_reductions``), the in-memory core path
    (``client="synchronous"`` on a numpy array) at the same N, and the ratio to the paper's
    1.54e3 s (MATLAB, N = 1e7).
 
@@ -38,22 +38,22 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from kelr_dist.bases import TensorBasis
-from kelr_dist.cluster import close_embedded_cluster, get_client, peak_memory
-from kelr_dist.density import coefficient_reduction
-from kelr_dist.engine import run_reductions
-from kelr_dist.estimate import estimate_response
-from kelr_dist.models import make_model
-from kelr_dist.moments import choose_basis, gamma_reduction_for, moments_reduction
-from kelr_dist.response import (
+from kelr_dist.data.models import make_model
+from kelr_dist.data.simulate import simulate
+from kelr_dist.data.store import open_trajectory
+from kelr_dist.engine.cluster import close_embedded_cluster, get_client, peak_memory
+from kelr_dist.engine.passes import run_reductions
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.density import coefficient_reduction
+from kelr_dist.kernels.moments import choose_basis, gamma_reduction_for, moments_reduction
+from kelr_dist.kernels.response import (
     DensityScore,
     constant_forcing,
     identity_observable,
     response_reduction,
 )
-from kelr_dist.selection import choose_delta, criteria_reduction
-from kelr_dist.simulate import simulate
-from kelr_dist.store import open_trajectory
+from kelr_dist.kernels.selection import choose_delta, criteria_reduction
+from kelr_dist.pipeline.estimate import estimate_response
 
 GIB = 1 << 30
 PAPER_SECONDS = 1.54e3  # paper, Table tab:run_time: triple-well, M = 60, N = 1e7

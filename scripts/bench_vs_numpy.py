@@ -39,7 +39,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 def package_child(store: str) -> None:
     """In a fresh process: the package's estimate on the embedded cluster, timed (JSON)."""
     import kelr_dist
-    from kelr_dist.cluster import close_embedded_cluster, get_client
+    from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 
     get_client(quiet=True).wait_for_workers(1)
     start = time.perf_counter()
@@ -55,7 +55,7 @@ def run(command: list[str], env: dict[str, str]) -> float:
 
 
 def make_store(path: Path, n: int) -> None:
-    from kelr_dist.simulate import simulate
+    from kelr_dist.data.simulate import simulate
 
     simulate("triple-well", path, n, chains=1, seed=0, progress=False)
 

@@ -40,15 +40,15 @@ import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
 
 import kelr_dist  # noqa: E402
-from kelr_dist.engine import run_reductions  # noqa: E402
-from kelr_dist.kde import (  # noqa: E402
+from kelr_dist.engine.passes import run_reductions  # noqa: E402
+from kelr_dist.kernels.kde import (  # noqa: E402
     BinnedKDE,
     binned_kde_reduction,
     default_grid,
     mean_covariance_reduction,
     silverman_bandwidth,
 )
-from kelr_dist.response import (  # noqa: E402
+from kelr_dist.kernels.response import (  # noqa: E402
     DensityScore,
     KDEScore,
     constant_forcing,
@@ -155,7 +155,7 @@ def entry_errors(responses: xr.Dataset, labels: dict[str, str]) -> dict[str, np.
 def simulate(name: str, out: Path, samples: int, seed: int) -> tuple[Path, float]:
     """A trajectory store of model ``name`` (the paper's parameters are the model defaults)."""
     store = out / f"{name}.zarr"
-    _, seconds = timed(kelr_dist.simulate, name, store, samples, chains=1, seed=seed)
+    _, seconds = timed(kelr_dist.data.simulate, name, store, samples, chains=1, seed=seed)
     return store, seconds
 
 

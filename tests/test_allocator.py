@@ -3,7 +3,12 @@ heap retention with a worker's memory limit."""
 
 import platform
 
-from kelr_dist.allocator import TRIM_THRESHOLD, release_free_memory, thresholds, tune_allocator
+from kelr_dist.engine.allocator import (
+    TRIM_THRESHOLD,
+    release_free_memory,
+    thresholds,
+    tune_allocator,
+)
 
 
 def test_tune_allocator_is_idempotent_and_works_on_glibc():

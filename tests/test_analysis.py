@@ -1,4 +1,4 @@
-"""Tests of kelr_dist.analysis against the Ornstein-Uhlenbeck response k(t) = expm(-Γt)."""
+"""Tests of kelr_dist.edges.analysis against the Ornstein-Uhlenbeck response k(t) = expm(-Γt)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import xarray as xr
 from scipy.linalg import expm
 
-import kelr_dist.analysis  # noqa: F401  (registers the ``kelr`` accessor)
-from kelr_dist.analysis import (
+import kelr_dist.edges.analysis  # noqa: F401  (registers the ``kelr`` accessor)
+from kelr_dist.edges.analysis import (
     normalized,
     predict_response,
     ramp,

@@ -6,14 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.signal import lfilter
 
-from kelr_dist.blocking import (
+from kelr_dist.kernels.blocking import (
     block_standard_error,
     combine_block_partials,
     default_base_block,
     response_block_partial,
 )
-from kelr_dist.lagged import lag_counts, lagged_sums
-from kelr_dist.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.kernels.lagged import lag_counts, lagged_sums
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
 
 
 def blocking_reduction(q: int, max_lag: int, base_block: int, max_levels=None) -> Reduction:

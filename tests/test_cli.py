@@ -1,4 +1,4 @@
-"""The ``kelr`` command line, run as a real process (``python -m kelr_dist.cli``).
+"""The ``kelr`` command line, run as a real process (``python -m kelr_dist.edges.cli``).
 
 End to end: simulate -> info -> estimate (embedded 2-worker cluster) -> report, and a job file
 with a user observable from a module on ``PYTHONPATH``; every documented bad input exits with
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from kelr_dist.estimate import estimate_response
-from kelr_dist.simulate import simulate
+from kelr_dist.data.simulate import simulate
+from kelr_dist.pipeline.estimate import estimate_response
 
-KELR = [sys.executable, "-m", "kelr_dist.cli"]
+KELR = [sys.executable, "-m", "kelr_dist.edges.cli"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TIMEOUT = 300
 
@@ -324,7 +324,7 @@ def test_documented_bad_input_exits_2_with_one_line(bad_runs, name, message, abs
 def test_other_bad_input_exits_2_with_one_line(
     tmp_path, store, capsys, monkeypatch, name, argv, message, absent
 ):
-    from kelr_dist.cli import main
+    from kelr_dist.edges.cli import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
@@ -338,7 +338,7 @@ def test_help_has_an_example_for_every_command(tmp_path):
     assert run.returncode == 0
     for command in ("simulate", "info", "estimate", "run", "report"):
         assert command in run.stdout
-    from kelr_dist.cli import main
+    from kelr_dist.edges.cli import main
 
     for command in main.commands.values():
         assert "Example" in (command.help or ""), command.name

@@ -17,9 +17,9 @@ import pytest
 import xarray as xr
 from conftest import free_port
 
-from kelr_dist.cluster import ClusterError, client_for, close_embedded_cluster, get_client
-from kelr_dist.engine import run_reduction
-from kelr_dist.reduction import BlockInfo, Reduction
+from kelr_dist.engine.cluster import ClusterError, client_for, close_embedded_cluster, get_client
+from kelr_dist.engine.passes import run_reduction
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
 
 def column_sums(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
@@ -151,7 +151,7 @@ def test_tls_address_needs_tls_settings() -> None:
 
 
 def test_cli_refuses_plain_tcp_under_require_encryption(tmp_path) -> None:
-    from kelr_dist.simulate import simulate
+    from kelr_dist.data.simulate import simulate
 
     simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
     env = os.environ | {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
@@ -210,7 +210,7 @@ def test_client_for_leaves_the_embedded_cluster_running(no_address: None) -> Non
 
 
 EMBEDDED_THREADS = """
-from kelr_dist.cluster import close_embedded_cluster, get_client
+from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 
 def pools():
     from threadpoolctl import threadpool_info

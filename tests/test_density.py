@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from kelr_dist import kde
-from kelr_dist.bases import Coordinate, Hermite, Laguerre, TensorBasis
-from kelr_dist.density import KernelDensity, coefficient_reduction, coefficient_sums
-from kelr_dist.reduction import reduce_in_memory
+from kelr_dist.kernels import kde
+from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
+from kelr_dist.kernels.density import KernelDensity, coefficient_reduction, coefficient_sums
+from kelr_dist.kernels.reduction import reduce_in_memory
 
 # --------------------------------------------------------------------------- helpers
 
@@ -350,8 +350,8 @@ def test_order_whose_tables_do_not_fit_is_a_value_error_not_an_allocation():
         """
         import resource, numpy as np
         resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
-        from kelr_dist.bases import Coordinate, Hermite, TensorBasis
-        from kelr_dist.density import coefficient_sums
+        from kelr_dist.kernels.bases import Coordinate, Hermite, TensorBasis
+        from kelr_dist.kernels.density import coefficient_sums
         basis = TensorBasis(tuple(Coordinate(Hermite()) for _ in range(3)), 300)
         x = np.random.default_rng(0).standard_normal((20000, 3))
         try:

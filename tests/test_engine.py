@@ -22,9 +22,9 @@ from dask.callbacks import Callback
 from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
-from kelr_dist.cluster import close_embedded_cluster, get_client, peak_memory
-from kelr_dist.engine import build_graph, run_reduction, run_reductions
-from kelr_dist.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.engine.cluster import close_embedded_cluster, get_client, peak_memory
+from kelr_dist.engine.passes import build_graph, run_reduction, run_reductions
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
 
 DIMS = ("chain", "time", "component")
 MAX_LAG = 5
@@ -445,8 +445,8 @@ def failing_kernel_at_10(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
 
 def test_numpy_input_is_not_in_the_graph(thread_client: Client) -> None:
     """1e7 rows (160 MB) of numpy input: scattered once, every pass's graph holds keys only."""
-    from kelr_dist.engine import scatter_trajectory
-    from kelr_dist.store import as_trajectory
+    from kelr_dist.data.store import as_trajectory
+    from kelr_dist.engine.passes import scatter_trajectory
 
     x = np.random.default_rng(13).standard_normal((10**7, 2))
     trajectory = as_trajectory(xr.DataArray(x, dims=("time", "component"), attrs={"dt": 0.1}))
@@ -465,7 +465,7 @@ def test_numpy_input_is_not_in_the_graph(thread_client: Client) -> None:
 
 
 def test_numpy_input_runs_on_worker_processes(process_client: Client) -> None:
-    from kelr_dist.store import as_trajectory
+    from kelr_dist.data.store import as_trajectory
 
     x = make_trajectory(np.random.default_rng(14), chains=2, n=5000)
     trajectory = as_trajectory(xr.DataArray(x, dims=DIMS, attrs={"dt": 1.0}))
@@ -483,7 +483,7 @@ def thread_cap_in_this_process() -> tuple[int, int, int]:
     """(pools before, after _cap_thread_pools(1), after _cap_thread_pools(8))."""
     from threadpoolctl import threadpool_info
 
-    from kelr_dist.engine import _cap_thread_pools
+    from kelr_dist.engine.passes import _cap_thread_pools
 
     def most() -> int:
         return max(p["num_threads"] for p in threadpool_info())
@@ -518,9 +518,9 @@ PASS_NAMES: list[str] = []
 def test_building_every_pass_of_an_estimate_computes_nothing(monkeypatch) -> None:
     """Each pass's graph of a real estimate (the package's own reductions) is built under a
     dask callback that fails on any compute; the passes then run as usual."""
-    import kelr_dist.engine as engine
+    import kelr_dist.engine.passes as engine
     from kelr_dist import estimate_response
-    from kelr_dist.models import make_model
+    from kelr_dist.data.models import make_model
 
     real = engine.build_graph
 

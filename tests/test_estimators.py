@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kelr_dist.bases import TensorBasis
-from kelr_dist.density import KernelDensity, coefficient_reduction
-from kelr_dist.estimate import estimate_response
-from kelr_dist.folds import Folds
-from kelr_dist.heldout import smooth_density_loss
-from kelr_dist.models import make_model
-from kelr_dist.moments import fit_basis
-from kelr_dist.reduction import reduce_in_memory
-from kelr_dist.simulate import simulate
+from kelr_dist.data.models import make_model
+from kelr_dist.data.simulate import simulate
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.heldout import smooth_density_loss
+from kelr_dist.kernels.moments import fit_basis
+from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.pipeline.estimate import estimate_response
 
 
 def error(ds, name: str = "response") -> float:

@@ -37,9 +37,9 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from kelr_dist import estimate_response, write_result
-from kelr_dist.cluster import ClusterError
-from kelr_dist.simulate import simulate
-from kelr_dist.store import TrajectoryError
+from kelr_dist.data.simulate import simulate
+from kelr_dist.data.store import TrajectoryError
+from kelr_dist.engine.cluster import ClusterError
 
 SAMPLES = 20_000
 CHUNK = 2_500  # 8 blocks per pass
@@ -344,7 +344,7 @@ def run_limited(code: str, limit: int, *args: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize(
-    "writer", ["kelr_dist.estimate.write_result", "kelr_dist.atomic.write_dataset"]
+    "writer", ["kelr_dist.pipeline.estimate.write_result", "kelr_dist.data.atomic.write_dataset"]
 )
 def test_full_disk_during_write_result_keeps_the_previous_result(writer, reference, tmp_path):
     out = tmp_path / "result.zarr"
@@ -393,7 +393,7 @@ def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
     path = tmp_path / "resumed.zarr"
     interrupted = """
         import json
-        from kelr_dist.simulate import simulate
+        from kelr_dist.data.simulate import simulate
         try:
             simulate("ou", sys.argv[2], progress=False, **json.loads(sys.argv[3]))
         except OSError as err:
@@ -413,7 +413,7 @@ def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
 def test_full_disk_while_creating_a_store_leaves_nothing(tmp_path) -> None:
     path = tmp_path / "new.zarr"
     code = """
-        from kelr_dist.simulate import simulate
+        from kelr_dist.data.simulate import simulate
         try:
             simulate("ou", sys.argv[2], 4000, chunk=1000, progress=False)
         except OSError as err:

@@ -5,7 +5,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from kelr_dist.jobfile import (
+from kelr_dist.edges.jobfile import (
     JobError,
     check_delta,
     check_order,

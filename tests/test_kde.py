@@ -1,4 +1,4 @@
-"""Tests of the KDE baseline and the quasi-Gaussian FDT (kelr_dist.kde)."""
+"""Tests of the KDE baseline and the quasi-Gaussian FDT (kelr_dist.kernels.kde)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kelr_dist.kde import (
+from kelr_dist.kernels.kde import (
     BinnedKDE,
     binned_kde_reduction,
     default_grid,
@@ -20,7 +20,7 @@ from kelr_dist.kde import (
     mean_covariance_reduction,
     silverman_bandwidth,
 )
-from kelr_dist.reduction import reduce_in_memory
+from kelr_dist.kernels.reduction import reduce_in_memory
 
 WEIGHTS = np.array([0.6, 0.4])
 MEANS = np.array([[-1.5, 0.0], [1.5, 1.0]])

@@ -1,4 +1,4 @@
-"""Tests for the test systems and their integrators (kelr_dist.models, kelr_dist.integrators).
+"""Tests for the test systems and their integrators (data.models, kernels.integrators).
 
 Oracles: the exact equilibrium densities (normalised by midpoint quadrature on a grid), the
 exact Ornstein-Uhlenbeck covariances ``expm(-Gamma t) C``, the paper's potentials written out
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from kelr_dist.models import (
+from kelr_dist.data.models import (
     MODEL_NAMES,
     LangevinMorse,
     Model,

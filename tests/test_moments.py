@@ -1,4 +1,4 @@
-"""Tests of kelr_dist.moments: mergeable moments, Gamma MLE, automatic basis choice, spec."""
+"""Tests of kernels.moments: mergeable moments, Gamma MLE, automatic basis choice, spec."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist import moments as mom
-from kelr_dist.bases import Coordinate, Hermite, Laguerre
-from kelr_dist.moments import (
+from kelr_dist.kernels import moments as mom
+from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+from kelr_dist.kernels.moments import (
     choose_basis,
     combine_moments,
     fit_basis,
@@ -21,7 +21,7 @@ from kelr_dist.moments import (
     moments_reduction,
     parse_basis_spec,
 )
-from kelr_dist.reduction import BlockInfo, reduce_in_memory
+from kelr_dist.kernels.reduction import BlockInfo, reduce_in_memory
 
 FIELDS = ("n", "mean", "variance", "std", "skewness", "excess_kurtosis", "minimum", "maximum")
 
@@ -353,8 +353,8 @@ def test_bad_object_spec_and_laguerre_shift_above_minimum():
 
 
 def test_coordinates_from_a_full_spec_round_trip_and_refuse_missing_keys():
-    from kelr_dist.bases import Coordinate, Hermite, Laguerre
-    from kelr_dist.moments import coordinates_from_spec
+    from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+    from kelr_dist.kernels.moments import coordinates_from_spec
 
     coords = [Coordinate(Laguerre(1.0, 1.0), -0.2, 0.42), Coordinate(Hermite(0.5), 0.1, 1.3)]
     assert coordinates_from_spec(format_basis(coords), 2) == coords

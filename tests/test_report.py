@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from kelr_dist.estimate import estimate_response, write_result
-from kelr_dist.models import make_model
-from kelr_dist.report import (
+from kelr_dist.data.models import make_model
+from kelr_dist.data.simulate import simulate
+from kelr_dist.edges.report import (
     chosen_order,
     open_result,
     plot_density,
@@ -17,7 +17,7 @@ from kelr_dist.report import (
     summary,
     write_figures,
 )
-from kelr_dist.simulate import simulate
+from kelr_dist.pipeline.estimate import estimate_response, write_result
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DT = 0.05

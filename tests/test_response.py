@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.bases import TensorBasis
-from kelr_dist.density import KernelDensity, coefficient_reduction
-from kelr_dist.models import make_model
-from kelr_dist.moments import fit_basis
-from kelr_dist.reduction import reduce_in_memory
-from kelr_dist.response import (
+from kelr_dist.data.models import make_model
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.moments import fit_basis
+from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.response import (
     DensityScore,
     Forcing,
     FunctionScore,
@@ -20,7 +20,7 @@ from kelr_dist.response import (
     identity_observable,
     response_reduction,
 )
-from kelr_dist.selection import choose_delta, choose_order, criteria_reduction
+from kelr_dist.kernels.selection import choose_delta, choose_order, criteria_reduction
 
 NAMES = ("x1", "x2")
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.bases import Coordinate, Hermite, Laguerre, TensorBasis
-from kelr_dist.density import KernelDensity
-from kelr_dist.moments import fit_basis
-from kelr_dist.reduction import reduce_in_memory
-from kelr_dist.selection import (
+from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
+from kelr_dist.kernels.density import KernelDensity
+from kelr_dist.kernels.moments import fit_basis
+from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.selection import (
     N_BINS,
     Criteria,
     bin_edges,

@@ -14,9 +14,9 @@ import pytest
 from distributed import Client, LocalCluster
 
 from kelr_dist import __version__
-from kelr_dist.models import make_model
-from kelr_dist.simulate import simulate
-from kelr_dist.store import TrajectoryError, open_trajectory, read_progress
+from kelr_dist.data.models import make_model
+from kelr_dist.data.simulate import simulate
+from kelr_dist.data.store import TrajectoryError, open_trajectory, read_progress
 
 N, CHAINS, CHUNK, BURN_IN, SEED = 3000, 2, 1000, 1500, 11
 
@@ -57,8 +57,8 @@ def test_store_matches_the_uninterrupted_in_memory_run(tmp_path: Path, reference
 
 CHILD = """
 import os, signal, sys
-from kelr_dist.models import make_model
-from kelr_dist.simulate import simulate
+from kelr_dist.data.models import make_model
+from kelr_dist.data.simulate import simulate
 
 
 class DiesInAdvance:
@@ -183,7 +183,7 @@ def _words(rng: np.random.Generator) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", [0, 1, 2**63 + 12345])
 def test_compiled_pcg64_normals_are_numpys(seed: int) -> None:
-    from kelr_dist.integrators import pcg64_fill_normals
+    from kelr_dist.kernels.integrators import pcg64_fill_normals
 
     rng = np.random.Generator(np.random.PCG64(seed))
     rng.standard_normal(7)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from kelr_dist.store import (
+from kelr_dist.data.store import (
     DIMS,
     MAX_CHUNK_BYTES,
     TrajectoryError,
@@ -176,7 +176,7 @@ BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
     "incomplete": (
         _incomplete,
         r"incomplete generated store \(0 to 4 of 10 samples per chain written\); resume it by "
-        r"calling kelr_dist.simulate.simulate\(make_model\('ou'",
+        r"calling kelr_dist.data.simulate.simulate\(make_model\('ou'",
     ),
 }
 
@@ -252,7 +252,7 @@ def test_time_coordinate_stays_lazy_and_gives_dt(tmp_path: Path) -> None:
 
 def test_long_time_coordinate_is_probed_not_read(tmp_path: Path, monkeypatch) -> None:
     """Beyond TIME_CHECK_ROWS entries: first/last chunk in full, probes elsewhere."""
-    import kelr_dist.store as store
+    import kelr_dist.data.store as store
 
     monkeypatch.setattr(store, "TIME_CHECK_ROWS", 10)
     monkeypatch.setattr(store, "TIME_PROBES", 7)
@@ -297,8 +297,8 @@ def test_relative_store_path_with_workers_in_another_directory(
 ) -> None:
     from distributed import Client
 
-    from kelr_dist.engine import run_reduction
-    from kelr_dist.reduction import Reduction
+    from kelr_dist.engine.passes import run_reduction
+    from kelr_dist.kernels.reduction import Reduction
 
     _plain(tmp_path / "rel.zarr")
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,4 @@
-"""Tests for the benchmark systems of kelr_dist.systems (closed-form p_eq, unbiased samplers).
+"""Tests for the benchmark systems of kelr_dist.data.systems (closed-form p_eq, unbiased samplers).
 
 Oracles: finite differences of ``log_density``; the potentials written out again in numpy; exact
 moments (Student-t, Gamma, Gaussian), 1-D quadrature of independent factors (coupled-3d),
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kelr_dist.models import MODEL_NAMES, Model, make_model
-from kelr_dist.systems import (
+from kelr_dist.data.models import MODEL_NAMES, Model, make_model
+from kelr_dist.data.systems import (
     SYSTEMS,
     AnharmonicChain,
     Coupled3D,

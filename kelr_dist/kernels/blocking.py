@@ -19,7 +19,8 @@ Levels and blocks
 One FFT pass
     The block sums of ``y`` for all lags over one block of ``K0`` rows are the lagged sums of
     that block (its ``A`` rows plus ``S`` look-ahead rows):
-    :func:`kelr_dist.lagged.blockwise_lagged_sums` gives them for all blocks of a chunk in one
+    :func:`kelr_dist.kernels.lagged.blockwise_lagged_sums` gives them for all blocks of a chunk in
+    one
     batched FFT, and their total *is* the chunk's lagged sums. Higher levels add pairs of
     blocks. The ``K = 1`` level needs ``sum_n y_n^2 = lagged_sums(a**2, b**2)`` (element-wise
     squares).
@@ -48,8 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kelr_dist.lagged import blockwise_lagged_sums, check_lagged_pair, lagged_sums
-from kelr_dist.reduction import BlockInfo
+from kelr_dist.kernels.lagged import blockwise_lagged_sums, check_lagged_pair, lagged_sums
+from kelr_dist.kernels.reduction import BlockInfo
 
 Partial = dict
 
@@ -125,7 +126,7 @@ def response_block_partial(
         ``h = min(S, chain_length - stop)``.
     b : ``(L, d)`` conjugate variable ``B`` on the chunk's rows.
     max_lag : ``S >= 0``.
-    info : where the chunk sits (:class:`kelr_dist.reduction.BlockInfo`).
+    info : where the chunk sits (:class:`kelr_dist.kernels.reduction.BlockInfo`).
     base_block : ``K0`` (default :func:`default_base_block`); must be the same for all chunks.
     max_levels : cap on the number of block levels ``K0 2^j`` (default: all with a block).
     segment_rows : a long chunk is processed in aligned segments of about this many rows
@@ -134,7 +135,8 @@ def response_block_partial(
 
     Returns
     -------
-    dict with ``"sums"`` ``(S+1, q, d)`` (exactly :func:`kelr_dist.lagged.lagged_sums` of the
+    dict with ``"sums"`` ``(S+1, q, d)`` (exactly :func:`kelr_dist.kernels.lagged.lagged_sums` of
+    the
     chunk), ``"squares"`` (the same for ``y^2``), ``"counts"`` ``(S+1,)`` pairs per lag,
     ``"n_blocks"`` ``(J,)``, ``"block_mean"`` and ``"block_m2"`` ``(J, S+1, q, d)`` for the blocks
     covered completely, ``"edges"`` ``{(chain, level, block): (rows, block sum)}`` for the cut

@@ -18,11 +18,12 @@ when ``p ŝ → 0`` at the edges of the support) gives it up to a constant that 
 differences of their Fisher divergences, truth-free. Evaluated on samples the estimator was not
 fitted on it is free of the optimism of in-sample fits (a high-order expansion always fits its
 own sample better); folds are whole chains or long contiguous blocks
-(:mod:`kelr_dist.folds`) so that "unseen" holds despite time correlation.
+(:mod:`kelr_dist.kernels.folds`) so that "unseen" holds despite time correlation.
 
 The two families.
 
-* Score matching (:mod:`kelr_dist.score_matching`) minimises ``J`` itself; its held-out ``J``
+* Score matching (:mod:`kelr_dist.kernels.score_matching`) minimises ``J`` itself; its held-out
+  ``J``
   comes exactly from each fold's Gram sums (no extra pass) and ranks its degrees and ridges.
 * The kernel embedding's score ``∇p_M / p_M`` on ``{p_M ≥ δ}`` (eq:deps_hat) has a jump at the
   edge of that set, where ``∇·ŝ`` is a surface measure and ``J`` is undefined. It is scored
@@ -43,7 +44,8 @@ What it does not do. ``J`` is not used to tune δ within the kernel embedding: m
 README), the threshold with the smallest Fisher divergence was not the one with the smallest
 response error, because the rejected tail samples carry much of ``E[A Bᵀ]`` while they weigh
 little in ``F``. Between families it ranked as the response errors did on every system of
-``scripts/accuracy_suite.py``; the lag-0 Stein residual (:mod:`kelr_dist.response`) then reports
+``scripts/accuracy_suite.py``; the lag-0 Stein residual (:mod:`kelr_dist.kernels.response`) then
+reports
 what bias is left.
 """
 
@@ -54,10 +56,10 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.density import KernelDensity, Order
-from kelr_dist.folds import Folds
-from kelr_dist.reduction import BlockInfo, Reduction
-from kelr_dist.score_matching import Candidate
+from kelr_dist.kernels.density import KernelDensity, Order
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.score_matching import Candidate
 
 #: the kernel embedding's held-out loss uses every HELDOUT_STRIDE-th sample (by time index)
 HELDOUT_STRIDE = 4

@@ -1,6 +1,6 @@
 """The one module that runs dask computations: reductions over a chunked trajectory.
 
-Every pass of the estimate is a :class:`kelr_dist.reduction.Reduction`. This module maps its
+Every pass of the estimate is a :class:`kelr_dist.kernels.reduction.Reduction`. This module maps its
 ``chunk`` kernel over the (chain, time-chunk) blocks of a lazily loaded trajectory on a Dask
 cluster, tree-combines the partials on the workers and finalizes on the client, so that only
 partial sums travel, never samples (apart from the few halo rows a lagged kernel needs).
@@ -30,7 +30,7 @@ BLAS/OpenMP thread pools of its worker process at the worker's share of the core
 (``dask.system.CPU_COUNT`` divided by the worker's threads; threadpoolctl; a pool is never
 raised), whatever environment the worker was started in; it also tunes the worker's glibc
 allocator for its memory limit and gives the freed heap back after its kernels
-(:mod:`kelr_dist.allocator`). Neither happens in the caller's process (``"synchronous"``).
+(:mod:`kelr_dist.engine.allocator`). Neither happens in the caller's process (``"synchronous"``).
 
 Several reductions in one call share the loads: each block is read once per call. The tree's
 shape depends only on the chunking, so a task recomputed after a lost worker gives the identical
@@ -59,9 +59,9 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from distributed import Client, KilledWorker, as_completed, get_worker
 from tqdm.auto import tqdm
 
-from kelr_dist.allocator import release_free_memory, tune_allocator
-from kelr_dist.cluster import ClusterError, thread_share
-from kelr_dist.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
+from kelr_dist.engine.allocator import release_free_memory, tune_allocator
+from kelr_dist.engine.cluster import ClusterError, thread_share
+from kelr_dist.kernels.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
 __all__ = [
     "MIN_TASKS",
@@ -161,7 +161,7 @@ def _block_partials(
         reduction.chunk(x, info, halo[: reduction.halo] if reduction.halo else None)
         for reduction in reductions
     )
-    release_free_memory()  # nothing retained between tasks (see kelr_dist.allocator)
+    release_free_memory()  # nothing retained between tasks (see kelr_dist.engine.allocator)
     return partials
 
 
@@ -183,7 +183,8 @@ def _task_groups(lengths: Sequence[int], row_bytes: int, task_bytes: int) -> lis
 def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.DataArray:
     """``trajectory`` with its in-memory blocks put on the cluster once, referenced by key.
 
-    A numpy-backed trajectory (e.g. :func:`kelr_dist.store.as_trajectory` of an array) holds its
+    A numpy-backed trajectory (e.g. :func:`kelr_dist.data.store.as_trajectory` of an array) holds
+    its
     samples in its dask graph; every pass would ship them to the scheduler again. This sends
     each block to a worker once (``client.scatter``) and returns the same ``DataArray`` backed
     by those futures: graphs built from it hold keys only. The data stay on the cluster while
@@ -233,7 +234,7 @@ def _validate(trajectory: Any, reductions: Sequence[Reduction], split_every: int
         )
     if not isinstance(trajectory.data, da.Array):
         raise ValueError(
-            "trajectory must be backed by dask (open it with kelr_dist.store.open_trajectory "
+            "trajectory must be backed by dask (open it with kelr_dist.data.store.open_trajectory "
             f"or call .chunk()), got {type(trajectory.data).__name__}"
         )
     if trajectory.shape[1] == 0:
@@ -361,10 +362,10 @@ def run_reductions(
     ----------
     trajectory : dask-backed ``DataArray`` with dims ``("chain", "time", "component")``,
         shape ``(chains, n, d)``, chunked along ``time`` (e.g. from
-        ``kelr_dist.store.open_trajectory``).
+        ``kelr_dist.data.store.open_trajectory``).
     reductions : the passes; each ``chunk`` gets one block ``(L, d)`` float64 of one chain,
         its :class:`BlockInfo` and the next ``min(halo, rows left)`` rows of that chain.
-    client : the ``distributed.Client`` to run on (see :func:`kelr_dist.cluster.get_client`),
+    client : the ``distributed.Client`` to run on (see :func:`kelr_dist.engine.cluster.get_client`),
         or ``"synchronous"``: the same graph in this process (dask's synchronous scheduler).
     split_every : fan-in of the combine tree on the workers.
     progress : tqdm bar over completed blocks on stderr; ``None``: when stderr is a terminal.
@@ -374,7 +375,7 @@ def run_reductions(
     Returns
     -------
     ``[reduction.finalize(combined partial) for reduction in reductions]``; the same as
-    :func:`kelr_dist.reduction.reduce_in_memory` on the whole array, up to rounding.
+    :func:`kelr_dist.kernels.reduction.reduce_in_memory` on the whole array, up to rounding.
 
     Raises
     ------
@@ -581,7 +582,7 @@ def _check_store_on_workers(trajectory: xr.DataArray, client: Client, where: _Pa
     mounted there, no permission) would otherwise fail on its first block, or read missing
     chunks as fill values.
     """
-    from kelr_dist.store import TrajectoryError
+    from kelr_dist.data.store import TrajectoryError
 
     store = trajectory.attrs.get("store")
     if not isinstance(store, str) or "://" in store or not Path(store).exists():

@@ -38,7 +38,7 @@ from distributed import Client, LocalCluster, WorkerPlugin
 from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
-from kelr_dist.reduction import SYNCHRONOUS
+from kelr_dist.kernels.reduction import SYNCHRONOUS
 
 __all__ = [
     "ClusterError",

@@ -1,7 +1,8 @@
 """The estimate's steps, each one engine pass plus kernels: survey, basis, fit, choose, respond.
 
 A step takes a :class:`Passes` (the trajectory and where its passes run) and the results of
-earlier steps, and returns plain results; :func:`kelr_dist.estimate.estimate_response` composes
+earlier steps, and returns plain results; :func:`kelr_dist.pipeline.estimate.estimate_response`
+composes
 them, and scripts may call them one by one::
 
     passes = Passes(trajectory, client)
@@ -12,7 +13,8 @@ them, and scripts may call them one by one::
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
     out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
 
-Every pass is :func:`kelr_dist.engine.run_reductions` with the step's reductions; reductions that
+Every pass is :func:`kelr_dist.engine.passes.run_reductions` with the step's reductions; reductions
+that
 can share a read of the data are run in the same pass.
 """
 
@@ -26,12 +28,12 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from kelr_dist.bases import Coordinate, IndexSet, TensorBasis
-from kelr_dist.density import KernelDensity, coefficient_reduction
-from kelr_dist.engine import run_reductions
-from kelr_dist.folds import Folds
-from kelr_dist.heldout import FoldLosses, density_loss_reduction
-from kelr_dist.kde import (
+from kelr_dist.engine.passes import run_reductions
+from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
+from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
+from kelr_dist.kernels.kde import (
     BinnedKDE,
     SampleMoments,
     binned_kde_reduction,
@@ -39,9 +41,9 @@ from kelr_dist.kde import (
     mean_covariance_reduction,
     silverman_bandwidth,
 )
-from kelr_dist.moments import Moments, choose_basis, gamma_reduction_for, moments_reduction
-from kelr_dist.reduction import Reduction
-from kelr_dist.response import (
+from kelr_dist.kernels.moments import Moments, choose_basis, gamma_reduction_for, moments_reduction
+from kelr_dist.kernels.reduction import Reduction
+from kelr_dist.kernels.response import (
     Forcing,
     Observable,
     ResponseResult,
@@ -49,7 +51,7 @@ from kelr_dist.response import (
     observable_mean_reduction,
     response_reduction,
 )
-from kelr_dist.score_matching import (
+from kelr_dist.kernels.score_matching import (
     Candidate,
     GramSums,
     PolynomialFeatures,
@@ -60,7 +62,7 @@ from kelr_dist.score_matching import (
     gram_reduction,
     held_out_candidates,
 )
-from kelr_dist.selection import Criteria, choose_delta, choose_order, criteria_reduction
+from kelr_dist.kernels.selection import Criteria, choose_delta, choose_order, criteria_reduction
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
 #: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
@@ -269,7 +271,7 @@ class ScoreMatchingChoice:
 
 def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMatchingChoice:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
-    :func:`kelr_dist.score_matching.choose_candidate`); refit on every fold. No read."""
+    :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read."""
     candidates = held_out_candidates(gram, None if degree is None else [degree])
     pick = choose_candidate(candidates)
     return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates)

@@ -1,7 +1,8 @@
 """The whole estimate: ``estimate_response`` and its result schema (paper §4 algorithm, plus a
 second score estimator and a held-out choice between them).
 
-``estimate_response`` composes the steps of :mod:`kelr_dist.steps`, each one read of the data:
+``estimate_response`` composes the steps of :mod:`kelr_dist.pipeline.steps`, each one read of the
+data:
 
 ====  ======================================================  ===================================
 read  reductions (sharing the read)                           gives
@@ -37,16 +38,17 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
-from kelr_dist.atomic import write_dataset
-from kelr_dist.bases import TensorBasis
-from kelr_dist.cluster import client_for
-from kelr_dist.density import KernelDensity
-from kelr_dist.engine import scatter_trajectory
-from kelr_dist.folds import DEFAULT_FOLDS, Folds
-from kelr_dist.heldout import ESTIMATORS, Choice, candidate_table, used_estimator
-from kelr_dist.kde import gaussian_score
-from kelr_dist.moments import coordinates_from_spec, format_basis, parse_basis_spec
-from kelr_dist.response import (
+from kelr_dist.data.atomic import write_dataset
+from kelr_dist.data.store import as_trajectory, open_trajectory
+from kelr_dist.engine.cluster import client_for
+from kelr_dist.engine.passes import scatter_trajectory
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.density import KernelDensity
+from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
+from kelr_dist.kernels.heldout import ESTIMATORS, Choice, candidate_table, used_estimator
+from kelr_dist.kernels.kde import gaussian_score
+from kelr_dist.kernels.moments import coordinates_from_spec, format_basis, parse_basis_spec
+from kelr_dist.kernels.response import (
     DensityScore,
     Forcing,
     FunctionScore,
@@ -57,9 +59,9 @@ from kelr_dist.response import (
     constant_forcing,
     identity_observable,
 )
-from kelr_dist.score_matching import PolynomialFeatures, feature_count
-from kelr_dist.selection import active_coordinates, typical_error
-from kelr_dist.steps import (
+from kelr_dist.kernels.score_matching import PolynomialFeatures, feature_count
+from kelr_dist.kernels.selection import active_coordinates, typical_error
+from kelr_dist.pipeline.steps import (
     KernelEmbeddingChoice,
     Passes,
     ScoreMatchingChoice,
@@ -74,7 +76,6 @@ from kelr_dist.steps import (
     score_matching_max_degree,
     survey_data,
 )
-from kelr_dist.store import as_trajectory, open_trajectory
 
 #: default largest lag: 2000 rows, at most a twentieth of a chain
 DEFAULT_MAX_LAG = 2000
@@ -190,7 +191,8 @@ def _resolve_index_set(
     density: KernelDensity, max_order: Any, chosen: int | None
 ) -> tuple[str, Any, Any]:
     """``index_set="auto"``: total degree, unless at most one coordinate is active
-    (:func:`kelr_dist.selection.active_coordinates`); then a box with order 0 on the inactive
+    (:func:`kelr_dist.kernels.selection.active_coordinates`); then a box with order 0 on the
+    inactive
     ones and the 1-D default order on the active one."""
     active = active_coordinates(density)
     fitted = density.basis.order
@@ -204,7 +206,7 @@ def _resolve_index_set(
 def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable | None:
     if score is not None:
         return score
-    from kelr_dist.models import make_model
+    from kelr_dist.data.models import make_model
 
     attrs = trajectory.attrs
     if "model" not in attrs:
@@ -253,27 +255,31 @@ def estimate_response(
         numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1).
     variable : the trajectory variable of a store/Dataset.
     estimator : the score estimate: ``"kernel-embedding"`` (the paper's ``∇ log p_M``),
-        ``"score-matching"`` (Hyvärinen 2005, :mod:`kelr_dist.score_matching`) or ``"auto"``:
-        both, and the one with the smaller held-out Hyvärinen loss (:mod:`kelr_dist.heldout`).
+        ``"score-matching"`` (Hyvärinen 2005, :mod:`kelr_dist.kernels.score_matching`) or
+        ``"auto"``:
+        both, and the one with the smaller held-out Hyvärinen loss
+    (:mod:`kelr_dist.kernels.heldout`).
     basis : ``"auto"`` or a per-coordinate spec, e.g. ``"laguerre(theta=1),hermite"``
-        (:func:`kelr_dist.moments.parse_basis_spec`), or a list of coordinates; both estimators
+        (:func:`kelr_dist.kernels.moments.parse_basis_spec`), or a list of coordinates; both
+        estimators
         use its coordinate families and affine maps.
     order : kernel embedding: ``"auto"`` (criteria of §4), an order ``M`` or a box tuple.
     max_order : highest order fitted and scanned (default: the budget of
-        :func:`kelr_dist.steps.kernel_embedding_max_order`).
+        :func:`kelr_dist.pipeline.steps.kernel_embedding_max_order`).
     index_set : ``"total"`` (``|m|_1 ≤ M``), ``"box"`` (``m_k ≤ M_k``) or ``"auto"``: total
         degree unless at most one coordinate carries structure beyond its weight
-        (:func:`kelr_dist.selection.active_coordinates`), then a box with order 0 on the others,
+        (:func:`kelr_dist.kernels.selection.active_coordinates`), then a box with order 0 on the
+        others,
         as in the paper's Langevin example.
     degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
-        :func:`kelr_dist.steps.score_matching_max_degree`) or a total degree ``q``.
+        :func:`kelr_dist.pipeline.steps.score_matching_max_degree`) or a total degree ``q``.
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
     max_lag, max_time : largest lag in rows or in time units (one of them).
-    delta : ``"auto"`` (error-tied threshold, :func:`kelr_dist.selection.choose_delta`),
+    delta : ``"auto"`` (error-tied threshold, :func:`kelr_dist.kernels.selection.choose_delta`),
         ``"paper"`` (``δ_M`` of eq:deltaM) or a number, in standardized units (the density of
         ``(x - loc) / scale``).
     observable, forcing : ``A`` and ``c`` (default identity and constant forcing). ``A`` enters
-        centred (covariance form, :mod:`kelr_dist.response`).
+        centred (covariance form, :mod:`kelr_dist.kernels.response`).
     exact : also the exact-FDT response with the model's score (built-in models know it from the
         store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``.
     kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
@@ -588,7 +594,7 @@ def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
 
 
 def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:
-    """Write a result atomically (:func:`kelr_dist.atomic.write_dataset`): to a temporary
+    """Write a result atomically (:func:`kelr_dist.data.atomic.write_dataset`): to a temporary
     sibling, flushed, then put in place in one step; ``*.nc`` gives netCDF, anything else a
     zarr store. An interrupted or failed write (a full disk) leaves ``path`` as it was."""
     check_output(path, overwrite)

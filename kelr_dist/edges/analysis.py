@@ -1,6 +1,6 @@
 """Post-analysis of an estimated response operator: what users do with ``k(t)``.
 
-The estimate (:func:`kelr_dist.estimate.estimate_response`) is a Dataset with
+The estimate (:func:`kelr_dist.pipeline.estimate.estimate_response`) is a Dataset with
 ``response(lag, i, j)`` -- the linear response operator ``k_A(t)`` of eq:lin_oper on the lag
 grid ``t = lag * dt`` -- and its block-averaging standard error ``response_stderr``. This
 module turns it into the quantities of eq:lin_resp:

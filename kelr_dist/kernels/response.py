@@ -9,11 +9,11 @@ The linear response operator of an observable ``A`` to a forcing ``c(x) δf(t)``
   ``B̂ = 0`` elsewhere (eq:deps_hat; the sum is still divided by ``N - s``);
 * :class:`FunctionScore` — a known score (the exact FDT response), the quasi-Gaussian score;
 * :class:`KDEScore` — the Gaussian KDE baseline;
-* :class:`kelr_dist.score_matching.ScoreModel` — the score-matching fit.
+* :class:`kelr_dist.kernels.score_matching.ScoreModel` — the score-matching fit.
 
 :func:`response_reduction` computes all of them in one pass: per block, ``A`` on the block and
 its halo, ``B`` for every score, and the lagged sums with their block-averaging partials
-(:mod:`kelr_dist.blocking`), so the data are read once.
+(:mod:`kelr_dist.kernels.blocking`), so the data are read once.
 
 Covariance form. The observable enters centred, ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)``
 with ``Ā`` its mean over the trajectory (from an earlier pass). For the true score ``E[B] = 0``
@@ -38,14 +38,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kelr_dist.blocking import (
+from kelr_dist.kernels.blocking import (
     BlockingResult,
     block_standard_error,
     combine_block_partials,
     response_block_partial,
 )
-from kelr_dist.density import KernelDensity, Order
-from kelr_dist.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.density import KernelDensity, Order
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
 
 class Score(Protocol):

@@ -46,9 +46,9 @@ from functools import partial
 import numba
 import numpy as np
 
-from kelr_dist.bases import TensorBasis
-from kelr_dist.density import KernelDensity, check_samples, row_blocks
-from kelr_dist.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.density import KernelDensity, check_samples, row_blocks
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
 #: histogram grid: |p| in [2^{t/4}, 2^{(t+1)/4}) for t = T_MIN..T_MAX (clamped at both ends)
 T_MIN = -4 * 90

@@ -15,7 +15,8 @@ Two evaluators:
   sum over all samples for n evaluation points, numba, O(1) extra memory. It is the reference
   on subsamples; the paper ran it at all N = 1e7 samples (Table tab:run_time, 2e4 s).
 * :func:`binned_kde_reduction`: linear binning (Wand 1994: each sample spreads its unit mass
-  over the 2^d surrounding nodes of a fixed grid) as a :class:`~kelr_dist.reduction.Reduction`
+  over the 2^d surrounding nodes of a fixed grid) as a
+  :class:`~kelr_dist.kernels.reduction.Reduction`
   (combine = add), finalised into a :class:`BinnedKDE` whose density and gradient grids come
   from separable zero-padded FFT convolutions with the Gaussian kernel and its derivative, then
   interpolated back to arbitrary points. Out of core, any N, d = 1..3.
@@ -59,7 +60,7 @@ import numpy as np
 from numba import njit
 from scipy import linalg
 
-from kelr_dist.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
+from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
 
 DEFAULT_PAD = 4.0
 """Grid padding beyond the data range, in bandwidths."""
@@ -176,7 +177,7 @@ def exact_kde_reduction(points: np.ndarray, bandwidth: np.ndarray) -> Reduction:
 
     Returns
     -------
-    A :class:`~kelr_dist.reduction.Reduction` whose partial holds the sample count and the
+    A :class:`~kelr_dist.kernels.reduction.Reduction` whose partial holds the sample count and the
     unnormalised kernel sums; it finalises to ``(density (n,), gradient (n, d))``.
     """
     points = _as_samples("points", points)

@@ -5,7 +5,7 @@ true score ``grad log p_eq`` in eq:lin_oper, is the reference the estimates are 
 and a resumable sampler: ``advance(state, n, rng)`` returns the next ``n`` stored samples, and
 ``advance(a)`` then ``advance(b)`` (same ``rng`` object continued) equals ``advance(a + b)`` bit
 for bit, because the standard normals are drawn from one numpy ``Generator`` stream in order,
-in sub-blocks of bounded size, and fed to the numba kernels of :mod:`kelr_dist.integrators`.
+in sub-blocks of bounded size, and fed to the numba kernels of :mod:`kelr_dist.kernels.integrators`.
 
 ``make_model(name, **params)`` builds a model from its command-line name; ``model.params()`` is
 JSON-serialisable and rebuilds the same model.
@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from scipy.linalg import cholesky, expm, solve_continuous_lyapunov
 
-from kelr_dist import integrators
+from kelr_dist.kernels import integrators
 
 # standard normals drawn per sub-block (bounds the simulator's scratch memory: 512 KiB)
 _NORMALS_PER_BLOCK = 1 << 16
@@ -131,7 +131,7 @@ def _run_pcg64(
 
     ``kernel(x0 (d,), words (4,) uint64, out (k, d))`` fills ``out`` and advances ``words``
     (``[state high, state low, inc high, inc low]``) exactly as ``rng.standard_normal`` would
-    (:func:`kelr_dist.integrators.pcg64_standard_normal`); the new state is written back to
+    (:func:`kelr_dist.kernels.integrators.pcg64_standard_normal`); the new state is written back to
     ``rng``, so the samples and the generator afterwards are those of the buffered path.
     """
     x = _start(state, n_samples, d)
@@ -487,7 +487,7 @@ def _points(x: np.ndarray, d: int) -> np.ndarray:
 # registry
 # --------------------------------------------------------------------------------------------
 
-from kelr_dist import systems  # noqa: E402  (benchmark systems; imports the helpers above)
+from kelr_dist.data import systems  # noqa: E402  (benchmark systems; imports the helpers above)
 
 _MODELS: dict[str, type] = {
     TripleWell.name: TripleWell,

@@ -8,7 +8,7 @@ numbers), an associative and commutative ``combine`` (usually :func:`add_partial
 
 This module knows nothing of dask. :func:`reduce_in_memory` is the reference executor used
 by the in-memory path and by the tests (any split into blocks must give the same result);
-:mod:`kelr_dist.engine` runs the same reductions over chunked stores on a Dask cluster.
+:mod:`kelr_dist.engine.passes` runs the same reductions over chunked stores on a Dask cluster.
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@
 The coefficients are plain sample means, ``ĉ_m = (1/N) Σ_n Π_k ψ_{m_k}(y_{n,k}) W^{1-β}(y_{n,k})``
 (eq:kme_MC), so a block of samples contributes the partial sums ``Σ_n Π_k T_k[n, m_k]`` — with
 per-coordinate tables ``T_k`` these are one matrix product ``T_1ᵀ H`` (``H`` the products of
-the other coordinates' tables, see :class:`~kelr_dist.bases.TensorBasis`). The same layout makes
+the other coordinates' tables, see :class:`~kelr_dist.kernels.bases.TensorBasis`). The same layout
+makes
 ``p_M`` and ``∇p_M`` at many points two matrix products: ``p = rowsum((Ψ_1 C) ⊙ H_Ψ)``.
 
 Partial sums (``chunk``), their combination (``+``) and the finished estimate (``finalize``) are
-kept apart as a :class:`~kelr_dist.reduction.Reduction`. Every kernel here works on row
-sub-blocks (:meth:`~kelr_dist.bases.TensorBasis.row_block`) so its memory does not grow with the
+kept apart as a :class:`~kelr_dist.kernels.reduction.Reduction`. Every kernel here works on row
+sub-blocks (:meth:`~kelr_dist.kernels.bases.TensorBasis.row_block`) so its memory does not grow
+with the
 block it is given.
 """
 
@@ -20,9 +22,9 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.bases import ROW_BLOCK, Laguerre, TensorBasis
-from kelr_dist.folds import Folds
-from kelr_dist.reduction import BlockInfo, Reduction, add_partials
+from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
 Order = int | tuple[int, ...] | None
 
@@ -105,7 +107,8 @@ class KernelDensity:
     coefficients : ``ĉ_m``, ``(P,)`` in ``basis.indices`` order (eq:kme_MC).
     variances : Monte-Carlo variance of each ``ĉ_m`` for independent samples, ``(P,)``.
     n : number of samples.
-    fold_sums, fold_counts : per held-out fold (:mod:`kelr_dist.folds`) the sums of eq:kme_MC's
+    fold_sums, fold_counts : per held-out fold (:mod:`kelr_dist.kernels.folds`) the sums of
+        eq:kme_MC's
         integrands ``(K, P)`` and the samples ``(K,)``, when the pass was split by fold.
     """
 

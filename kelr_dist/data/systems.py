@@ -17,7 +17,7 @@ evaluated on the same samples is an unbiased reference.
   coordinate coupled to it, both sampled with their exact transition laws.
 
 Resumability (``advance(a)`` then ``advance(b)`` equals ``advance(a + b)`` bit for bit) comes from
-:func:`kelr_dist.models._run_blocks`: each stored sample consumes a fixed number of standard
+:func:`kelr_dist.data.models._run_blocks`: each stored sample consumes a fixed number of standard
 normals from the numpy ``Generator`` stream, in order. The uniform of the Metropolis test is one
 of them, ``u = Phi(z)`` (exactly uniform), so no second stream has to be interleaved; the state
 is the stored sample itself (MALA recomputes ``log p`` and ``s`` at the start of each sub-block,
@@ -806,12 +806,12 @@ class Wall:
         return out
 
 
-#: the systems of this module, registered in :data:`kelr_dist.models._MODELS`
+#: the systems of this module, registered in :data:`kelr_dist.data.models._MODELS`
 SYSTEMS: tuple[type, ...] = (CurvedWells, Coupled3D, Coupled4D, Coupled6D, HeavyTail, Wall)
 
-# Imported last: kelr_dist.models imports this module for its registry, after defining these
+# Imported last: kelr_dist.data.models imports this module for its registry, after defining these
 # helpers; importing them here, after the classes, works whichever module is imported first.
-from kelr_dist.models import (  # noqa: E402
+from kelr_dist.data.models import (  # noqa: E402
     _points,
     _positive,
     _real,

@@ -3,7 +3,7 @@
 Every command exits with 0 on success and 2 on a usage or input error (a missing or broken
 store, a bad option value, a bad job file, an unreachable scheduler, an existing output),
 printing one line ``kelr <command>: error: <what is wrong>`` on stderr and no traceback.
-Outputs are written atomically (:func:`kelr_dist.estimate.write_result`), so a failed run
+Outputs are written atomically (:func:`kelr_dist.pipeline.estimate.write_result`), so a failed run
 leaves none behind. Progress bars are shown on a terminal only, and never with ``--quiet``.
 """
 
@@ -23,7 +23,8 @@ import click
 import yaml
 
 from kelr_dist import __version__
-from kelr_dist.jobfile import (
+from kelr_dist.data.models import MODEL_NAMES
+from kelr_dist.edges.jobfile import (
     ESTIMATORS,
     INDEX_SETS,
     Job,
@@ -34,8 +35,7 @@ from kelr_dist.jobfile import (
     check_order,
     load_job,
 )
-from kelr_dist.models import MODEL_NAMES
-from kelr_dist.reduction import SYNCHRONOUS
+from kelr_dist.kernels.reduction import SYNCHRONOUS
 
 #: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors)
 INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
@@ -92,7 +92,7 @@ def _fail(where: str, message: str) -> None:
 
 
 class _Checked(click.ParamType):
-    """A string option converted by ``parse`` and checked by a :mod:`kelr_dist.jobfile` check."""
+    """A string option converted by ``parse`` and checked by a job-file check."""
 
     def __init__(self, name: str, check: Callable[[Any], Any]) -> None:
         self.name = name
@@ -240,8 +240,8 @@ def simulate(
       kelr simulate triple-well tw.zarr --samples 10000000 --chains 2 --param kT=1.0
       kelr simulate langevin-morse lm.zarr --samples 1000000 --scheduler tcp://host:8786
     """
-    from kelr_dist.models import make_model
-    from kelr_dist.simulate import simulate as run_simulation
+    from kelr_dist.data.models import make_model
+    from kelr_dist.data.simulate import simulate as run_simulation
 
     built = make_model(model, **params)  # bad parameters fail before the store exists
     with contextlib.ExitStack() as stack:
@@ -268,7 +268,7 @@ def _probe_scheduler(address: str | None) -> None:
     A refused connection is known immediately, whereas a ``distributed.Client`` keeps retrying
     it until its connect timeout; other schemes are left to the client.
     """
-    from kelr_dist.cluster import ClusterError
+    from kelr_dist.engine.cluster import ClusterError
 
     if not address:
         return
@@ -287,7 +287,7 @@ def _probe_scheduler(address: str | None) -> None:
 def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet: bool) -> Any:
     """``"synchronous"``, or a client of the scheduler (argument or ``DASK_SCHEDULER_ADDRESS``)
     or of the embedded cluster."""
-    from kelr_dist.cluster import check_address, get_client
+    from kelr_dist.engine.cluster import check_address, get_client
 
     if scheduler == SYNCHRONOUS:
         return SYNCHRONOUS
@@ -299,7 +299,7 @@ def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet
 
 
 def _describe(trajectory: Any) -> dict[str, Any]:
-    from kelr_dist.store import describe_trajectory
+    from kelr_dist.data.store import describe_trajectory
 
     return describe_trajectory(trajectory)
 
@@ -313,7 +313,7 @@ def _human_bytes(n: float) -> str:
 
 
 def _format_info(summary: dict[str, Any]) -> str:
-    """The ``kelr info`` text of :func:`kelr_dist.store.describe_trajectory`'s dict."""
+    """The ``kelr info`` text of :func:`kelr_dist.data.store.describe_trajectory`'s dict."""
     shape = (summary["chains"], summary["length"], len(summary["components"]))
     origin = dict(summary["origin"])
     params = origin.pop("model_params", None)
@@ -351,7 +351,7 @@ def info(store: str, variable: str, as_json: bool) -> None:
       kelr info tw.zarr
       kelr info data.zarr --variable u --json
     """
-    from kelr_dist.store import open_trajectory
+    from kelr_dist.data.store import open_trajectory
 
     summary = _describe(open_trajectory(store, variable))
     click.echo(json.dumps(summary, default=str, indent=2) if as_json else _format_info(summary))
@@ -359,7 +359,7 @@ def info(store: str, variable: str, as_json: bool) -> None:
 
 def _check_outputs(targets: Sequence[Path | None], overwrite: bool) -> None:
     """Refuse outputs that exist (without --overwrite) or could not be written, before work."""
-    from kelr_dist.estimate import check_output
+    from kelr_dist.pipeline.estimate import check_output
 
     for target in targets:
         if target is None:
@@ -391,10 +391,10 @@ def _run_estimate(
     store's component names. Everything that can be checked cheaply (outputs, the store) is
     checked before a cluster starts; the outputs are written once the estimate is complete.
     """
-    from kelr_dist.cluster import close_embedded_cluster
-    from kelr_dist.estimate import estimate_response, write_result
-    from kelr_dist.report import summary, write_figures
-    from kelr_dist.store import open_trajectory
+    from kelr_dist.data.store import open_trajectory
+    from kelr_dist.edges.report import summary, write_figures
+    from kelr_dist.engine.cluster import close_embedded_cluster
+    from kelr_dist.pipeline.estimate import estimate_response, write_result
 
     _check_outputs([result, netcdf], overwrite)
     trajectory = open_trajectory(store, variable)
@@ -590,7 +590,7 @@ def estimate(
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars or cluster logs.")
 def run(job_file: str, scheduler: str | None, overwrite: bool, quiet: bool) -> None:
-    """Run the estimate described by a job file (schema: kelr_dist.jobfile).
+    """Run the estimate described by a job file (schema: kelr_dist.edges.jobfile).
 
     The file is validated completely first; relative paths are taken relative to its folder.
 
@@ -646,7 +646,7 @@ def report(result: str, figures: str | None) -> None:
       kelr report tw-response.zarr
       kelr report tw-response.zarr --figures tw-figures
     """
-    from kelr_dist.report import open_result, summary, write_figures
+    from kelr_dist.edges.report import open_result, summary, write_figures
 
     ds = open_result(result)
     click.echo(summary(ds, result))

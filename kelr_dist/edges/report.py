@@ -1,4 +1,4 @@
-"""Reports on a result of :func:`kelr_dist.estimate.estimate_response`: a table and figures.
+"""Reports on a result of :func:`~kelr_dist.estimate_response`: a table and figures.
 
 - :func:`summary` — the terminal table of ``kelr report`` (and the tail of ``kelr estimate``):
   the estimator used and why, basis, order ``M`` / degree ``q``, threshold ``δ``, rejection
@@ -30,7 +30,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from kelr_dist.analysis import normalized
+from kelr_dist.edges.analysis import normalized
 
 #: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
 #: with the estimator it came from, see :func:`label`)
@@ -65,7 +65,7 @@ def label(ds: xr.Dataset, name: str) -> str:
 
 
 def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
-    """Open a result written by :func:`kelr_dist.estimate.write_result` (zarr or ``.nc``).
+    """Open a result written by :func:`kelr_dist.pipeline.estimate.write_result` (zarr or ``.nc``).
 
     Raises
     ------
@@ -407,7 +407,7 @@ def _true_density(ds: xr.Dataset, points: np.ndarray) -> np.ndarray | None:
     """Unnormalised ``p_eq`` of the store's built-in model at ``points (n, d)``, else None."""
     if "model" not in ds.attrs:
         return None
-    from kelr_dist.models import make_model
+    from kelr_dist.data.models import make_model
 
     params = ds.attrs.get("model_params", "{}")
     try:
@@ -457,7 +457,7 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     Marginals of ``p_M`` (and of the true ``p_eq`` of a built-in model, normalised on the
     grid); for ``d = 2`` also maps of ``p_M``, ``p_eq`` and ``|p_M - p_eq|`` (Figure fig:p_tri).
     """
-    from kelr_dist.estimate import density_from_result
+    from kelr_dist.pipeline.estimate import density_from_result
 
     density = density_from_result(ds)
     d = density.basis.dim

@@ -17,7 +17,7 @@ Schema (every key but ``input.store`` and ``outputs.result`` is optional; defaul
       folds: 4                    # held-out folds: whole chains or contiguous blocks
     basis:
       spec: auto                  # "auto" or one entry per component, e.g.
-                                  # "laguerre(theta=1),hermite" (kelr_dist.moments)
+                                  # "laguerre(theta=1),hermite" (kelr_dist.kernels.moments)
       order: auto                 # "auto", an order M, or a list [M1, M2] (index_set: box)
       max_order: null             # highest order fitted and scanned (null: by dimension)
       index_set: auto             # "total" (|m|_1 <= M), "box" (m_k <= M_k) or "auto" (total
@@ -74,8 +74,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from kelr_dist.moments import parse_basis_spec
-from kelr_dist.response import Forcing, Observable
+from kelr_dist.kernels.moments import parse_basis_spec
+from kelr_dist.kernels.response import Forcing, Observable
 
 Order = str | int | tuple[int, ...]
 
@@ -256,7 +256,7 @@ class FunctionSpec:
     names: tuple[str, ...] | None = None
 
     def observable(self, components: Sequence[str]) -> Observable | None:
-        """The :class:`~kelr_dist.response.Observable` (None: identity) for the store's
+        """The :class:`~kelr_dist.kernels.response.Observable` (None: identity) for the store's
         ``components``."""
         if self.name == "identity":
             return None
@@ -266,7 +266,7 @@ class FunctionSpec:
         return Observable(self.names, self.function)
 
     def forcing(self, components: Sequence[str]) -> Forcing | None:
-        """The :class:`~kelr_dist.response.Forcing` (None: constant) for ``components``."""
+        """The :class:`~kelr_dist.kernels.response.Forcing` (None: constant) for ``components``."""
         if self.name == "constant":
             return None
         function = linear_forcing if self.name == "linear" else self.function
@@ -358,7 +358,7 @@ class Job:
     memory_limit: str | int | None
 
     def estimate_kwargs(self, components: Sequence[str]) -> dict[str, Any]:
-        """Keyword arguments of :func:`kelr_dist.estimate.estimate_response` (without the
+        """Keyword arguments of :func:`kelr_dist.pipeline.estimate.estimate_response` (without the
         trajectory and the cluster), for a store with these ``components``."""
         return {
             "variable": self.variable,
@@ -460,7 +460,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]] | tuple[Check, Any]] = {
 def _checked(name: str, key: str, check: Check, value: Any) -> Any:
     try:
         return check(value)
-    except ValueError as err:  # _Invalid, or a basis-spec error from kelr_dist.moments
+    except ValueError as err:  # _Invalid, or a basis-spec error from kelr_dist.kernels.moments
         raise JobError(f"{name}: {key}: {err}") from None
 
 

@@ -14,7 +14,7 @@ equals the Fisher divergence ``½ E|s_W - s|²`` minus ``½ E|s|²`` (integratio
 
 Features. Tensor products of each coordinate's orthonormal polynomials — ``ψ_m`` (Hermite) or
 ``ℓ^{(θ)}_m`` (Laguerre) in the same affine maps ``y = (x - loc) / scale`` as the kernel
-embedding (:mod:`kelr_dist.bases`), without the weight — over the total-degree set
+embedding (:mod:`kelr_dist.kernels.bases`), without the weight — over the total-degree set
 ``|m|_1 ≤ q``. The features of degree ``q' ≤ q`` are a subset, so one pass at the highest
 degree gives the sums of every lower degree. The linear features are in the span for
 ``q ≥ 1``, so the unregularised fit satisfies the sample Stein identity ``Ê[x s_Wᵀ] = -I``
@@ -24,7 +24,8 @@ Conditioning and selection. Features orthonormal for a Gaussian are far from ort
 multimodal density at high degree, so the solve goes through the eigen-decomposition of ``G``
 (eigenvalues below ``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative,
 must not be amplified to the size of the weights) with an optional ridge ``λ = α tr(G) / P``.
-The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.folds`): the sums are kept
+The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.kernels.folds`): the sums are
+kept
 per fold, each candidate is fitted on all folds but one and its loss ``J`` evaluated on the one
 left out — exactly, from that fold's ``G`` and ``b`` — so choosing needs no further pass.
 
@@ -40,10 +41,10 @@ from functools import cached_property, partial
 
 import numpy as np
 
-from kelr_dist.bases import Coordinate, TensorBasis, polynomials
-from kelr_dist.density import row_blocks
-from kelr_dist.folds import Folds
-from kelr_dist.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.bases import Coordinate, TensorBasis, polynomials
+from kelr_dist.kernels.density import row_blocks
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
 #: ridge factors α tried by the held-out selection (λ = α tr(G) / P)
 RIDGES = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
@@ -64,7 +65,8 @@ class PolynomialFeatures:
 
     ``P_m`` are the coordinate family's orthonormal polynomials (weight exponent 0) in the
     mapped coordinate ``y_k = (x_k - loc_k) / scale_k``. The features are laid out as the
-    kernel embedding's basis functions (:class:`~kelr_dist.bases.TensorBasis`, total degree), so
+    kernel embedding's basis functions (:class:`~kelr_dist.kernels.bases.TensorBasis`, total
+    degree), so
     the same matrix products give them: ``φ = T_1[:, m_1] ⊙ H[:, tail]``.
     """
 
@@ -299,7 +301,7 @@ def choose_candidate(candidates: list[Candidate]) -> Candidate:
 
 @dataclass(frozen=True)
 class ScoreModel:
-    """A fitted score ``s(x) = W φ(x)``: a :class:`kelr_dist.response.Score` defined everywhere."""
+    """A fitted score ``s(x) = W φ(x)``: a :class:`~.response.Score` defined everywhere."""
 
     features: PolynomialFeatures
     weights: np.ndarray  # (d, P)

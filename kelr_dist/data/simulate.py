@@ -3,13 +3,13 @@
 Each chain is simulated and written one time chunk after another (memory bounded by one
 chunk), continuing exactly from its last state and random stream. Chain ``c`` draws from
 ``Generator(PCG64(SeedSequence(seed).spawn(chains)[c]))``, and the models' ``advance`` does not
-depend on how a run is split (:mod:`kelr_dist.models`), so a store depends only on the model,
+depend on how a run is split (:mod:`kelr_dist.data.models`), so a store depends only on the model,
 ``seed``, ``n_samples``, ``chains`` and ``burn_in``: not on the number of workers, nor on
 interruptions.
 
 After writing each chunk, a chain stores its progress record (samples written, the PCG64
 state, the model state) in its own chunk of ``_progress/record`` (see
-:func:`kelr_dist.store.create_store`), after the samples, so a killed run loses at most the
+:func:`kelr_dist.data.store.create_store`), after the samples, so a killed run loses at most the
 chunk in flight and :func:`simulate` called again with the same arguments continues from the
 records. Chains run as tasks on a Dask ``distributed.Client`` (one task per chunk, chained per
 chain) or one after another in this process.
@@ -29,9 +29,9 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from kelr_dist import __version__
-from kelr_dist.atomic import new_directory
-from kelr_dist.models import Model, make_model
-from kelr_dist.store import (
+from kelr_dist.data.atomic import new_directory
+from kelr_dist.data.models import Model, make_model
+from kelr_dist.data.store import (
     create_store,
     mark_complete,
     open_trajectory,
@@ -146,7 +146,7 @@ def _settings_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[s
 
 
 def _create(path: Path, run: _Run, settings: dict[str, Any], width: int) -> None:
-    """An empty store for ``run`` at ``path`` (see :func:`kelr_dist.store.create_store`)."""
+    """An empty store for ``run`` at ``path`` (see :func:`kelr_dist.data.store.create_store`)."""
     create_store(
         path,
         chains=run.chains,
@@ -198,7 +198,7 @@ def simulate(
 
     Parameters
     ----------
-    model : a :class:`kelr_dist.models.Model` or a name ("triple-well", "langevin-morse", "ou")
+    model : a :class:`kelr_dist.data.models.Model` or a name ("triple-well", "langevin-morse", "ou")
         built with default parameters.
     path : where the zarr store is written; an incomplete store made by an earlier call with
         the same settings is resumed, a complete one is returned as it is.

@@ -18,7 +18,7 @@ return a lazily loaded, dask-backed ``DataArray`` with dims always ``("chain", "
 one :class:`TrajectoryError` naming the store, the variable and the problem.
 
 The writer half (:func:`create_store`, :func:`write_samples`, :func:`write_progress`,
-:func:`read_progress`, :func:`mark_complete`) is what :mod:`kelr_dist.simulate` uses: one
+:func:`read_progress`, :func:`mark_complete`) is what :mod:`kelr_dist.data.simulate` uses: one
 process creates a pre-sized ``(chain, time, component)`` array and its metadata; workers then
 write disjoint, chunk-aligned regions (one chain each, no sharding) and a per-chain progress
 record (one zarr chunk per chain, so concurrent chains never touch the same object); only the
@@ -44,7 +44,7 @@ DIMS = ("chain", "time", "component")
 MAX_CHUNK_BYTES = 256 * 2**20
 # block size used to chunk in-memory (numpy-backed) trajectories: small enough that a 1e7-sample
 # array spreads over the workers in tens of tasks (the engine scatters the blocks once, and
-# coalesces blocks of a large array into bigger tasks; see kelr_dist.engine)
+# coalesces blocks of a large array into bigger tasks; see kelr_dist.engine.passes)
 DEFAULT_BLOCK_BYTES = 4 * 2**20
 # a lazily opened time coordinate up to this many entries is checked for uniformity in full
 # (streamed chunk by chunk); a longer one at TIME_PROBES evenly spaced entries and its first
@@ -492,7 +492,7 @@ def _incomplete_message(source: str, attrs: Mapping[str, Any]) -> str:
     params = attrs.get("model_params", "{}")
     return (
         f"incomplete generated store ({done} of {attrs.get('n_samples')} samples per chain "
-        f"written); resume it by calling kelr_dist.simulate.simulate(make_model("
+        f"written); resume it by calling kelr_dist.data.simulate.simulate(make_model("
         f"{attrs.get('model')!r}, **{params}), {source!r}, n_samples={attrs.get('n_samples')}, "
         f"chains={attrs.get('chains')}, seed={attrs.get('seed')}, chunk={attrs.get('chunk')}, "
         f"burn_in={attrs.get('burn_in')}) again"

@@ -5,7 +5,7 @@ identify the tail of the marginal distribution of p_eq ... choose an appropriate
 with the tuning guidance of Remark remark_rich (Hermite: β from the sample excess kurtosis)
 and §3.2 (Laguerre: θ from the Gamma maximum-likelihood fit of each coordinate).
 
-Two light passes, each a :class:`kelr_dist.reduction.Reduction`:
+Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
 
 1. :func:`moments_reduction` — per coordinate: count, mean, central sums M2, M3, M4 (merged
    with the exact pairwise update of Chan, Golub & LeVeque (1979) / Pébay (2008), stable for
@@ -19,7 +19,7 @@ Two light passes, each a :class:`kelr_dist.reduction.Reduction`:
    (or returns ``None`` when no coordinate needs it).
 
 Then :func:`choose_basis` turns the statistics and a spec into one
-:class:`kelr_dist.bases.Coordinate` per component; :func:`fit_basis` runs the whole flow in
+:class:`kelr_dist.kernels.bases.Coordinate` per component; :func:`fit_basis` runs the whole flow in
 memory. Moments are the population (biased) ones, as ``numpy.var``, ``scipy.stats.skew`` and
 ``scipy.stats.kurtosis`` with their defaults.
 
@@ -57,8 +57,9 @@ coordinate, or one comma-separated entry per coordinate, each ``auto``, ``hermit
 ``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or
 ``laguerre(theta=..,beta=..,loc=..,scale=..)`` with any subset of the keys (``beta >= 1/2``,
 ``theta > -1``, ``scale > 0``); omitted values are chosen from the data by the rule above (the
-family is then fixed). A list of :class:`~kelr_dist.bases.Coordinate`,
-:class:`~kelr_dist.bases.Hermite`/:class:`~kelr_dist.bases.Laguerre` (loc and scale from the
+family is then fixed). A list of :class:`~kelr_dist.kernels.bases.Coordinate`,
+:class:`~kelr_dist.kernels.bases.Hermite`/:class:`~kelr_dist.kernels.bases.Laguerre` (loc and scale
+from the
 data) or entry strings is accepted too. :func:`format_basis` writes a spec that parses back to
 the same coordinates.
 """
@@ -73,8 +74,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, polygamma
 
-from kelr_dist.bases import Coordinate, Hermite, Laguerre
-from kelr_dist.reduction import BlockInfo, Reduction, add_partials, reduce_in_memory
+from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials, reduce_in_memory
 
 SKEWNESS_THRESHOLD = 0.5
 """|skewness| above which a marginal counts as clearly skewed."""
@@ -568,7 +569,7 @@ def choose_basis(
     gamma: GammaFit | None = None,
     spec: str | Sequence[object] = "auto",
 ) -> list[Coordinate]:
-    """One :class:`~kelr_dist.bases.Coordinate` per component (algorithm step 1, §4).
+    """One :class:`~kelr_dist.kernels.bases.Coordinate` per component (algorithm step 1, §4).
 
     Parameters
     ----------

@@ -1,0 +1,1 @@
+"""Trajectory stores and the models and simulator that fill them."""

@@ -1,0 +1,1 @@
+"""The distributed engine: Dask clients and the map-reduce of a Reduction over a trajectory."""
