@@ -26,7 +26,8 @@ from kelr_dist.data.models import make_model
 from kelr_dist.data.simulate import simulate
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 from kelr_dist.kernels.response import Observable
-from kelr_dist.pipeline.estimate import estimate_response, write_result
+from kelr_dist.pipeline.estimate import estimate_response
+from kelr_dist.pipeline.result import write_result
 
 N = 20_000  # samples per chain of the small OU store
 CHAINS = 2
@@ -364,7 +365,7 @@ WRITER = """
 import sys, time
 import dask.array as da
 import xarray as xr
-from kelr_dist.pipeline.estimate import write_result
+from kelr_dist.pipeline.result import write_result
 
 def slow(block):
     time.sleep(0.2)
@@ -487,7 +488,7 @@ def test_transposed_and_too_short_arrays_are_named() -> None:
 
 
 def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path) -> None:
-    from kelr_dist.pipeline.estimate import check_output
+    from kelr_dist.pipeline.result import check_output
 
     locked = tmp_path / "locked"
     locked.mkdir()

@@ -344,7 +344,7 @@ def run_limited(code: str, limit: int, *args: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize(
-    "writer", ["kelr_dist.pipeline.estimate.write_result", "kelr_dist.data.atomic.write_dataset"]
+    "writer", ["kelr_dist.pipeline.result.write_result", "kelr_dist.data.atomic.write_dataset"]
 )
 def test_full_disk_during_write_result_keeps_the_previous_result(writer, reference, tmp_path):
     out = tmp_path / "result.zarr"

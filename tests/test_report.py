@@ -17,7 +17,8 @@ from kelr_dist.edges.report import (
     summary,
     write_figures,
 )
-from kelr_dist.pipeline.estimate import estimate_response, write_result
+from kelr_dist.pipeline.estimate import estimate_response
+from kelr_dist.pipeline.result import write_result
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DT = 0.05

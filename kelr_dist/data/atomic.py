@@ -144,7 +144,7 @@ def new_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 def write_dataset(ds: Any, path: str | os.PathLike[str], overwrite: bool = False) -> None:
     """Write an ``xarray.Dataset`` atomically: ``*.nc`` as netCDF, anything else as zarr.
 
-    A drop-in for :func:`kelr_dist.pipeline.estimate.write_result`, adding the flush before the
+    A drop-in for :func:`kelr_dist.pipeline.result.write_result`, adding the flush before the
     rename
     (a full disk seen by ``fsync`` fails the write, not the data) and the atomic exchange of an
     existing store (there is no moment without a result at ``path``).

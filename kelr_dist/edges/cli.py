@@ -3,7 +3,7 @@
 Every command exits with 0 on success and 2 on a usage or input error (a missing or broken
 store, a bad option value, a bad job file, an unreachable scheduler, an existing output),
 printing one line ``kelr <command>: error: <what is wrong>`` on stderr and no traceback.
-Outputs are written atomically (:func:`kelr_dist.pipeline.estimate.write_result`), so a failed run
+Outputs are written atomically (:func:`kelr_dist.pipeline.result.write_result`), so a failed run
 leaves none behind. Progress bars are shown on a terminal only, and never with ``--quiet``.
 """
 
@@ -359,7 +359,7 @@ def info(store: str, variable: str, as_json: bool) -> None:
 
 def _check_outputs(targets: Sequence[Path | None], overwrite: bool) -> None:
     """Refuse outputs that exist (without --overwrite) or could not be written, before work."""
-    from kelr_dist.pipeline.estimate import check_output
+    from kelr_dist.pipeline.result import check_output
 
     for target in targets:
         if target is None:
@@ -394,7 +394,8 @@ def _run_estimate(
     from kelr_dist.data.store import open_trajectory
     from kelr_dist.edges.report import summary, write_figures
     from kelr_dist.engine.cluster import close_embedded_cluster
-    from kelr_dist.pipeline.estimate import estimate_response, write_result
+    from kelr_dist.pipeline.estimate import estimate_response
+    from kelr_dist.pipeline.result import write_result
 
     _check_outputs([result, netcdf], overwrite)
     trajectory = open_trajectory(store, variable)

@@ -65,7 +65,7 @@ def label(ds: xr.Dataset, name: str) -> str:
 
 
 def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
-    """Open a result written by :func:`kelr_dist.pipeline.estimate.write_result` (zarr or ``.nc``).
+    """Open a result written by :func:`kelr_dist.pipeline.result.write_result` (zarr or ``.nc``).
 
     Raises
     ------
@@ -457,7 +457,7 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     Marginals of ``p_M`` (and of the true ``p_eq`` of a built-in model, normalised on the
     grid); for ``d = 2`` also maps of ``p_M``, ``p_eq`` and ``|p_M - p_eq|`` (Figure fig:p_tri).
     """
-    from kelr_dist.pipeline.estimate import density_from_result
+    from kelr_dist.pipeline.result import density_from_result
 
     density = density_from_result(ds)
     d = density.basis.dim

@@ -1,0 +1,160 @@
+"""The result schema: assemble an estimate's ``xarray.Dataset``, write it, read ``p_M`` back."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from kelr_dist.data.atomic import write_dataset
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.density import KernelDensity
+from kelr_dist.kernels.heldout import Choice
+from kelr_dist.kernels.moments import coordinates_from_spec
+from kelr_dist.kernels.response import Forcing, Observable, ResponseResult
+from kelr_dist.kernels.selection import typical_error
+from kelr_dist.pipeline.steps import KernelEmbeddingChoice
+
+
+def number_attr(value: int | tuple[int, ...]) -> int | list[int]:
+    """An order as an attribute: a number, or a list of numbers (zarr stores a JSON array,
+    netCDF a numeric array attribute); never a string."""
+    return [int(v) for v in value] if isinstance(value, tuple | list) else int(value)
+
+
+def json_attr(value: Any) -> Any:
+    """A provenance value as an attribute: a number or string as it is, anything else as JSON."""
+    return value if isinstance(value, str | int | float) else json.dumps(value)
+
+
+def assemble_result(
+    *,
+    responses: dict[str, ResponseResult],
+    ke: KernelEmbeddingChoice | None,
+    candidates: list[Choice],
+    used: str,
+    trajectory: xr.DataArray,
+    observable: Observable,
+    forcing: Forcing,
+    attrs: dict[str, Any],
+) -> xr.Dataset:
+    """The result Dataset: every score's ``k(lag, i, j)`` with standard errors and lag-0 Stein
+    residuals, the held-out candidate table, and the kernel embedding's criteria per order and
+    coefficients (labels are attached here and nowhere else)."""
+    lags = np.arange(next(iter(responses.values())).mean.shape[0])
+    dims = ("lag", "i", "j")
+    data: dict[str, Any] = {}
+    for name, result in responses.items():
+        data[name] = (dims, result.mean)
+        data[f"{name}_stderr"] = (dims, result.stderr)
+        suffix = name[len("response") :]
+        data[f"stein_residual{suffix}"] = (("i", "j"), result.stein_residual)
+        data[f"stein_residual{suffix}_stderr"] = (("i", "j"), result.stein_residual_stderr)
+    coords: dict[str, Any] = {
+        "lag": lags,
+        "time": ("lag", lags * attrs["dt"]),
+        # variable-length strings: zarr 3 has no stable spec for fixed-width unicode
+        "i": _names(observable.names),
+        "j": _names(forcing.names),
+        "component": _names(trajectory["component"].values),
+    }
+    if candidates:
+        data.update(
+            candidate_estimator=("candidate", _names([c.estimator for c in candidates])),
+            candidate_order=("candidate", np.array([c.order for c in candidates])),
+            candidate_ridge=("candidate", np.array([c.ridge for c in candidates])),
+            candidate_loss=("candidate", np.array([c.loss for c in candidates])),
+            candidate_loss_stderr=("candidate", np.array([c.loss_stderr for c in candidates])),
+            candidate_chosen=("candidate", np.array([c.chosen for c in candidates])),
+        )
+        coords["candidate"] = np.arange(len(candidates))
+    if ke is not None:
+        criteria, density = ke.criteria, ke.density
+        data.update(
+            delta=("order", ke.deltas),
+            rejection=("order", criteria.rejection(ke.deltas)),
+            delta_paper=("order", criteria.delta_paper),
+            rejection_paper=("order", criteria.rejection_paper()),
+            negative_excursion=("order", criteria.negative_excursion),
+            negative_median=("order", typical_error(criteria)),
+            eta=("order", criteria.eta),
+            eta_noise=("order", criteria.eta_noise),
+            coefficients=("basis_function", density.coefficients),
+            coefficient_variance=("basis_function", density.variances),
+            multi_index=(("basis_function", "component"), density.basis.indices),
+        )
+        coords["order"] = criteria.orders
+    ds = xr.Dataset(data, coords=coords, attrs=attrs)
+    ds["response"].attrs["long_name"] = f"linear response k(t) ({used})"
+    ds["response_stderr"].attrs["long_name"] = "sampling standard error of k(t) (block averaging)"
+    ds["stein_residual"].attrs["long_name"] = (
+        "lag-0 Stein residual k(0) - E[d_j(c_j (A_i - mean A_i))]: estimator bias at lag 0"
+    )
+    ds["time"].attrs["long_name"] = "time lag"
+    return ds
+
+
+def _names(names: Sequence[Any]) -> np.ndarray:
+    return np.asarray([str(n) for n in names], dtype=object)
+
+
+def density_from_result(ds: xr.Dataset) -> KernelDensity:
+    """Rebuild the fitted ``p_M`` (highest order; truncate with ``evaluate(order=...)``)."""
+    d = ds.sizes["component"]
+    coordinates = coordinates_from_spec(ds.attrs["basis"], d)
+    tensor = TensorBasis(tuple(coordinates), _order(ds.attrs["max_order"]), ds.attrs["index_set"])
+    return KernelDensity(
+        tensor,
+        np.asarray(ds["coefficients"].values, dtype=np.float64),
+        np.asarray(ds["coefficient_variance"].values, dtype=np.float64),
+        int(ds.attrs["n_samples"]),
+    )
+
+
+def _order(value: Any) -> int | tuple[int, ...]:
+    """An order attribute back as ``int`` or ``tuple`` (also from the JSON strings of results
+    written by earlier versions)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if np.ndim(value) == 0:
+        return int(value)
+    return tuple(int(v) for v in np.asarray(value).ravel())
+
+
+def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
+    """Refuse, before any work, an output that could not be written: it exists (without
+    ``overwrite``), or its nearest existing ancestor is not a writable folder (a read-only
+    directory, a regular file in the path). The message names the path as given."""
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise ValueError(f"output {str(path)!r} exists; choose another path or overwrite")
+    ancestor = target.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(
+            f"output {str(path)!r} cannot be created: {str(ancestor)!r} is a file, not a folder"
+        )
+    try:  # a real probe: permissions, read-only mounts and immutable folders alike
+        handle, probe = tempfile.mkstemp(prefix=".kelr-probe-", dir=ancestor)
+    except OSError as err:
+        raise ValueError(
+            f"output {str(path)!r} cannot be created: the folder {str(ancestor)!r} is not "
+            f"writable ({err.strerror})"
+        ) from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:
+    """Write a result atomically (:func:`kelr_dist.data.atomic.write_dataset`): to a temporary
+    sibling, flushed, then put in place in one step; ``*.nc`` gives netCDF, anything else a
+    zarr store. An interrupted or failed write (a full disk) leaves ``path`` as it was."""
+    check_output(path, overwrite)
+    write_dataset(ds, path, overwrite)
