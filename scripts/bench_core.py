@@ -44,6 +44,7 @@ from kelr_dist.kernels.blocking import (  # noqa: E402
     default_base_block,
     response_block_partial,
 )
+from kelr_dist.kernels.coordinates import fit_basis  # noqa: E402
 from kelr_dist.kernels.density import (  # noqa: E402
     KernelDensity,
     coefficient_reduction,
@@ -51,7 +52,6 @@ from kelr_dist.kernels.density import (  # noqa: E402
     row_blocks,
 )
 from kelr_dist.kernels.lagged import default_block_rows, lagged_sums  # noqa: E402
-from kelr_dist.kernels.moments import fit_basis  # noqa: E402
 from kelr_dist.kernels.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
 from kelr_dist.kernels.selection import combine_sweeps, sweep_sums  # noqa: E402
 

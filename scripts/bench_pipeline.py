@@ -44,8 +44,9 @@ from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client, peak_memory
 from kelr_dist.engine.passes import run_reductions
 from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.coordinates import choose_basis, gamma_reduction_for
 from kelr_dist.kernels.density import coefficient_reduction
-from kelr_dist.kernels.moments import choose_basis, gamma_reduction_for, moments_reduction
+from kelr_dist.kernels.moments import moments_reduction
 from kelr_dist.kernels.response import (
     DensityScore,
     constant_forcing,

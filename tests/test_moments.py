@@ -1,4 +1,4 @@
-"""Tests of kernels.moments: mergeable moments, Gamma MLE, automatic basis choice, spec."""
+"""Tests of kernels.moments, .coordinates, .basis_spec: moments, Gamma MLE, basis choice, spec."""
 
 from __future__ import annotations
 
@@ -10,16 +10,13 @@ from hypothesis import strategies as st
 
 from kelr_dist.kernels import moments as mom
 from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+from kelr_dist.kernels.basis_spec import coordinates_from_spec, format_basis, parse_basis_spec
+from kelr_dist.kernels.coordinates import choose_basis, fit_basis, gamma_reduction_for
 from kelr_dist.kernels.moments import (
-    choose_basis,
     combine_moments,
-    fit_basis,
-    format_basis,
     gamma_reduction,
-    gamma_reduction_for,
     gamma_shape_mle,
     moments_reduction,
-    parse_basis_spec,
 )
 from kelr_dist.kernels.reduction import BlockInfo, reduce_in_memory
 
@@ -354,7 +351,6 @@ def test_bad_object_spec_and_laguerre_shift_above_minimum():
 
 def test_coordinates_from_a_full_spec_round_trip_and_refuse_missing_keys():
     from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
-    from kelr_dist.kernels.moments import coordinates_from_spec
 
     coords = [Coordinate(Laguerre(1.0, 1.0), -0.2, 0.42), Coordinate(Hermite(0.5), 0.1, 1.3)]
     assert coordinates_from_spec(format_basis(coords), 2) == coords

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from kelr_dist.data.models import make_model
 from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.coordinates import fit_basis
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
-from kelr_dist.kernels.moments import fit_basis
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.response import (
     DensityScore,

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
+from kelr_dist.kernels.coordinates import fit_basis
 from kelr_dist.kernels.density import KernelDensity
-from kelr_dist.kernels.moments import fit_basis
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.selection import (
     N_BINS,

@@ -17,7 +17,7 @@ Schema (every key but ``input.store`` and ``outputs.result`` is optional; defaul
       folds: 4                    # held-out folds: whole chains or contiguous blocks
     basis:
       spec: auto                  # "auto" or one entry per component, e.g.
-                                  # "laguerre(theta=1),hermite" (kelr_dist.kernels.moments)
+                                  # "laguerre(theta=1),hermite" (kelr_dist.kernels.basis_spec)
       order: auto                 # "auto", an order M, or a list [M1, M2] (index_set: box)
       max_order: null             # highest order fitted and scanned (null: by dimension)
       index_set: auto             # "total" (|m|_1 <= M), "box" (m_k <= M_k) or "auto" (total
@@ -74,7 +74,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from kelr_dist.kernels.moments import parse_basis_spec
+from kelr_dist.kernels.basis_spec import parse_basis_spec
 from kelr_dist.kernels.response import Forcing, Observable
 
 Order = str | int | tuple[int, ...]
@@ -460,7 +460,7 @@ SCHEMA: dict[str, dict[str, tuple[Check, Any]] | tuple[Check, Any]] = {
 def _checked(name: str, key: str, check: Check, value: Any) -> Any:
     try:
         return check(value)
-    except ValueError as err:  # _Invalid, or a basis-spec error from kelr_dist.kernels.moments
+    except ValueError as err:  # _Invalid, or a basis-spec error from kelr_dist.kernels.basis_spec
         raise JobError(f"{name}: {key}: {err}") from None
 
 

@@ -1,9 +1,8 @@
-"""Per-coordinate moments, tail statistics and the automatic basis choice (pass 0).
+"""Per-coordinate statistics passes: moments and tail statistics, and the Gamma MLE.
 
-Step 1 of the algorithm in §4 of the paper ("for each dimension, run a statistical test to
-identify the tail of the marginal distribution of p_eq ... choose an appropriate RKHS basis"),
-with the tuning guidance of Remark remark_rich (Hermite: β from the sample excess kurtosis)
-and §3.2 (Laguerre: θ from the Gamma maximum-likelihood fit of each coordinate).
+They feed step 1 of the algorithm in §4 of the paper (the basis per coordinate,
+:mod:`kelr_dist.kernels.coordinates`): Hermite β from the sample excess kurtosis (Remark
+remark_rich), Laguerre θ from the Gamma maximum-likelihood fit of each coordinate (§3.2).
 
 Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
 
@@ -15,83 +14,27 @@ Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
    a trajectory without samples is an error. Result: :class:`Moments`.
 2. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
    ``y`` and ``log y`` for ``y = (x - loc) / scale`` (shift from pass 1), finalized into the
-   Gamma MLE (:class:`GammaFit`). :func:`gamma_reduction_for` builds it from pass 1 and a spec
-   (or returns ``None`` when no coordinate needs it).
+   Gamma MLE (:class:`GammaFit`). :func:`~kelr_dist.kernels.coordinates.gamma_reduction_for`
+   builds it from pass 1 and a spec (or returns ``None`` when no coordinate needs it).
 
-Then :func:`choose_basis` turns the statistics and a spec into one
-:class:`kelr_dist.kernels.bases.Coordinate` per component; :func:`fit_basis` runs the whole flow in
-memory. Moments are the population (biased) ones, as ``numpy.var``, ``scipy.stats.skew`` and
+Moments are the population (biased) ones, as ``numpy.var``, ``scipy.stats.skew`` and
 ``scipy.stats.kurtosis`` with their defaults.
-
-Automatic rule (spec entry ``auto``), per coordinate with sample mean μ, standard deviation σ,
-skewness γ₁, excess kurtosis γ₂, minimum and maximum:
-
-* **Family.** Laguerre when the marginal is clearly right-skewed *and* bounded on the left:
-  ``γ₁ > 0.5`` and ``μ - min <= 0.5 (max - μ)``; otherwise Hermite.
-  The data are a correlated time series, so the skewness threshold is far above the iid
-  sampling noise ``sqrt(6/N)`` (it allows an effective sample size down to ~ 1e3 at 15 standard
-  errors); the half-range ratio separates a hard wall (Gamma(2): ~0.2; the paper's Morse
-  marginal: ~0.2) from a skewed distribution with two Gaussian tails (0.8 N(0,1) + 0.2 N(3,1):
-  ~0.8). Left-skewed data get Hermite: the Laguerre map ``y = (x - loc) / scale`` needs
-  ``scale > 0``, so a reflection is not offered (negate the component upstream if wanted).
-* **Hermite** (§3.1.1): ``loc = μ``, ``scale = σ`` (standardising matters: on the triple-well
-  raw coordinates give ~10x larger response errors). ``β = 1`` (the paper's choice) when
-  ``γ₂ <= 1``; ``β = 1/2`` when ``γ₂ > 1``. Reason (Remark remark_rich): the expansion converges
-  in ``L²(W^{1-2β})`` only if ``p² W^{1-2β}`` is integrable; with β = 1 that needs Gaussian decay
-  of the standardised density faster than ``exp(-x²/4)``. Within the exponential-power family
-  ``exp(-|x|^s)`` a positive excess kurtosis means ``s < 2`` (no Gaussian decay: Laplace has
-  γ₂ = 3, Student-t(5) γ₂ = 6), for which only ``β = 1/2`` (``W⁰``: plain ``L²``) is safe. The
-  threshold 1 rather than 0 leaves room for sampling noise of a correlated series and for
-  multimodal Gaussian-tailed marginals (the triple-well's x₁ has γ₂ ≈ 0.2). Never β < 1/2.
-* **Laguerre** (§3.1.2, §3.2): ``loc = min - 1e-3 σ`` (every sample has ``y > 0``, as the Gamma
-  likelihood needs). Provisional ``scale = σ`` for the Gamma pass (:func:`laguerre_shift`);
-  the MLE shape ``k̂`` solves ``log k - ψ(k) = log mean(y) - mean(log y)``. The paper uses
-  integer θ (the Hille-Hardy bound, Lemma lem:HHF), so ``θ = max(0, round(k̂ - 1))``; the
-  scale is then the Gamma MLE of the scale with the shape fixed at ``θ + 1``:
-  ``scale = (μ - loc) / (θ + 1)`` (the weight's mean equals the data's). ``β = 1`` unless the
-  data's tail is clearly heavier than that of the fitted weight, ``γ₂ > 6/(θ+1) + 1`` (the
-  Gamma(k) excess kurtosis is 6/k), then ``β = 1/2`` by the same argument as for Hermite.
-
-Spec (``spec`` argument, also the ``basis`` attribute of results): ``"auto"`` for every
-coordinate, or one comma-separated entry per coordinate, each ``auto``, ``hermite``,
-``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or
-``laguerre(theta=..,beta=..,loc=..,scale=..)`` with any subset of the keys (``beta >= 1/2``,
-``theta > -1``, ``scale > 0``); omitted values are chosen from the data by the rule above (the
-family is then fixed). A list of :class:`~kelr_dist.kernels.bases.Coordinate`,
-:class:`~kelr_dist.kernels.bases.Hermite`/:class:`~kelr_dist.kernels.bases.Laguerre` (loc and scale
-from the
-data) or entry strings is accepted too. :func:`format_basis` writes a spec that parses back to
-the same coordinates.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import digamma, polygamma
 
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
-from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials, reduce_in_memory
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
-SKEWNESS_THRESHOLD = 0.5
-"""|skewness| above which a marginal counts as clearly skewed."""
-ONE_SIDED_RATIO = 0.5
-"""Laguerre needs ``mean - min <= ONE_SIDED_RATIO * (max - mean)`` (a wall on the left)."""
-KURTOSIS_THRESHOLD = 1.0
-"""Excess kurtosis above which tails count as heavier than the weight's: β = 1/2."""
-SHIFT_MARGIN = 1e-3
-"""Laguerre shift below the minimum, in standard deviations."""
 SUB_BLOCK = 1 << 16
 """Rows per sub-block inside the chunk kernels (bounds the temporaries)."""
 
 _NO_INDEX = np.iinfo(np.int64).max
-_KEYS = {"hermite": ("beta", "loc", "scale"), "laguerre": ("theta", "beta", "loc", "scale")}
-
-Entry = tuple[str, dict[str, float]]  # (family name, given parameters) or ("auto", {})
 
 
 # --------------------------------------------------------------------------- pass 1: moments
@@ -374,261 +317,3 @@ def gamma_reduction(
         return GammaFit(columns, loc, p["n"].astype(np.int64), shape, scale * mean_y / shape)
 
     return Reduction("gamma", chunk, finalize=finalize)
-
-
-# ---------------------------------------------------------------------------- basis choice
-
-
-def laguerre_shift(moments: Moments, k: int) -> tuple[float, float]:
-    """Provisional Laguerre ``(loc, scale)`` of coordinate ``k``: ``(min - 1e-3 σ, σ)``."""
-    std = float(moments.std[k])
-    return float(moments.minimum[k]) - SHIFT_MARGIN * std, std
-
-
-def _auto_family(moments: Moments, k: int) -> str:
-    """``"laguerre"`` for a clearly right-skewed marginal with a wall on the left, else Hermite."""
-    mean = moments.mean[k]
-    one_sided = mean - moments.minimum[k] <= ONE_SIDED_RATIO * (moments.maximum[k] - mean)
-    return "laguerre" if moments.skewness[k] > SKEWNESS_THRESHOLD and one_sided else "hermite"
-
-
-def _tail_beta(excess_kurtosis: float, weight_kurtosis: float) -> float:
-    """β = 1 unless the tail is clearly heavier than the weight's (Remark remark_rich): 1/2."""
-    return 0.5 if excess_kurtosis > weight_kurtosis + KURTOSIS_THRESHOLD else 1.0
-
-
-def _parse_value(text: str, key: str, entry: str, position: int) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    checks = {
-        "beta": (lambda v: v >= 0.5, "beta >= 0.5"),
-        "theta": (lambda v: v > -1.0, "theta > -1"),
-        "scale": (lambda v: v > 0.0, "scale > 0"),
-        "loc": (lambda v: True, "a finite number"),
-    }
-    check, need = checks[key]
-    ok = math.isfinite(value) and check(value)
-    if not ok:
-        raise ValueError(
-            f"basis spec entry {position} ({entry!r}): bad value {text!r} for {key!r}, need {need}"
-        )
-    return value
-
-
-def _parse_entry(entry: str, position: int) -> Entry:
-    """One spec entry ``family`` or ``family(key=value, ...)`` -> ``(family, {key: value})``."""
-    match = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", entry)
-    family = match.group(1).lower() if match else None
-    if family not in ("auto", *_KEYS) or (family == "auto" and match.group(2) is not None):
-        raise ValueError(
-            f"basis spec entry {position} ({entry!r}): expected 'auto', 'hermite(...)' or "
-            "'laguerre(...)'"
-        )
-    params: dict[str, float] = {}
-    body = match.group(2)
-    for item in [] if body is None or not body.strip() else body.split(","):
-        key, eq, value = (part.strip() for part in item.partition("="))
-        if key not in _KEYS[family] or not eq or key in params:
-            problem = "duplicate" if key in params else "unknown or malformed"
-            raise ValueError(
-                f"basis spec entry {position} ({entry!r}): {problem} parameter {item.strip()!r}; "
-                f"{family} takes {', '.join(_KEYS[family])}"
-            )
-        params[key] = _parse_value(value, key, entry, position)
-    return family, params
-
-
-def _split_entries(spec: str) -> list[str]:
-    """Split at the commas outside parentheses."""
-    entries, depth, current = [], 0, []
-    for char in spec:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth < 0 or depth > 1:
-            raise ValueError(f"basis spec {spec!r}: unbalanced or nested parentheses")
-        if char == "," and depth == 0:
-            entries.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    if depth:
-        raise ValueError(f"basis spec {spec!r}: unbalanced parentheses")
-    return [*entries, "".join(current)]
-
-
-def _object_entry(item: object, position: int) -> Entry:
-    """A Coordinate, a family object or an entry string -> an :data:`Entry`."""
-    if isinstance(item, str):
-        return _parse_entry(item, position)
-    coordinate = item if isinstance(item, Coordinate) else None
-    family = coordinate.family if coordinate is not None else item
-    if isinstance(family, Hermite):
-        name, params = "hermite", {"beta": float(family.beta)}
-    elif isinstance(family, Laguerre):
-        name, params = "laguerre", {"theta": float(family.theta), "beta": float(family.beta)}
-    else:
-        raise ValueError(
-            f"basis spec entry {position}: expected a Coordinate, Hermite, Laguerre or a string, "
-            f"got {item!r}"
-        )
-    if coordinate is not None:
-        params.update(loc=float(coordinate.loc), scale=float(coordinate.scale))
-    return name, params
-
-
-def parse_basis_spec(spec: str | Sequence[object], d: int) -> list[Entry]:
-    """Parse a basis spec for ``d`` coordinates into ``d`` entries ``(family, given params)``.
-
-    ``"auto"`` alone applies to every coordinate; otherwise exactly ``d`` entries are needed.
-    Raises :class:`ValueError` naming the offending entry.
-    """
-    if isinstance(spec, str):
-        entries = [_parse_entry(e, i) for i, e in enumerate(_split_entries(spec))]
-        if len(entries) == 1 and entries[0][0] == "auto":
-            entries = entries * d
-    else:
-        entries = [_object_entry(item, i) for i, item in enumerate(spec)]
-    if len(entries) != d:
-        raise ValueError(f"basis spec {spec!r} has {len(entries)} entries for {d} coordinates")
-    return entries
-
-
-def _resolved_entries(moments: Moments, spec: str | Sequence[object]) -> list[Entry]:
-    """The entries with ``auto`` replaced by the family the rule picks."""
-    entries = parse_basis_spec(spec, moments.d)
-    return [
-        (_auto_family(moments, k), {}) if name == "auto" else (name, params)
-        for k, (name, params) in enumerate(entries)
-    ]
-
-
-def _laguerre_loc(moments: Moments, k: int, params: dict[str, float]) -> float:
-    loc = params["loc"] if "loc" in params else laguerre_shift(moments, k)[0]
-    if loc > moments.minimum[k]:
-        raise ValueError(
-            f"coordinate {k}: Laguerre shift loc={loc!r} is above the data minimum "
-            f"{moments.minimum[k]!r}; every sample needs x >= loc"
-        )
-    return loc
-
-
-def gamma_reduction_for(
-    moments: Moments, spec: str | Sequence[object] = "auto"
-) -> Reduction | None:
-    """The Gamma pass :func:`choose_basis` needs for ``spec``, or ``None`` if it needs none.
-
-    It fits the Laguerre coordinates whose θ is not given, with their final shift and the
-    provisional scale σ of :func:`laguerre_shift`.
-    """
-    columns, locs, scales = [], [], []
-    for k, (name, params) in enumerate(_resolved_entries(moments, spec)):
-        if name == "laguerre" and "theta" not in params:
-            columns.append(k)
-            locs.append(_laguerre_loc(moments, k, params))
-            scales.append(laguerre_shift(moments, k)[1])
-    return gamma_reduction(locs, scales, columns) if columns else None
-
-
-def _theta_from_fit(gamma: GammaFit | None, k: int, loc: float) -> float:
-    """Integer Laguerre θ = max(0, round(k̂ - 1)) from the Gamma fit of coordinate ``k``."""
-    hits = [] if gamma is None else np.flatnonzero(gamma.columns == k)
-    if len(hits) == 0 or gamma.loc[hits[0]] != loc:
-        raise ValueError(
-            f"coordinate {k}: Laguerre θ needs a Gamma fit with loc={loc!r}; run the pass from "
-            "gamma_reduction_for(moments, spec) and pass its result as `gamma`"
-        )
-    return float(max(0, round(float(gamma.shape[hits[0]]) - 1.0)))
-
-
-def _coordinate(
-    moments: Moments, gamma: GammaFit | None, k: int, name: str, params: dict[str, float]
-) -> Coordinate:
-    mean, kurtosis = float(moments.mean[k]), float(moments.excess_kurtosis[k])
-    if name == "hermite":
-        loc = params.get("loc", mean)
-        scale = params["scale"] if "scale" in params else float(moments.std[k])
-        beta = params["beta"] if "beta" in params else _tail_beta(kurtosis, 0.0)
-        family: Hermite | Laguerre = Hermite(beta=beta)
-    else:
-        loc = _laguerre_loc(moments, k, params)
-        theta = params["theta"] if "theta" in params else _theta_from_fit(gamma, k, loc)
-        scale = params["scale"] if "scale" in params else (mean - loc) / (theta + 1.0)
-        beta = params["beta"] if "beta" in params else _tail_beta(kurtosis, 6.0 / (theta + 1.0))
-        family = Laguerre(theta=theta, beta=beta)
-    if not scale > 0:
-        raise ValueError(
-            f"coordinate {k}: the {name} scale from the data is {scale!r} (a constant "
-            "coordinate?); give scale= in the basis spec"
-        )
-    return Coordinate(family, loc=float(loc), scale=float(scale))
-
-
-def choose_basis(
-    moments: Moments,
-    gamma: GammaFit | None = None,
-    spec: str | Sequence[object] = "auto",
-) -> list[Coordinate]:
-    """One :class:`~kelr_dist.kernels.bases.Coordinate` per component (algorithm step 1, §4).
-
-    Parameters
-    ----------
-    moments : pass-0 statistics (:func:`moments_reduction`).
-    gamma : the result of the pass :func:`gamma_reduction_for` returns, when it returns one
-        (Laguerre coordinates whose θ is chosen from the data).
-    spec : ``"auto"``, a comma-separated spec or a list (see the module docstring).
-
-    Returns
-    -------
-    list of ``d`` coordinates. Raises :class:`ValueError` for a bad spec (naming the entry),
-    a Laguerre shift above the data minimum or a zero scale (naming the coordinate).
-    """
-    entries = _resolved_entries(moments, spec)
-    return [_coordinate(moments, gamma, k, name, p) for k, (name, p) in enumerate(entries)]
-
-
-def fit_basis(
-    x: np.ndarray,
-    spec: str | Sequence[object] = "auto",
-    chunks: Sequence[int] | int | None = None,
-) -> list[Coordinate]:
-    """:func:`choose_basis` on an in-memory trajectory ``x (n, d)`` or ``(chains, n, d)``."""
-    moments = reduce_in_memory(moments_reduction(), x, chunks)
-    gamma_pass = gamma_reduction_for(moments, spec)
-    gamma = None if gamma_pass is None else reduce_in_memory(gamma_pass, x, chunks)
-    return choose_basis(moments, gamma, spec)
-
-
-def coordinates_from_spec(spec: str | Sequence[object], d: int) -> list[Coordinate]:
-    """Coordinates from a fully specified spec (as :func:`format_basis` writes); no data needed.
-
-    Raises :class:`ValueError` naming the entry when a family or a parameter is left to the data.
-    """
-    coordinates = []
-    for k, (name, params) in enumerate(parse_basis_spec(spec, d)):
-        needed = ("beta", "loc", "scale") + (("theta",) if name == "laguerre" else ())
-        missing = [key for key in needed if key not in params]
-        if name == "auto" or missing:
-            raise ValueError(
-                f"basis entry {k} ({name}) is not fully specified: "
-                f"{'missing ' + ', '.join(missing) if missing else 'the family is auto'}"
-            )
-        family: Hermite | Laguerre = (
-            Hermite(beta=params["beta"])
-            if name == "hermite"
-            else Laguerre(theta=params["theta"], beta=params["beta"])
-        )
-        coordinates.append(Coordinate(family, loc=params["loc"], scale=params["scale"]))
-    return coordinates
-
-
-def format_basis(coordinates: Sequence[Coordinate]) -> str:
-    """The spec string of ``coordinates``; :func:`choose_basis` parses it back to them."""
-    entries = []
-    for c in coordinates:
-        f = c.family
-        head = f"laguerre(theta={float(f.theta)!r}," if isinstance(f, Laguerre) else "hermite("
-        entries.append(
-            f"{head}beta={float(f.beta)!r},loc={float(c.loc)!r},scale={float(c.scale)!r})"
-        )
-    return ",".join(entries)

@@ -42,11 +42,11 @@ from kelr_dist.data.store import as_trajectory, open_trajectory
 from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import scatter_trajectory
 from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import ESTIMATORS, candidate_table, used_estimator
 from kelr_dist.kernels.kde import gaussian_score
-from kelr_dist.kernels.moments import format_basis, parse_basis_spec
 from kelr_dist.kernels.response import (
     DensityScore,
     Forcing,
@@ -260,7 +260,7 @@ def estimate_response(
         both, and the one with the smaller held-out Hyvärinen loss
     (:mod:`kelr_dist.kernels.heldout`).
     basis : ``"auto"`` or a per-coordinate spec, e.g. ``"laguerre(theta=1),hermite"``
-        (:func:`kelr_dist.kernels.moments.parse_basis_spec`), or a list of coordinates; both
+        (:func:`kelr_dist.kernels.basis_spec.parse_basis_spec`), or a list of coordinates; both
         estimators
         use its coordinate families and affine maps.
     order : kernel embedding: ``"auto"`` (criteria of §4), an order ``M`` or a box tuple.

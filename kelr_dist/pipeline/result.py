@@ -14,9 +14,9 @@ import xarray as xr
 
 from kelr_dist.data.atomic import write_dataset
 from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.basis_spec import coordinates_from_spec
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.heldout import Choice
-from kelr_dist.kernels.moments import coordinates_from_spec
 from kelr_dist.kernels.response import Forcing, Observable, ResponseResult
 from kelr_dist.kernels.selection import typical_error
 from kelr_dist.pipeline.steps import KernelEmbeddingChoice

@@ -30,6 +30,7 @@ import xarray as xr
 
 from kelr_dist.engine.passes import run_reductions
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
+from kelr_dist.kernels.coordinates import choose_basis, gamma_reduction_for
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
@@ -41,7 +42,7 @@ from kelr_dist.kernels.kde import (
     mean_covariance_reduction,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.moments import Moments, choose_basis, gamma_reduction_for, moments_reduction
+from kelr_dist.kernels.moments import Moments, moments_reduction
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
     Forcing,
