@@ -45,9 +45,9 @@ from kelr_dist.kernels.kde import (  # noqa: E402
     BinnedKDE,
     binned_kde_reduction,
     default_grid,
-    mean_covariance_reduction,
     silverman_bandwidth,
 )
+from kelr_dist.kernels.quasi_gaussian import mean_covariance_reduction  # noqa: E402
 from kelr_dist.kernels.response import (  # noqa: E402
     DensityScore,
     KDEScore,

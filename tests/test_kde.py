@@ -13,13 +13,12 @@ from kelr_dist.kernels.kde import (
     binned_kde_reduction,
     default_grid,
     exact_kde_reduction,
-    gaussian_score,
     kde_exact,
     linear_binning,
     make_grid,
-    mean_covariance_reduction,
     silverman_bandwidth,
 )
+from kelr_dist.kernels.quasi_gaussian import gaussian_score, mean_covariance_reduction
 from kelr_dist.kernels.reduction import reduce_in_memory
 
 WEIGHTS = np.array([0.6, 0.4])

@@ -1,4 +1,4 @@
-"""Baselines: Gaussian kernel density estimate (paper §5, eq:KDE) and the quasi-Gaussian FDT.
+"""Gaussian kernel density estimate, exact and binned: the paper's baseline (§5, eq:KDE).
 
 The response estimator needs the density ``p`` and its gradient ``grad p`` at every sample
 (the conjugate variable of a constant forcing is ``B = -grad p / p``, eq:lin_oper). The paper's
@@ -45,10 +45,6 @@ error on the same points (its score against the true mixture score, same normali
 spacing of ``h / 4`` per coordinate: its score error is ~40 times below the statistical error,
 and since both the binning error (~delta^2) and the KDE bias (~h^2) scale with h the ratio
 holds at every N (Silverman's h shrinks as N^(-1/6), so the grid grows with N).
-
-Quasi-Gaussian FDT: :func:`mean_covariance_reduction` (count, mean, co-moment matrix merged by
-the parallel formula of Chan, Golub & LeVeque; also min and max, which fix the KDE grid) and
-:func:`gaussian_score` (``grad log p = -Sigma^{-1} (x - mu)`` of the fitted Gaussian).
 """
 
 from __future__ import annotations
@@ -58,7 +54,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
-from scipy import linalg
 
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
 
@@ -81,7 +76,8 @@ _BLOCK = 4096
 # ----------------------------------------------------------------------------- validation
 
 
-def _as_finite_array(name: str, value: object, ndim: int) -> np.ndarray:
+def as_finite_array(name: str, value: object, ndim: int) -> np.ndarray:
+    """``value`` as a float64 array of ``ndim`` dimensions; ``ValueError`` naming ``name``."""
     array = np.asarray(value, dtype=np.float64)
     if array.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {array.shape}")
@@ -90,15 +86,16 @@ def _as_finite_array(name: str, value: object, ndim: int) -> np.ndarray:
     return array
 
 
-def _as_samples(name: str, value: object, d: int | None = None) -> np.ndarray:
-    array = _as_finite_array(name, value, 2)
+def as_samples(name: str, value: object, d: int | None = None) -> np.ndarray:
+    """``value`` as finite samples ``(n, d)``; ``ValueError`` naming ``name``."""
+    array = as_finite_array(name, value, 2)
     if d is not None and array.shape[1] != d:
         raise ValueError(f"{name} must have {d} columns, got shape {array.shape}")
     return array
 
 
 def _as_positive(name: str, value: object, d: int | None = None) -> np.ndarray:
-    array = _as_finite_array(name, value, 1)
+    array = as_finite_array(name, value, 1)
     if d is not None and array.shape != (d,):
         raise ValueError(f"{name} must have shape ({d},), got {array.shape}")
     if np.any(array <= 0):
@@ -180,14 +177,14 @@ def exact_kde_reduction(points: np.ndarray, bandwidth: np.ndarray) -> Reduction:
     A :class:`~kelr_dist.kernels.reduction.Reduction` whose partial holds the sample count and the
     unnormalised kernel sums; it finalises to ``(density (n,), gradient (n, d))``.
     """
-    points = _as_samples("points", points)
+    points = as_samples("points", points)
     d = points.shape[1]
     bandwidth = _as_positive("bandwidth", bandwidth, d)
     inv_h = 1.0 / bandwidth
     norm = _kernel_norm(bandwidth)
 
     def chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
-        x = _as_samples("samples", x, d)
+        x = as_samples("samples", x, d)
         sums, grads = _kernel_sums(x, points, inv_h)
         return {"n": x.shape[0], "sums": sums, "grads": grads}
 
@@ -217,7 +214,7 @@ def kde_exact(
     gradient : ``(n, d)`` ``grad p_N(points)``.
     """
     reduction = exact_kde_reduction(points, bandwidth)
-    samples = _as_samples("samples", samples, np.asarray(points).shape[1])
+    samples = as_samples("samples", samples, np.asarray(points).shape[1])
     if samples.shape[0] == 0:
         raise ValueError("samples must hold at least one sample, got shape (0, d)")
     return reduce_in_memory(reduction, samples)
@@ -259,11 +256,11 @@ def make_grid(
     max_bytes: int = DEFAULT_MAX_GRID_BYTES,
 ) -> Grid:
     """Validate a grid for d = 1..3; ``ValueError`` if it is malformed or needs > ``max_bytes``."""
-    lower = _as_finite_array("lower", lower, 1)
+    lower = as_finite_array("lower", lower, 1)
     d = lower.shape[0]
     if not 1 <= d <= 3:
         raise ValueError(f"the binned KDE supports d = 1..3 coordinates, got lower of shape {d}")
-    upper = _as_finite_array("upper", upper, 1)
+    upper = as_finite_array("upper", upper, 1)
     if upper.shape != (d,) or np.any(upper <= lower):
         raise ValueError(f"upper must have shape ({d},) and exceed lower={lower}, got {upper}")
     shape_array = np.asarray(shape)
@@ -302,8 +299,8 @@ def default_grid(
     bandwidth : ``(d,)`` KDE bandwidths.
     """
     bandwidth = _as_positive("bandwidth", bandwidth)
-    minimum = _as_finite_array("minimum", minimum, 1)
-    maximum = _as_finite_array("maximum", maximum, 1)
+    minimum = as_finite_array("minimum", minimum, 1)
+    maximum = as_finite_array("maximum", maximum, 1)
     if not minimum.shape == maximum.shape == bandwidth.shape or np.any(maximum < minimum):
         raise ValueError(
             f"minimum={minimum} and maximum={maximum} must match bandwidth's shape "
@@ -434,7 +431,7 @@ def linear_binning(x: np.ndarray, grid: Grid) -> np.ndarray:
     Each sample gives its unit mass to the 2^d nodes of its cell, with multilinear weights, so
     ``counts.sum() == L``. ``ValueError`` for non-finite samples or samples outside the grid.
     """
-    x = _as_samples("samples", x, len(grid.shape))
+    x = as_samples("samples", x, len(grid.shape))
     counts = np.zeros(int(np.prod(grid.shape)))
     shape = np.asarray(grid.shape, dtype=np.int64)
     outside = _linear_binning(x, grid.lower, grid.upper, 1.0 / grid.spacing, shape, counts)
@@ -526,7 +523,7 @@ class BinnedKDE:
         gradient : ``(n, d)``; 0 outside the grid.
         """
         d = len(self.grid.shape)
-        points = _as_samples("points", points, d)
+        points = as_samples("points", points, d)
         if self.order == 1:
             values = _multilinear(
                 points,
@@ -584,114 +581,3 @@ def binned_kde_reduction(grid: Grid, bandwidth: np.ndarray, order: int = 1) -> R
         return BinnedKDE(grid, partial["counts"], partial["n"], bandwidth, order)
 
     return Reduction("KDE binning", chunk, finalize=finalize)
-
-
-# ----------------------------------------------------------------------------- quasi-Gaussian
-
-
-@dataclass(frozen=True, eq=False)
-class SampleMoments:
-    """Sample count, mean ``(d,)``, covariance ``(d, d)`` (ddof = 1, as ``numpy.cov``), range."""
-
-    count: int
-    mean: np.ndarray
-    cov: np.ndarray
-    minimum: np.ndarray
-    maximum: np.ndarray
-
-
-def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
-    x = _as_samples("samples", x)
-    if x.shape[0] == 0:
-        d = x.shape[1]
-        return {
-            "count": 0,
-            "mean": np.zeros(d),
-            "comoment": np.zeros((d, d)),
-            "minimum": np.full(d, np.inf),
-            "maximum": np.full(d, -np.inf),
-        }
-    mean = x.mean(axis=0)
-    centred = x - mean
-    return {
-        "count": x.shape[0],
-        "mean": mean,
-        "comoment": centred.T @ centred,
-        "minimum": x.min(axis=0),
-        "maximum": x.max(axis=0),
-    }
-
-
-def _moments_combine(a: Partial, b: Partial) -> Partial:
-    """Chan, Golub & LeVeque's pairwise update of count, mean and co-moment matrix."""
-    count = a["count"] + b["count"]
-    if count == 0:
-        return a
-    delta = b["mean"] - a["mean"]
-    weight = b["count"] / count
-    return {
-        "count": count,
-        "mean": a["mean"] + delta * weight,
-        "comoment": a["comoment"] + b["comoment"] + np.outer(delta, delta) * a["count"] * weight,
-        "minimum": np.minimum(a["minimum"], b["minimum"]),
-        "maximum": np.maximum(a["maximum"], b["maximum"]),
-    }
-
-
-def _moments_finalize(partial: Partial) -> SampleMoments:
-    count = partial["count"]
-    if count < 2:
-        raise ValueError(f"the covariance needs at least 2 samples, got {count}")
-    return SampleMoments(
-        count,
-        partial["mean"],
-        partial["comoment"] / (count - 1),
-        partial["minimum"],
-        partial["maximum"],
-    )
-
-
-def mean_covariance_reduction() -> Reduction:
-    """Mergeable sample mean, covariance and range: a Reduction finalised to SampleMoments.
-
-    Combine is Chan et al.'s parallel update (not a plain sum), stable for long series.
-    """
-    return Reduction("mean/covariance", _moments_chunk, _moments_combine, _moments_finalize)
-
-
-@dataclass(frozen=True, eq=False)
-class GaussianScore:
-    """``x (n, d) -> -Sigma^{-1} (x - mu)``: the score of the Gaussian ``N(mu, Sigma)``."""
-
-    mean: np.ndarray
-    cholesky: tuple[np.ndarray, bool]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = _as_samples("x", x, self.mean.shape[0])
-        return -linalg.cho_solve(self.cholesky, (x - self.mean).T).T
-
-
-def gaussian_score(mean: np.ndarray, cov: np.ndarray) -> GaussianScore:
-    """Quasi-Gaussian FDT: the score ``grad log p = -Sigma^{-1}(x - mu)`` of the fitted Gaussian.
-
-    For constant forcing the conjugate variable (eq:lin_oper) is ``B = -score``.
-
-    Parameters
-    ----------
-    mean : ``(d,)`` mean ``mu``.
-    cov : ``(d, d)`` symmetric positive definite covariance ``Sigma``.
-
-    Returns
-    -------
-    A picklable callable ``(n, d) -> (n, d)``.
-    """
-    mean = _as_finite_array("mean", mean, 1)
-    d = mean.shape[0]
-    cov = _as_finite_array("cov", cov, 2)
-    if cov.shape != (d, d) or np.max(np.abs(cov - cov.T)) > 1e-10 * np.max(np.abs(cov)):
-        raise ValueError(f"cov must be a symmetric ({d}, {d}) matrix, got {cov}")
-    try:
-        factor = linalg.cho_factor(cov)
-    except linalg.LinAlgError:
-        raise ValueError(f"cov must be positive definite, got {cov}") from None
-    return GaussianScore(mean, factor)

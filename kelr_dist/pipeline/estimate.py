@@ -46,7 +46,7 @@ from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import ESTIMATORS, candidate_table, used_estimator
-from kelr_dist.kernels.kde import gaussian_score
+from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.response import (
     DensityScore,
     Forcing,

@@ -36,13 +36,12 @@ from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
 from kelr_dist.kernels.kde import (
     BinnedKDE,
-    SampleMoments,
     binned_kde_reduction,
     default_grid,
-    mean_covariance_reduction,
     silverman_bandwidth,
 )
 from kelr_dist.kernels.moments import Moments, moments_reduction
+from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
     Forcing,
