@@ -41,7 +41,8 @@ import xarray as xr
 from kelr_dist.data.models import make_model
 from kelr_dist.data.simulate import simulate
 from kelr_dist.data.store import open_trajectory
-from kelr_dist.engine.cluster import close_embedded_cluster, get_client, peak_memory
+from kelr_dist.engine.cluster import close_embedded_cluster, get_client
+from kelr_dist.engine.memory import peak_memory
 from kelr_dist.engine.passes import run_reductions
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.coordinates import choose_basis, gamma_reduction_for

@@ -24,15 +24,13 @@ import ipaddress
 import logging
 import os
 import socket
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import dask
 import dask.system
 import distributed.system
-import psutil
 from dask.utils import parse_bytes
 from distributed import Client, LocalCluster, WorkerPlugin
 from distributed.comm.addressing import parse_address
@@ -352,30 +350,3 @@ def client_for(
     finally:
         if created_from_address:
             made.close()
-
-
-@contextmanager
-def peak_memory(pids: list[int], interval: float = 0.02) -> Iterator[dict[int, int]]:
-    """Sample the resident memory of processes ``pids`` in a thread while the block runs.
-
-    Yields ``{pid: peak bytes}``, filled in as the samples come (worker pids:
-    ``client.run(os.getpid).values()``).
-    """
-    peaks = dict.fromkeys(pids, 0)
-    processes = [psutil.Process(pid) for pid in pids]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            for proc in processes:
-                with suppress(psutil.NoSuchProcess):
-                    peaks[proc.pid] = max(peaks[proc.pid], proc.memory_info().rss)
-            stop.wait(interval)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield peaks
-    finally:
-        stop.set()
-        thread.join()
