@@ -17,14 +17,11 @@ from kelr_dist.data.store import (
     MAX_CHUNK_BYTES,
     TrajectoryError,
     as_trajectory,
-    create_store,
     describe_trajectory,
-    mark_complete,
     open_trajectory,
     read_progress,
-    write_progress,
-    write_samples,
 )
+from kelr_dist.data.writer import create_store, mark_complete, write_progress, write_samples
 
 # xarray writes the hand-made stores' string coordinates as zarr's (unspecified) fixed-length type
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.UnstableSpecificationWarning")

@@ -9,7 +9,7 @@ interruptions.
 
 After writing each chunk, a chain stores its progress record (samples written, the PCG64
 state, the model state) in its own chunk of ``_progress/record`` (see
-:func:`kelr_dist.data.store.create_store`), after the samples, so a killed run loses at most the
+:func:`kelr_dist.data.writer.create_store`), after the samples, so a killed run loses at most the
 chunk in flight and :func:`simulate` called again with the same arguments continues from the
 records. Chains run as tasks on a Dask ``distributed.Client`` (one task per chunk, chained per
 chain) or one after another in this process.
@@ -31,12 +31,11 @@ from tqdm.auto import tqdm
 from kelr_dist import __version__
 from kelr_dist.data.atomic import new_directory
 from kelr_dist.data.models import Model, make_model
-from kelr_dist.data.store import (
+from kelr_dist.data.store import open_trajectory, read_progress
+from kelr_dist.data.writer import (
     create_store,
     mark_complete,
-    open_trajectory,
     read_attrs,
-    read_progress,
     write_progress,
     write_samples,
 )
@@ -146,7 +145,7 @@ def _settings_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[s
 
 
 def _create(path: Path, run: _Run, settings: dict[str, Any], width: int) -> None:
-    """An empty store for ``run`` at ``path`` (see :func:`kelr_dist.data.store.create_store`)."""
+    """An empty store for ``run`` at ``path`` (see :func:`kelr_dist.data.writer.create_store`)."""
     create_store(
         path,
         chains=run.chains,

@@ -1,6 +1,6 @@
-"""The trajectory store contract: opening, validating and writing trajectory stores.
+"""The trajectory store contract: opening and validating trajectory stores.
 
-A trajectory store (DESIGN §4) is a zarr store that :func:`xarray.open_zarr` opens, holding one
+A trajectory store is a zarr store that :func:`xarray.open_zarr` opens, holding one
 variable (default ``x``) with
 
 - dims ``(time, component)`` or ``(chain, time, component)`` (any order; it is transposed),
@@ -17,12 +17,8 @@ return a lazily loaded, dask-backed ``DataArray`` with dims always ``("chain", "
 "component")``, ``attrs["dt"]`` and ``attrs["store"]`` set. Whatever breaks the contract raises
 one :class:`TrajectoryError` naming the store, the variable and the problem.
 
-The writer half (:func:`create_store`, :func:`write_samples`, :func:`write_progress`,
-:func:`read_progress`, :func:`mark_complete`) is what :mod:`kelr_dist.data.simulate` uses: one
-process creates a pre-sized ``(chain, time, component)`` array and its metadata; workers then
-write disjoint, chunk-aligned regions (one chain each, no sharding) and a per-chain progress
-record (one zarr chunk per chain, so concurrent chains never touch the same object); only the
-creating process changes metadata, once at the end (the ``complete`` attribute).
+Generated stores are written by :mod:`kelr_dist.data.writer`; :func:`read_progress` reads
+their per-chain progress records (an incomplete store's message says how far it got).
 """
 
 from __future__ import annotations
@@ -37,7 +33,6 @@ from typing import Any
 import numpy as np
 import xarray as xr
 import zarr
-from zarr.codecs import BloscCodec
 
 DIMS = ("chain", "time", "component")
 # most bytes one task may have to read for one block of one chain (see _check_chunks)
@@ -389,98 +384,10 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# writing (generated stores)
-# --------------------------------------------------------------------------------------------
-
-
-def create_store(
-    path: str | os.PathLike[str],
-    *,
-    chains: int,
-    n_samples: int,
-    components: tuple[str, ...],
-    dt: float,
-    chunk: int,
-    attrs: Mapping[str, Any],
-    progress_width: int,
-    variable: str = "x",
-    dtype: str = "float64",
-) -> None:
-    """Create an empty, pre-sized generated store (metadata only; call from one process).
-
-    Layout: ``variable`` ``(chain, time, component)`` of ``dtype`` (NaN until written),
-    chunks ``(1, chunk, d)``, Blosc-zstd compressed, not sharded, ``dt`` in its attributes;
-    ``chain`` and ``component`` coordinates; ``attrs`` plus ``complete=False`` on the root
-    group; and ``_progress/record``, ``(chains, progress_width)`` uint64 with one chunk per
-    chain, zero until a chain records its progress; a record's first entry is the number of
-    samples the chain has written (the rest is the writer's business). Fails if ``path``
-    exists.
-    """
-    root = zarr.open_group(
-        os.fspath(path), mode="w-", zarr_format=3, attributes={**attrs, "complete": False}
-    )
-    root.create_array(
-        variable,
-        shape=(chains, n_samples, len(components)),
-        chunks=(1, chunk, len(components)),
-        dtype=dtype,
-        fill_value=np.nan,
-        compressors=BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"),
-        dimension_names=DIMS,
-        attributes={"dt": dt},
-    )
-    root.create_array(
-        "component", shape=(len(components),), dtype=str, dimension_names=("component",)
-    )[:] = np.asarray(components, dtype=str)
-    root.create_array("chain", shape=(chains,), dtype="int64", dimension_names=("chain",))[:] = (
-        np.arange(chains)
-    )
-    root.create_group(PROGRESS_GROUP).create_array(
-        PROGRESS_ARRAY,
-        shape=(chains, progress_width),
-        chunks=(1, progress_width),
-        dtype="uint64",
-        fill_value=0,
-    )
-
-
-def write_samples(
-    path: str | os.PathLike[str], chain: int, start: int, samples: np.ndarray, variable: str = "x"
-) -> None:
-    """Write ``samples (L, d)`` to rows ``[start, start + L)`` of ``chain``.
-
-    ``start`` must be a multiple of the time chunk and ``L`` the chunk (or what is left), so
-    that concurrent writers never share a chunk.
-    """
-    array = zarr.open_array(os.fspath(path), path=variable, mode="r+")
-    array[chain, start : start + samples.shape[0], :] = samples
-
-
-def write_progress(path: str | os.PathLike[str], chain: int, record: np.ndarray) -> None:
-    """Store the progress ``record (progress_width,)`` uint64 of ``chain`` (one chunk, atomic
-    on a local store: zarr writes a chunk to a temporary file and renames it)."""
-    array = zarr.open_array(os.fspath(path), path=f"{PROGRESS_GROUP}/{PROGRESS_ARRAY}", mode="r+")
-    array[chain, :] = record
-
-
 def read_progress(path: str | os.PathLike[str]) -> np.ndarray:
     """All chains' progress records, ``(chains, progress_width)`` uint64 (zero: none yet)."""
     array = zarr.open_array(os.fspath(path), path=f"{PROGRESS_GROUP}/{PROGRESS_ARRAY}", mode="r")
     return np.asarray(array[...])
-
-
-def read_attrs(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The root attributes of the zarr store at ``path``, or ``None`` when there is none."""
-    try:
-        return dict(zarr.open_group(os.fspath(path), mode="r").attrs)
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.NodeTypeValidationError):
-        return None
-
-
-def mark_complete(path: str | os.PathLike[str]) -> None:
-    """Set the root attribute ``complete=True`` (from the one process that created the store)."""
-    zarr.open_group(os.fspath(path), mode="r+").attrs["complete"] = True
 
 
 def _incomplete_message(source: str, attrs: Mapping[str, Any]) -> str:
