@@ -1,4 +1,4 @@
-"""Benchmark of the numerical core (issue 2): wall time of each stage, its rate against this
+"""Benchmark of the numerical core: wall time of each stage, its rate against this
 machine's measured GEMM / FFT rate, a per-basis-function loop and the KDE baseline.
 
 Usage::
@@ -6,7 +6,7 @@ Usage::
     python scripts/bench_core.py             # N = 1e6 and 1e7
     python scripts/bench_core.py --quick     # N = 1e6 only
 
-Data: the paper's triple-well (eq:triple), simulated with ``make_model("triple-well").advance``
+Data: the paper's triple-well (eq. 59), simulated with ``make_model("triple-well").advance``
 (every stored sample, after the model's burn-in); ``--iid`` uses i.i.d. samples of a
 three-component Gaussian mixture at the well centres instead. d = 2, M = 60 (1891 functions),
 sweep over M = 0..70, S = 2000 lags.
@@ -157,7 +157,7 @@ def coefficient_stage(basis: TensorBasis, x: np.ndarray, threads: int) -> Kernel
 
 
 def evaluate_stage(density: KernelDensity, x: np.ndarray, threads: int) -> np.ndarray:
-    """``B = -grad p / p`` where ``p >= DELTA``, else 0 (eq:deps_hat), ``(n, 2)``."""
+    """``B = -grad p / p`` where ``p >= DELTA``, else 0 (eq. 46), ``(n, 2)``."""
     parts = parallel(
         threads,
         [lambda a=a, b=b: density.evaluate(x[a:b]) for a, b in split_rows(len(x), threads)],
@@ -306,7 +306,7 @@ def per_basis_loop(
 
 
 def direct_lag_loop(a: np.ndarray, b: np.ndarray, lags: int) -> float:
-    """eq:MC_approx lag by lag (``a[s:].T @ b[:n-s]``), seconds for ``lags`` lags."""
+    """eq. 6 lag by lag (``a[s:].T @ b[:n-s]``), seconds for ``lags`` lags."""
     n = len(b)
     start = time.perf_counter()
     for s in range(lags):

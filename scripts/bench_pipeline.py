@@ -1,4 +1,4 @@
-"""Benchmark the whole estimate (issue 4): out of core, accuracy with automatic choices, speed.
+"""Benchmark the whole estimate: out of core, accuracy with automatic choices, speed.
 
 1. Out of core: an OU trajectory store of >= 8 GiB (float64) estimated on the embedded
    cluster of 2 workers x 1 GiB; wall time and every worker's peak resident memory (sampled by
@@ -58,7 +58,7 @@ from kelr_dist.kernels.selection import choose_delta, criteria_reduction
 from kelr_dist.pipeline.estimate import estimate_response
 
 GIB = 1 << 30
-PAPER_SECONDS = 1.54e3  # paper, Table tab:run_time: triple-well, M = 60, N = 1e7
+PAPER_SECONDS = 1.54e3  # paper, Table 1: triple-well, M = 60, N = 1e7
 CHAINS = 2
 
 

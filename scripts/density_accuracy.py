@@ -1,4 +1,4 @@
-"""Sup error of the kernel-embedding density p_M (eq:kme2) against N for a few orders M, and of
+"""Sup error of the kernel-embedding density p_M (eq. 40) against N for a few orders M, and of
 the paper's Gaussian KDE (Silverman bandwidth, §5), on i.i.d. samples of two known
 non-Gaussian densities. Prints the table and writes ``docs/figures/density_accuracy.png``.
 

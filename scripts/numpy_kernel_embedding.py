@@ -31,7 +31,7 @@ import zarr
 
 ORDERS = (10, 20, 30, 40, 50, 60, 70)  # the 7-order scan
 ROWS = 8192  # row block of the tables
-DELTA = 1e-3  # p below DELTA * max p: no score there (eq:deps_hat)
+DELTA = 1e-3  # p below DELTA * max p: no score there (eq. 46)
 NEGATIVE_SHARE = 0.01  # the scan's criterion
 
 

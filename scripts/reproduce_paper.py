@@ -1,7 +1,7 @@
 """Reproduce the paper's §5 end to end: triple-well and Langevin-Morse, figures and run times.
 
 Writes the analogues of Figures fig:p_tri, fig:KELR_tri, fig:phat_Lan, fig:KELR_Lan and of
-Table tab:run_time (``runtime.md``, plus ``errors.md``) with the paper's parameters:
+Table 1 (``runtime.md``, plus ``errors.md``) with the paper's parameters:
 
 * triple-well ``(a, kT, γ) = (1, 1.5, 0.25)``, weak trapezoidal ``h = 1e-3``, 1/5 subsampling,
   Hermite basis ``β = 1``, total degree ``M = 60`` (and the automatic order), ``A = x``,
@@ -73,7 +73,7 @@ STYLES = {
     "response_auto": {"color": "#2CA02C", "ls": ":", "lw": 1.4, "label": "kernel embedding"},
     "response_kde": {"color": "#EDB120", "ls": "-.", "lw": 1.6, "label": "KDE"},
 }
-# Table tab:run_time: (basis functions, seconds) on a 3.2 GHz quad-core i5, MATLAB
+# Table 1: (basis functions, seconds) on a 3.2 GHz quad-core i5, MATLAB
 PAPER_TABLE = {
     "kde_triple": ("1e7", 1.99e4),
     "ke_triple": ("1891", 1.54e3),
@@ -423,7 +423,7 @@ def machine() -> str:
 
 
 def runtime_table(tri: dict[str, Any], lan: dict[str, Any], samples: int) -> str:
-    """Markdown run-time table (Table tab:run_time next to the measured times)."""
+    """Markdown run-time table (Table 1 next to the measured times)."""
     rows = [
         (f"KDE (triple-well, N = {samples:.0e})", f"{samples:.0e}", tri["seconds"]["kde"],
          PAPER_TABLE["kde_triple"][1]),
@@ -445,7 +445,7 @@ def runtime_table(tri: dict[str, Any], lan: dict[str, Any], samples: int) -> str
     simulate_seconds = tri["seconds"]["simulate"] + lan["seconds"]["simulate"]
     return "\n".join(
         [
-            "# Run time (Table tab:run_time, measured here)",
+            "# Run time (Table 1, measured here)",
             "",
             f"Machine: {machine()}, shared with other jobs; the embedded Dask cluster "
             f"({samples:.0e} samples per model, one chain, linear response for t ≤ {MAX_TIME:g}).",

@@ -1,4 +1,4 @@
-"""Soak test (issue 12): many estimates in a row on one long-lived cluster, two clients at once.
+"""Soak test: many estimates in a row on one long-lived cluster, two clients at once.
 
 1. One OU store (``--samples``, default 2e5, in ``--chunk`` time chunks) and the embedded
    cluster of ``--workers`` single-threaded worker processes, kept for the whole run.

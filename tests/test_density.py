@@ -1,4 +1,4 @@
-"""Kernel-embedding density (eq:kme_MC, eq:kme2): chunking invariance, truncation without refit,
+"""Kernel-embedding density (eq. 39, eq. 40): chunking invariance, truncation without refit,
 brute-force twins, finite differences, accuracy on known non-Gaussian densities, bad input."""
 
 import itertools
@@ -56,7 +56,7 @@ def brute_force(density: KernelDensity, x: np.ndarray, order=None):
 
 
 def brute_force_coefficients(basis: TensorBasis, x: np.ndarray) -> np.ndarray:
-    """eq:kme_MC as a loop: mean over samples of prod_k psi_{m_k}(y_k) W^{1-beta}(y_k)."""
+    """eq. 39 as a loop: mean over samples of prod_k psi_{m_k}(y_k) W^{1-beta}(y_k)."""
     tables = [
         c.coefficient_table(x[:, k], max(basis.max_orders)) for k, c in enumerate(basis.coordinates)
     ]
@@ -250,7 +250,7 @@ SIZES = (10_000, 100_000, 1_000_000)
 
 
 def test_gaussian_mixture_accuracy_falls_with_n_and_order_and_beats_kde():
-    """2-D two-component mixture, Hermite x Hermite standardised on the sample (eq:kme2)."""
+    """2-D two-component mixture, Hermite x Hermite standardised on the sample (eq. 40)."""
     x_all = mixture_samples(SIZES[-1], np.random.default_rng(2024))
     mean, std = x_all.mean(axis=0), x_all.std(axis=0)
     basis = TensorBasis(tuple(Coordinate(Hermite(), mean[k], std[k]) for k in range(2)), 30)

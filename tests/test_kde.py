@@ -43,7 +43,7 @@ def mixture_density(x: np.ndarray) -> np.ndarray:
 
 
 def direct_kde(samples, points, h):
-    """Numpy twin of eq:KDE with a diagonal bandwidth: density (n,) and gradient (n, d)."""
+    """Numpy twin of eq. 58 with a diagonal bandwidth: density (n,) and gradient (n, d)."""
     z = (points[:, None, :] - samples[None]) / h
     k = np.exp(-0.5 * (z**2).sum(-1)) / ((2 * np.pi) ** (len(h) / 2) * np.prod(h))
     return k.mean(1), (-(z / h) * k[..., None]).mean(1)

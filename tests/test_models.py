@@ -111,7 +111,7 @@ LANGEVIN_BOX = (-0.6, -7.0), (7.4, 7.0), (4000, 700)
 
 
 def paper_triple_well(x: np.ndarray, a: float, gamma: float, variant: str) -> np.ndarray:
-    """eq:potential_well term by term; ``v`` applied to squared distances ``z``."""
+    """eq. 60 term by term; ``v`` applied to squared distances ``z``."""
 
     def v(z: np.ndarray) -> np.ndarray:
         # "paper": v(z) = 10 exp(1/(z^2 - a^2)) on |z| < a; "radial": the exponent holds r^2 = z
@@ -266,7 +266,7 @@ def test_ou_closed_forms() -> None:
     derivative = (model.response(t + h) - model.response(t - h)) / (2 * h)
     np.testing.assert_allclose(derivative, -gamma @ response, atol=1e-8)
     np.testing.assert_allclose(model.lag_covariance(t), response @ cov, atol=1e-14)
-    # the exact response for A = x, constant forcing is E[x(t) (-score(x(0)))^T] (eq:lin_oper)
+    # the exact response for A = x, constant forcing is E[x(t) (-score(x(0)))^T] (eq. 5)
     x = np.random.default_rng(5).normal(size=(5, 2))
     np.testing.assert_allclose(model.score(x), -x @ np.linalg.inv(cov), rtol=1e-12)
 

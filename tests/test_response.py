@@ -1,4 +1,4 @@
-"""Response pass (eq:lin_oper, eq:deps_hat, eq:MC_approx): chunking invariance, brute-force twins
+"""Response pass (eq. 5, eq. 46, eq. 6): chunking invariance, brute-force twins
 for B and the lagged means, user forcings, and the 2-D Ornstein-Uhlenbeck oracle expm(-Γt)."""
 
 import numpy as np
@@ -33,7 +33,7 @@ def ou_samples(n: int, seed: int, chains: int | None = None) -> tuple[object, np
 
 
 def brute_response(a: np.ndarray, b: np.ndarray, max_lag: int) -> np.ndarray:
-    """eq:MC_approx by an explicit loop, pooled over chains: ``(S+1, q, d)``."""
+    """eq. 6 by an explicit loop, pooled over chains: ``(S+1, q, d)``."""
     a, b = (np.atleast_3d(v) if v.ndim == 3 else v[None] for v in (a, b))
     out = np.zeros((max_lag + 1, a.shape[-1], b.shape[-1]))
     for s in range(max_lag + 1):
@@ -53,7 +53,7 @@ def small_density(x: np.ndarray, order: int = 6) -> KernelDensity:
 
 
 def reference_b(density: KernelDensity, x: np.ndarray, order: int, delta: float) -> np.ndarray:
-    """B = -grad p_M / p_M where p_M >= delta (standardized units), else 0 (eq:deps_hat)."""
+    """B = -grad p_M / p_M where p_M >= delta (standardized units), else 0 (eq. 46)."""
     p, grad = density.evaluate(x, order)
     b = np.zeros_like(grad)
     kept = p * np.prod(density.scales) >= delta
@@ -204,7 +204,7 @@ def test_bad_callbacks_and_lags_are_rejected():
 
 
 def test_ou_kernel_embedding_response_matches_expm_within_exact_fdt_error_bars():
-    """Issue 2's test: 2-D OU with non-symmetric Γ, N = 1e6, basis, order and δ all automatic.
+    """2-D OU with non-symmetric Γ, N = 1e6, basis, order and δ all automatic.
 
     Compared over t = s dt <= 3 (s = 0..60), every (lag, i, j):
 

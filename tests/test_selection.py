@@ -1,4 +1,4 @@
-"""Order and threshold selection (eq:deltaM, crit1, crit2): the one-pass sweep against a
+"""Order and threshold selection (eqs. 52–54): the one-pass sweep against a
 brute-force evaluation at every order, chunking invariance, eta, and the automatic choices."""
 
 import numpy as np
@@ -89,7 +89,7 @@ def test_sweep_statistics_equal_brute_force_at_every_order(case):
     criteria = Criteria.from_sums(density, sums)
     scale = np.abs(p).max(axis=1)
     assert (p < 0).any(), "the case must exercise negative values"
-    # delta_M (eq:deltaM): smallest positive p_M(X_n); the most negative value
+    # delta_M (eq. 52): smallest positive p_M(X_n); the most negative value
     positive_min = np.where(p > 0, p, np.inf).min(axis=1)
     np.testing.assert_allclose(sums["min_pos"], positive_min, rtol=1e-12, atol=1e-13 * scale.max())
     np.testing.assert_allclose(sums["min_val"], p.min(axis=1), rtol=1e-12, atol=1e-13 * scale.max())
@@ -97,7 +97,7 @@ def test_sweep_statistics_equal_brute_force_at_every_order(case):
         criteria.negative_excursion, np.maximum(-p.min(axis=1), 0), atol=1e-13 * scale.max()
     )
     assert (sums["pos"].sum(axis=1) + sums["neg"].sum(axis=1) + sums["zeros"] == len(x)).all()
-    # R_M at bin edges (crit1): exact counts, up to values within rounding of an edge
+    # R_M at bin edges (eq. 53): exact counts, up to values within rounding of an edge
     edges = bin_edges()
     for delta in edges[[0, 150, 300, 320, 340, 360, 380, 400, N_BINS - 1]]:
         rate = criteria.rejection(delta)
@@ -194,7 +194,7 @@ def windowed_excursion(eps: np.ndarray, window: int = 2) -> np.ndarray:
 
 
 def test_choose_order_on_constructed_criteria():
-    # eta decays to a noise floor ~1e-3 from order 6 on (converged, crit2); the error scale
+    # eta decays to a noise floor ~1e-3 from order 6 on (converged, eq. 54); the error scale
     # (largest eps within 2 orders) is 5e-3, 3e-3, 2e-3, 1e-3, 4e-3, 8e-3... for M = 6, 7, ...
     eta = [0.5, 0.3, 0.1, 0.05, 0.02, 0.01, 1e-3, 1.2e-3, 0.9e-3, 1.1e-3, 1e-3, 1e-3, 1e-3]
     eps = [0.0, 0.0, 0.02, 0.01, 5e-3, 3e-3, 2e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 4e-3, 8e-3]

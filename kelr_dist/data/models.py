@@ -1,7 +1,7 @@
 """The test systems: triple-well, Langevin-Morse (paper §5) and Ornstein-Uhlenbeck.
 
 Each model has a closed-form equilibrium density ``p_eq`` (so the exact-FDT response, with the
-true score ``grad log p_eq`` in eq:lin_oper, is the reference the estimates are judged against)
+true score ``grad log p_eq`` in eq. 5, is the reference the estimates are judged against)
 and a resumable sampler: ``advance(state, n, rng)`` returns the next ``n`` stored samples, and
 ``advance(a)`` then ``advance(b)`` (same ``rng`` object continued) equals ``advance(a + b)`` bit
 for bit, because the standard normals are drawn from one numpy ``Generator`` stream in order,
@@ -255,7 +255,7 @@ class OrnsteinUhlenbeck:
 
         Returns
         -------
-        (T, d, d) ``k_A(t)`` of eq:lin_oper, entry ``[s, i, j] = d<x_i(t_s)> / d f_j``.
+        (T, d, d) ``k_A(t)`` of eq. 5, entry ``[s, i, j] = d<x_i(t_s)> / d f_j``.
         """
         return np.stack([expm(-self.gamma * float(s)) for s in np.atleast_1d(t)])
 
@@ -291,9 +291,9 @@ TRIPLE_WELL_VARIANTS = ("paper", "radial")
 
 
 class TripleWell:
-    """Gradient system ``dx = -grad V dt + sqrt(2 kT) dW`` (eq:triple, eq:potential_well).
+    """Gradient system ``dx = -grad V dt + sqrt(2 kT) dW`` (eq. 59, eq. 60).
 
-    ``p_eq ∝ exp(-V / kT)`` (eq:triple_peq). The well profile ``v`` is applied to squared
+    ``p_eq ∝ exp(-V / kT)`` (eq. 61). The well profile ``v`` is applied to squared
     distances, ``v(|x - c|^2)``; read literally (``variant="paper"``) its exponent
     ``1/(z^2 - a^2)`` then holds ``r^4`` (flat-bottomed wells with steep walls, support
     ``r < sqrt(a)``); ``variant="radial"`` is the other reading ``10 exp(1/(r^2 - a^2))`` on
@@ -349,7 +349,7 @@ class TripleWell:
         }
 
     def potential(self, x: np.ndarray) -> np.ndarray:
-        """``V`` of eq:potential_well at ``x (n, 2)``, shape ``(n,)``."""
+        """``V`` of eq. 60 at ``x (n, 2)``, shape ``(n,)``."""
         return integrators.triple_well_potential(_points(x, 2), *self._shape())
 
     def gradient(self, x: np.ndarray) -> np.ndarray:
@@ -393,10 +393,10 @@ class TripleWell:
 
 
 class LangevinMorse:
-    """``dx = v dt, dv = -U'(x) dt - gamma v dt + sqrt(2 gamma kT) dW`` (eq:Lan_sys).
+    """``dx = v dt, dv = -U'(x) dt - gamma v dt + sqrt(2 gamma kT) dW`` (eq. 64).
 
     ``U(x) = U0(a (x - x0))``, ``U0(y) = epsilon (e^{-2y} - 2 e^{-y} + 0.03 y^2)``;
-    ``p_eq ∝ exp(-(U(x) + v^2/2) / kT)`` (eq:eqdis). Integrated by BAOAB splitting, keeping
+    ``p_eq ∝ exp(-(U(x) + v^2/2) / kT)`` (eq. 65). Integrated by BAOAB splitting, keeping
     every ``subsample``-th step.
 
     Parameters

@@ -1,9 +1,9 @@
 """Post-analysis of an estimated response operator: what users do with ``k(t)``.
 
 The estimate (:func:`kelr_dist.pipeline.estimate.estimate_response`) is a Dataset with
-``response(lag, i, j)`` -- the linear response operator ``k_A(t)`` of eq:lin_oper on the lag
+``response(lag, i, j)`` -- the linear response operator ``k_A(t)`` of eq. 5 on the lag
 grid ``t = lag * dt`` -- and its block-averaging standard error ``response_stderr``. This
-module turns it into the quantities of eq:lin_resp:
+module turns it into the quantities of eq. 4:
 
 - :func:`predict_response`: the linear response ``ΔE[A_i](t) = ∫_0^t Σ_j k_ij(t-s) δf_j(s) ds``
   to a forcing history, by the trapezoid rule on the lag grid;
@@ -61,7 +61,7 @@ def sampled(
     values : ``(n,)`` samples of a forcing applied to one component, or ``(n, q)`` samples
         of a forcing applied to ``q`` components.
     times : ``(n,)`` strictly increasing sample times. ``times[0]`` is the switch-on time:
-        the system is at equilibrium before it (eq:Ito_per starts from ``p_eq``).
+        the system is at equilibrium before it (eq. 2 starts from ``p_eq``).
     j : for ``(n,)`` values the forced component's name (stored as a scalar coordinate
         ``j``; may be omitted when the response has a single forcing component); for
         ``(n, q)`` values the ``q`` component names (required).
@@ -291,7 +291,7 @@ def predict_response(
     stderr: xr.DataArray | None = None,
     errors: ErrorModel = "bound",
 ) -> xr.DataArray:
-    """Linear response ``ΔE[A_i](t_n)`` to a forcing history (eq:lin_resp).
+    """Linear response ``ΔE[A_i](t_n)`` to a forcing history (eq. 4).
 
     ``ΔE[A_i](t_n) = ∫_{t_0}^{t_n} Σ_j k_ij(t_n - s) δf_j(s) ds``, computed with the
     composite trapezoid rule on the lag grid:
@@ -302,7 +302,7 @@ def predict_response(
 
     Parameters
     ----------
-    response : ``(lag, i, j)`` response operator ``k(t)`` (eq:lin_oper) with lags
+    response : ``(lag, i, j)`` response operator ``k(t)`` (eq. 5) with lags
         ``0..S`` and a ``time`` coordinate on ``lag`` (or ``attrs["dt"]``).
     forcing : forcing history ``δf`` with dims ``("time", "j")``, or ``("time",)`` with a
         scalar coordinate ``j`` naming the forced component (see :func:`step`,
@@ -336,7 +336,7 @@ def predict_response(
         dims=("time", "i"),
         coords={"time": times, "i": response["i"].values},
         name="prediction",
-        attrs={"dt": dt, "quadrature": "trapezoid", "equation": "eq:lin_resp"},
+        attrs={"dt": dt, "quadrature": "trapezoid", "equation": "eq. 4"},
     )
     if stderr is None:
         return prediction

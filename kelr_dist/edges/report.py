@@ -7,11 +7,11 @@
   (:func:`response_errors`).
 - :func:`write_figures` — PNG figures (matplotlib, Agg canvas; no pyplot state):
   ``selection.png`` (held-out loss of every candidate against its order/degree, the choice
-  marked), ``criteria.png`` (``η_M``, ``R_M``, ``δ_M`` against ``M``, crit1/crit2/eq:deltaM),
-  ``response.png`` (every entry ``k_ij(t)`` of eq:lin_oper, every estimate with its
+  marked), ``criteria.png`` (``η_M``, ``R_M``, ``δ_M`` against ``M``, eqs. 52–54),
+  ``response.png`` (every entry ``k_ij(t)`` of eq. 5, every estimate with its
   sampling-error band, and the exact FDT where present; raw values, as estimated) and
   ``density.png`` (the estimated
-  ``p_M`` of eq:kme2: marginals, and for ``d = 2`` a map; where the store came from a built-in
+  ``p_M`` of eq. 40: marginals, and for ``d = 2`` a map; where the store came from a built-in
   model, the true ``p_eq`` normalised on the same grid and the absolute error map, as in the
   paper's Figure fig:p_tri).
 """
@@ -252,7 +252,7 @@ def _positive(values: np.ndarray) -> np.ndarray:
 
 
 def plot_criteria(ds: xr.Dataset) -> Figure:
-    """``η_M`` (crit2), ``R_M`` (crit1) and ``δ_M`` (eq:deltaM) against ``M`` (log scale).
+    """``η_M`` (eq. 54), ``R_M`` (eq. 53) and ``δ_M`` (eq. 52) against ``M`` (log scale).
 
     The chosen order is marked; the noise level of ``η_M`` and the paper's ``δ_M``/``R_M``
     (threshold at the smallest positive ``p_M(X_i)``) are drawn dashed when present.
@@ -452,7 +452,7 @@ def _shown_range(*curves: np.ndarray, x: np.ndarray) -> tuple[float, float]:
 
 
 def plot_density(ds: xr.Dataset) -> Figure | None:
-    """The estimated density ``p_M`` at the chosen order (eq:kme2), None for ``d > 3``.
+    """The estimated density ``p_M`` at the chosen order (eq. 40), None for ``d > 3``.
 
     Marginals of ``p_M`` (and of the true ``p_eq`` of a built-in model, normalised on the
     grid); for ``d = 2`` also maps of ``p_M``, ``p_eq`` and ``|p_M - p_eq|`` (Figure fig:p_tri).

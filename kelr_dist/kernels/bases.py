@@ -1,4 +1,4 @@
-"""Orthonormal function families, affine maps and tensor bases (paper §3.1, eq:kernel, eq:eigf_Lag).
+"""Orthonormal function families, affine maps and tensor bases (paper §3.1, eq. 24, eq. 31).
 
 One coordinate at a time:
 
@@ -16,7 +16,7 @@ digits near order 60.
 A :class:`Coordinate` is a family plus an affine map ``y = (x - loc) / scale``; the density of
 ``x`` is the density of ``y`` divided by ``scale`` (the chain rule is applied in
 :meth:`Coordinate.evaluate`). A :class:`TensorBasis` combines coordinates with an index set:
-``total`` (``|m|_1 ≤ M``, the paper's default) or ``box`` (``m_k ≤ M_k``, as in eq:kme_Lan).
+``total`` (``|m|_1 ≤ M``, the paper's default) or ``box`` (``m_k ≤ M_k``, as in eq. 67).
 """
 
 from __future__ import annotations
@@ -229,11 +229,11 @@ def _as_points(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Hermite:
-    """Hermite functions ``Ψ_m = ψ_m W^β`` (eq:kernel), orthonormal in ``L²(W^{1-2β})``.
+    """Hermite functions ``Ψ_m = ψ_m W^β`` (eq. 24), orthonormal in ``L²(W^{1-2β})``.
 
     Parameters
     ----------
-    beta : weight exponent, ``β ≥ 1/2`` (the paper uses 1; Remark remark_rich).
+    beta : weight exponent, ``β ≥ 1/2`` (the paper uses 1; Remark 1).
     """
 
     beta: float = 1.0
@@ -264,7 +264,7 @@ class Hermite:
     def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
         """``ψ_m(x) W(x)^weight`` for m = 0..order, shape ``(n, order + 1)``.
 
-        With ``weight = 1 - β`` these are the integrands of the coefficients (eq:kme_MC).
+        With ``weight = 1 - β`` these are the integrands of the coefficients (eq. 39).
         """
         return _evaluate(self, _as_points(x), _check_order(order), weight, derivatives=False)[0]
 
@@ -274,7 +274,7 @@ class Hermite:
 
 @dataclass(frozen=True)
 class Laguerre:
-    """Laguerre functions ``Ψ_m = ℓ^{(θ)}_m G(·; θ)^β`` (eq:eigf_Lag) on ``x ≥ 0`` (0 below).
+    """Laguerre functions ``Ψ_m = ℓ^{(θ)}_m G(·; θ)^β`` (eq. 31) on ``x ≥ 0`` (0 below).
 
     Parameters
     ----------
@@ -400,7 +400,7 @@ class Coordinate:
         return values, derivs
 
     def coefficient_table(self, x: np.ndarray, order: int) -> np.ndarray:
-        """Integrands of eq:kme_MC, ``ψ_m(y) W(y)^{1-β}`` (or ``ℓ_m G^{1-β}``), ``(n, M + 1)``."""
+        """Integrands of eq. 39, ``ψ_m(y) W(y)^{1-β}`` (or ``ℓ_m G^{1-β}``), ``(n, M + 1)``."""
         return self.family.weighted_polynomials(self.mapped(x), order, 1.0 - self.family.beta)
 
     def spec(self) -> str:
@@ -410,7 +410,7 @@ class Coordinate:
 
 @dataclass(frozen=True)
 class TensorBasis:
-    """Tensor products of per-coordinate families over an index set (eq:kernel_d, eq:kme1).
+    """Tensor products of per-coordinate families over an index set (eq. 17, eq. 38).
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
 """Flyvbjerg-Petersen block-averaging standard errors of the lagged means, from mergeable partials.
 
-Each entry of the response estimate (eq:MC_approx) is the mean over ``n`` of the series
+Each entry of the response estimate (eq. 6) is the mean over ``n`` of the series
 ``y_n = A_i(X_{n+s}) B_j(X_n)``. Its standard error comes from reblocking (Flyvbjerg and
-Petersen 1989, the method the paper cites for eq:MC_approx): cut each chain into blocks of
+Petersen 1989, the method the paper cites for eq. 6): cut each chain into blocks of
 ``K`` consecutive rows, take the block means ``m_k``; for ``K`` well above the correlation time
 they are nearly independent and ``sigma_K^2 = sum_k (m_k - mean)^2 / (n_b (n_b - 1))`` estimates
 the variance of the mean. ``sigma_K`` grows with ``K`` up to a plateau, the standard error.
@@ -118,7 +118,7 @@ def response_block_partial(
     max_levels: int | None = None,
     segment_rows: int = 1 << 18,
 ) -> Partial:
-    """Lagged sums and block-averaging partials of one chunk (eq:MC_approx), one FFT pass.
+    """Lagged sums and block-averaging partials of one chunk (eq. 6), one FFT pass.
 
     Parameters
     ----------
@@ -283,7 +283,7 @@ class BlockingResult:
 
     Attributes
     ----------
-    mean : ``(S+1, q, d)`` the estimate ``sums / counts`` (eq:MC_approx; NaN where no pairs).
+    mean : ``(S+1, q, d)`` the estimate ``sums / counts`` (eq. 6; NaN where no pairs).
     stderr : ``(S+1, q, d)`` standard error at the chosen block size.
     block_size : ``(S+1, q, d)`` the chosen ``K`` per entry.
     converged : ``(S+1, q, d)`` whether the Lee-Needs-Drummond criterion was met.

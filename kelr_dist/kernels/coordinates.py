@@ -19,7 +19,7 @@ skewness γ₁, excess kurtosis γ₂, minimum and maximum:
   ``scale > 0``, so a reflection is not offered (negate the component upstream if wanted).
 * **Hermite** (§3.1.1): ``loc = μ``, ``scale = σ`` (standardising matters: on the triple-well
   raw coordinates give ~10x larger response errors). ``β = 1`` (the paper's choice) when
-  ``γ₂ <= 1``; ``β = 1/2`` when ``γ₂ > 1``. Reason (Remark remark_rich): the expansion converges
+  ``γ₂ <= 1``; ``β = 1/2`` when ``γ₂ > 1``. Reason (Remark 1): the expansion converges
   in ``L²(W^{1-2β})`` only if ``p² W^{1-2β}`` is integrable; with β = 1 that needs Gaussian decay
   of the standardised density faster than ``exp(-x²/4)``. Within the exponential-power family
   ``exp(-|x|^s)`` a positive excess kurtosis means ``s < 2`` (no Gaussian decay: Laplace has
@@ -29,7 +29,7 @@ skewness γ₁, excess kurtosis γ₂, minimum and maximum:
 * **Laguerre** (§3.1.2, §3.2): ``loc = min - 1e-3 σ`` (every sample has ``y > 0``, as the Gamma
   likelihood needs). Provisional ``scale = σ`` for the Gamma pass (:func:`laguerre_shift`);
   the MLE shape ``k̂`` solves ``log k - ψ(k) = log mean(y) - mean(log y)``. The paper uses
-  integer θ (the Hille-Hardy bound, Lemma lem:HHF), so ``θ = max(0, round(k̂ - 1))``; the
+  integer θ (the Hille-Hardy bound, Lemma 3.4), so ``θ = max(0, round(k̂ - 1))``; the
   scale is then the Gamma MLE of the scale with the shape fixed at ``θ + 1``:
   ``scale = (μ - loc) / (θ + 1)`` (the weight's mean equals the data's). ``β = 1`` unless the
   data's tail is clearly heavier than that of the fitted weight, ``γ₂ > 6/(θ+1) + 1`` (the
@@ -71,7 +71,7 @@ def _auto_family(moments: Moments, k: int) -> str:
 
 
 def _tail_beta(excess_kurtosis: float, weight_kurtosis: float) -> float:
-    """β = 1 unless the tail is clearly heavier than the weight's (Remark remark_rich): 1/2."""
+    """β = 1 unless the tail is clearly heavier than the weight's (Remark 1): 1/2."""
     return 0.5 if excess_kurtosis > weight_kurtosis + KURTOSIS_THRESHOLD else 1.0
 
 

@@ -1,7 +1,7 @@
-"""Kernel-embedding density estimate ``p_M`` (paper §4, eq:kme_MC, eq:kme2).
+"""Kernel-embedding density estimate ``p_M`` (paper §4, eq. 39, eq. 40).
 
 The coefficients are plain sample means, ``ĉ_m = (1/N) Σ_n Π_k ψ_{m_k}(y_{n,k}) W^{1-β}(y_{n,k})``
-(eq:kme_MC), so a block of samples contributes the partial sums ``Σ_n Π_k T_k[n, m_k]`` — with
+(eq. 39), so a block of samples contributes the partial sums ``Σ_n Π_k T_k[n, m_k]`` — with
 per-coordinate tables ``T_k`` these are one matrix product ``T_1ᵀ H`` (``H`` the products of
 the other coordinates' tables, see :class:`~kelr_dist.kernels.bases.TensorBasis`). The same layout
 makes
@@ -70,7 +70,7 @@ VARIANCE_STRIDE = 16
 def coefficient_sums(
     basis: TensorBasis, x: np.ndarray, start: int = 0
 ) -> dict[str, np.ndarray | int]:
-    """Partial sums of eq:kme_MC over a block of samples ``x (n, d)`` starting at time ``start``.
+    """Partial sums of eq. 39 over a block of samples ``x (n, d)`` starting at time ``start``.
 
     Returns ``{"sum": (M_1+1, |R|), "sumsq": (M_1+1, |R|), "n": n, "n_sq": n'}`` in the basis'
     layout. ``sumsq`` holds ``Σ (Π_k T_k)²`` over the ``n'`` rows whose time index is a
@@ -99,16 +99,16 @@ def coefficient_sums(
 
 @dataclass(frozen=True)
 class KernelDensity:
-    """The empirical kernel-embedding estimate ``p_{M,N} = Σ_{m∈I} ĉ_m Ψ_m`` (eq:kme2).
+    """The empirical kernel-embedding estimate ``p_{M,N} = Σ_{m∈I} ĉ_m Ψ_m`` (eq. 40).
 
     Attributes
     ----------
     basis : the tensor basis (index set of the fitted, highest order).
-    coefficients : ``ĉ_m``, ``(P,)`` in ``basis.indices`` order (eq:kme_MC).
+    coefficients : ``ĉ_m``, ``(P,)`` in ``basis.indices`` order (eq. 39).
     variances : Monte-Carlo variance of each ``ĉ_m`` for independent samples, ``(P,)``.
     n : number of samples.
     fold_sums, fold_counts : per held-out fold (:mod:`kelr_dist.kernels.folds`) the sums of
-        eq:kme_MC's
+        eq. 39's
         integrands ``(K, P)`` and the samples ``(K,)``, when the pass was split by fold.
     """
 
@@ -135,7 +135,7 @@ class KernelDensity:
         return cls(basis, mean, variances, n, fold_sums, counts)
 
     def held_out(self, fold: int) -> KernelDensity:
-        """The estimate fitted on every fold but ``fold`` (its coefficients, eq:kme_MC)."""
+        """The estimate fitted on every fold but ``fold`` (its coefficients, eq. 39)."""
         if self.fold_sums is None or self.fold_counts is None:
             raise ValueError("this estimate was not fitted by fold (coefficient_reduction(folds))")
         rest = self.n - int(self.fold_counts[fold])
@@ -148,7 +148,7 @@ class KernelDensity:
         return cls.from_sums(basis, coefficient_sums(basis, x))
 
     def mask(self, order: Order = None) -> np.ndarray:
-        """Boolean ``(P,)``: the multi-indices kept by the order-``order`` truncation (eq:kme1)."""
+        """Boolean ``(P,)``: the multi-indices kept by the order-``order`` truncation (eq. 38)."""
         if order is None:
             return np.ones(self.basis.size, dtype=bool)
         if isinstance(order, tuple | list):
@@ -164,7 +164,7 @@ class KernelDensity:
         return self.basis.to_matrix(np.where(self.mask(order), self.coefficients, 0.0))
 
     def evaluate(self, x: np.ndarray, order: Order = None) -> tuple[np.ndarray, np.ndarray]:
-        """``p_M`` and ``∇p_M`` at points ``x (n, d)``: ``(n,)`` and ``(n, d)`` (eq:kme2).
+        """``p_M`` and ``∇p_M`` at points ``x (n, d)``: ``(n,)`` and ``(n, d)`` (eq. 40).
 
         ``order`` truncates without refitting (``None``: the fitted order).
         """
@@ -175,7 +175,7 @@ class KernelDensity:
         self, x: np.ndarray, order: Order = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``p_M``, ``∇p_M`` and the diagonal of its Hessian ``∂²_k p_M`` at ``x (n, d)``:
-        ``(n,)``, ``(n, d)``, ``(n, d)`` (eq:kme2 differentiated twice per coordinate)."""
+        ``(n,)``, ``(n, d)``, ``(n, d)`` (eq. 40 differentiated twice per coordinate)."""
         density, gradient, second = self._evaluate(x, order, second=True)
         assert second is not None
         return density, gradient, second
@@ -251,7 +251,7 @@ class KernelDensity:
         return self.evaluate(x, order)[0]
 
     def eta(self) -> np.ndarray:
-        """``η_M = (Σ_{level(m) = M+1} ĉ_m²)^{1/2}`` for M = 0..max_level-1 (crit2)."""
+        """``η_M = (Σ_{level(m) = M+1} ĉ_m²)^{1/2}`` for M = 0..max_level-1 (eq. 54)."""
         return np.sqrt(self._shell_sums(self.coefficients**2)[1:])
 
     def eta_noise(self) -> np.ndarray:

@@ -25,13 +25,13 @@ The two families.
 * Score matching (:mod:`kelr_dist.kernels.score_matching`) minimises ``J`` itself; its held-out
   ``J``
   comes exactly from each fold's Gram sums (no extra pass) and ranks its degrees and ridges.
-* The kernel embedding's score ``∇p_M / p_M`` on ``{p_M ≥ δ}`` (eq:deps_hat) has a jump at the
+* The kernel embedding's score ``∇p_M / p_M`` on ``{p_M ≥ δ}`` (eq. 46) has a jump at the
   edge of that set, where ``∇·ŝ`` is a surface measure and ``J`` is undefined. It is scored
   through its smooth twin ``ŝ_δ = p_M ∇p_M / (p_M² + δ²)`` (δ in standardized units, as the
   threshold), which equals ``∇ log p_M`` where ``p_M ≫ δ``, goes to 0 where ``p_M ≪ δ``, and has a
   divergence everywhere: ``∂_j ŝ_j = (g_j² + p h_j) / (p² + δ²) - 2 p² g_j² / (p² + δ²)²`` with
   ``g = ∇p_M``, ``h_j = ∂²_j p_M``. Its coefficients are refitted without the scored fold
-  (eq:kme_MC: sums over the other folds), the order and δ come from the paper's rules (§4).
+  (eq. 39: sums over the other folds), the order and δ come from the paper's rules (§4).
   The twin is scored at ``10 δ``, not ``δ``: refitted on three quarters of the data at the
   order chosen for all of it, ``p_M`` oscillates in the tails (Gibbs), and the oscillations'
   second derivatives enter ``∇·ŝ`` — but not the response, which uses ``∇p_M / p_M`` only.

@@ -72,7 +72,7 @@ def linear_gaussian(
 
 
 # --------------------------------------------------------------------------------------------
-# triple-well gradient system (eq:triple, eq:potential_well)
+# triple-well gradient system (eq. 59, eq. 60)
 # --------------------------------------------------------------------------------------------
 
 # underflow guard: exp(1/t) is 0 in float64 for 1/t below about -745
@@ -81,7 +81,7 @@ _EXP_FLOOR = -700.0
 
 @njit(cache=True, nogil=True)
 def well_bump(s: float, a: float, radial: bool) -> tuple[float, float]:
-    """The well profile ``v`` of eq:potential_well at squared distance ``s``, and ``dv/ds``.
+    """The well profile ``v`` of eq. 60 at squared distance ``s``, and ``dv/ds``.
 
     ``radial=False`` (the paper as written): ``v(s) = 10 exp(1/(s^2 - a^2))`` for ``s < a``.
     ``radial=True``: ``v = 10 exp(1/(r^2 - a^2))`` for ``r < a`` with ``r^2 = s``.
@@ -102,7 +102,7 @@ def well_bump(s: float, a: float, radial: bool) -> tuple[float, float]:
 def triple_well_point(
     x1: float, x2: float, a: float, gamma: float, radial: bool
 ) -> tuple[float, float, float]:
-    """``V(x)`` of eq:potential_well and its gradient ``(dV/dx1, dV/dx2)`` at one point.
+    """``V(x)`` of eq. 60 and its gradient ``(dV/dx1, dV/dx2)`` at one point.
 
     Wells of depth weights ``1, 1 - gamma, 1 + gamma`` centred at ``(0, 0)``, ``(2a, 0)``,
     ``(a, sqrt(3) a)``; retaining term ``0.8 |x - (a, a/sqrt(3))|^2``.
@@ -158,7 +158,7 @@ def weak_trapezoidal_triple_well(
     kT: float,
     radial: bool,
 ) -> np.ndarray:
-    """Weak trapezoidal scheme (Anderson & Mattingly 2011, theta = 1/2) for eq:triple.
+    """Weak trapezoidal scheme (Anderson & Mattingly 2011, theta = 1/2) for eq. 59.
 
     For ``dx = b(x) dt + sigma dW`` with ``b = -grad V`` and additive ``sigma = sqrt(2 kT)``:
 
@@ -330,7 +330,7 @@ def weak_trapezoidal_triple_well_pcg64(
 
 
 # --------------------------------------------------------------------------------------------
-# Langevin dynamics with the Morse potential (eq:Lan_sys)
+# Langevin dynamics with the Morse potential (eq. 64)
 # --------------------------------------------------------------------------------------------
 
 
@@ -375,7 +375,7 @@ def baoab_morse(
     a: float,
     center: float,
 ) -> np.ndarray:
-    """BAOAB splitting (Leimkuhler & Matthews) for eq:Lan_sys with unit mass.
+    """BAOAB splitting (Leimkuhler & Matthews) for eq. 64 with unit mass.
 
     B: ``v -= U'(x) h/2``; A: ``x += v h/2``; O: ``v = c v + sqrt(kT (1 - c^2)) z`` with
     ``c = exp(-gamma h)``; then A, B. One force evaluation and one normal per step; the O step
@@ -386,7 +386,7 @@ def baoab_morse(
     x0 : (2,) state ``(x, v)`` before the block.
     normals : (k * subsample, 1), one per step.
     out : (k, 2) written with ``(x, v)`` after every ``subsample`` steps.
-    center : the Morse centre ``x0`` of eq:Lan_sys.
+    center : the Morse centre ``x0`` of eq. 64.
     """
     half = 0.5 * step
     damping = math.exp(-gamma * step)

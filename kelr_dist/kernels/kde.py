@@ -1,10 +1,10 @@
-"""Gaussian kernel density estimate, exact and binned: the paper's baseline (§5, eq:KDE).
+"""Gaussian kernel density estimate, exact and binned: the paper's baseline (§5, eq. 58).
 
 The response estimator needs the density ``p`` and its gradient ``grad p`` at every sample
-(the conjugate variable of a constant forcing is ``B = -grad p / p``, eq:lin_oper). The paper's
+(the conjugate variable of a constant forcing is ``B = -grad p / p``, eq. 5). The paper's
 baseline plugs a Gaussian KDE with Silverman's bandwidth into the same formula,
 
-    p_N(x) = (1/N) sum_n prod_k phi((x_k - X_{n,k}) / h_k) / h_k                 (eq:KDE)
+    p_N(x) = (1/N) sum_n prod_k phi((x_k - X_{n,k}) / h_k) / h_k                 (eq. 58)
 
 with ``phi`` the standard normal density and ``h_k = (4 / ((d+2) N))^(1/(d+4)) sigma_k``
 (:func:`silverman_bandwidth`, the paper's formula with one sigma per coordinate).
@@ -13,7 +13,7 @@ Two evaluators:
 
 * :func:`kde_exact` (and its mergeable form :func:`exact_kde_reduction`): the direct O(N n)
   sum over all samples for n evaluation points, numba, O(1) extra memory. It is the reference
-  on subsamples; the paper ran it at all N = 1e7 samples (Table tab:run_time, 2e4 s).
+  on subsamples; the paper ran it at all N = 1e7 samples (Table 1, 2e4 s).
 * :func:`binned_kde_reduction`: linear binning (Wand 1994: each sample spreads its unit mass
   over the 2^d surrounding nodes of a fixed grid) as a
   :class:`~kelr_dist.kernels.reduction.Reduction`
@@ -165,7 +165,7 @@ def _kernel_norm(bandwidth: np.ndarray) -> float:
 
 
 def exact_kde_reduction(points: np.ndarray, bandwidth: np.ndarray) -> Reduction:
-    """Mergeable exact KDE (eq:KDE) and its gradient at fixed ``points`` over a trajectory.
+    """Mergeable exact KDE (eq. 58) and its gradient at fixed ``points`` over a trajectory.
 
     Parameters
     ----------
@@ -198,7 +198,7 @@ def exact_kde_reduction(points: np.ndarray, bandwidth: np.ndarray) -> Reduction:
 def kde_exact(
     samples: np.ndarray, points: np.ndarray, bandwidth: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian product-kernel KDE (eq:KDE) and its gradient at ``points``, by direct summation.
+    """Gaussian product-kernel KDE (eq. 58) and its gradient at ``points``, by direct summation.
 
     Cost O(N n d), memory O(n d): meant for references on subsamples.
 
@@ -483,7 +483,7 @@ def _smooth(density: np.ndarray, spacing: np.ndarray, bandwidth: np.ndarray) -> 
 
 @dataclass(frozen=True, eq=False)
 class BinnedKDE:
-    """Binned Gaussian KDE (eq:KDE) of ``n`` samples on ``grid``: evaluates ``p`` and ``grad p``.
+    """Binned Gaussian KDE (eq. 58) of ``n`` samples on ``grid``: evaluates ``p`` and ``grad p``.
 
     The node values are computed at construction (on the client, when it finalises the
     reduction), so workers that evaluate it receive finished grids.

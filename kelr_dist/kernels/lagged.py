@@ -1,6 +1,6 @@
 """Lagged sums ``sum_n A(X_{n+s}) (x) B(X_n)`` by FFT, for one chunk plus its halo.
 
-The response operator (eq:MC_approx) is
+The response operator (eq. 6) is
 
     k(s) = 1/(N-s) sum_{n=0}^{N-1-s} A(X_{n+s}) (x) B(X_n),      s = 0..S,
 
@@ -123,7 +123,7 @@ def lagged_sums(
 ) -> np.ndarray:
     """Lagged sums ``out[s, i, j] = sum_{n < len(b), n + s < len(a)} a[n+s, i] b[n, j]``.
 
-    The chunk's share of the numerator of eq:MC_approx, by FFT in ``O(L log L)``.
+    The chunk's share of the numerator of eq. 6, by FFT in ``O(L log L)``.
 
     Parameters
     ----------
@@ -184,7 +184,7 @@ def blockwise_lagged_sums(
 def lag_counts(chain_lengths: int | list[int] | np.ndarray, max_lag: int) -> np.ndarray:
     """Number of pairs ``(n, n+s)`` per lag: ``sum_c max(N_c - s, 0)``, shape ``(S+1,)``.
 
-    The denominators ``N - s`` of eq:MC_approx, pooled over independent chains.
+    The denominators ``N - s`` of eq. 6, pooled over independent chains.
     """
     if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")

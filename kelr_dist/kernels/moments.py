@@ -2,7 +2,7 @@
 
 They feed step 1 of the algorithm in §4 of the paper (the basis per coordinate,
 :mod:`kelr_dist.kernels.coordinates`): Hermite β from the sample excess kurtosis (Remark
-remark_rich), Laguerre θ from the Gamma maximum-likelihood fit of each coordinate (§3.2).
+1), Laguerre θ from the Gamma maximum-likelihood fit of each coordinate (§3.2).
 
 Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
 

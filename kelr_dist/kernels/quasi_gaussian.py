@@ -104,7 +104,7 @@ class GaussianScore:
 def gaussian_score(mean: np.ndarray, cov: np.ndarray) -> GaussianScore:
     """Quasi-Gaussian FDT: the score ``grad log p = -Sigma^{-1}(x - mu)`` of the fitted Gaussian.
 
-    For constant forcing the conjugate variable (eq:lin_oper) is ``B = -score``.
+    For constant forcing the conjugate variable (eq. 5) is ``B = -score``.
 
     Parameters
     ----------

@@ -1,12 +1,12 @@
-"""Conjugate variables, observables, forcings and the response pass (eq:lin_oper, eq:deps_hat).
+"""Conjugate variables, observables, forcings and the response pass (eq. 5, eq. 46).
 
 The linear response operator of an observable ``A`` to a forcing ``c(x) δf(t)`` is
 ``k_A(s) = E[A(X_s) ⊗ B(X_0)]`` with ``B_i = -∂_i(c_i p) / p = -∂_i c_i - c_i ∂_i log p``
-(eq:lin_oper). Every estimate of it differs only in where ``∇ log p`` comes from — a
+(eq. 5). Every estimate of it differs only in where ``∇ log p`` comes from — a
 :class:`Score`:
 
 * :class:`DensityScore` — the kernel-embedding ``p_M``: ``∇p_M / p_M`` on ``{p_M ≥ δ}`` and
-  ``B̂ = 0`` elsewhere (eq:deps_hat; the sum is still divided by ``N - s``);
+  ``B̂ = 0`` elsewhere (eq. 46; the sum is still divided by ``N - s``);
 * :class:`FunctionScore` — a known score (the exact FDT response), the quasi-Gaussian score;
 * :class:`KDEScore` — the Gaussian KDE baseline;
 * :class:`kelr_dist.kernels.score_matching.ScoreModel` — the score-matching fit.
@@ -56,7 +56,7 @@ class Score(Protocol):
 
 @dataclass(frozen=True)
 class DensityScore:
-    """``∇ log p_M`` of the kernel-embedding estimate on ``D_{M,δ} = {p_M ≥ δ}`` (eq:deps_hat).
+    """``∇ log p_M`` of the kernel-embedding estimate on ``D_{M,δ} = {p_M ≥ δ}`` (eq. 46).
 
     ``delta`` is in standardized units: it bounds the density of the mapped coordinates
     ``y = (x - loc) / scale``, i.e. ``p_M(x) Π_k scale_k``, so it does not depend on the data's
@@ -169,7 +169,7 @@ class Forcing:
         return c, dc
 
     def conjugate(self, x: np.ndarray, score: np.ndarray, kept: np.ndarray) -> np.ndarray:
-        """``B_i = -∂_i c_i - c_i ∂_i log p`` on kept rows, else 0 (eq:lin_oper, eq:deps_hat)."""
+        """``B_i = -∂_i c_i - c_i ∂_i log p`` on kept rows, else 0 (eq. 5, eq. 46)."""
         if self.function is None:
             b = -score
         else:
@@ -283,7 +283,7 @@ def response_reduction(
     scales: np.ndarray | None = None,
     base_block: int | None = None,
 ) -> Reduction:
-    """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq:MC_approx, in
+    """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
     lag-0 Stein residual; halo = ``max_lag`` rows.
 

@@ -1,7 +1,7 @@
 """Score matching in the polynomial basis: ``s(x) = W φ(x)`` by one Gram pass (Hyvärinen 2005).
 
 The response needs only the score ``s = ∇ log p_eq`` (constant forcing: ``B = -s``,
-eq:lin_oper). Score matching fits it directly, without a density. For a model
+eq. 5). Score matching fits it directly, without a density. For a model
 ``s_W(x) = W φ(x)`` with features ``φ (P,)`` and weights ``W (d, P)``, Hyvärinen's loss
 
     J(W) = E[ ½ |s_W(X)|² + ∇·s_W(X) ] = ½ tr(W G Wᵀ) + Σ_j W_j · b_j,

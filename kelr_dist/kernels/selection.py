@@ -8,10 +8,10 @@ running sums and records, per order, mergeable statistics of ``p_M(X_n)``, in st
 units (the density of the mapped coordinates ``y = (x - loc) / scale``, i.e. ``p_M(x) Π scale_k``,
 so that every threshold and histogram below is the same whatever the data's units):
 
-* the smallest positive value (``δ_M``, eq:deltaM) and the smallest value (most negative);
+* the smallest positive value (``δ_M``, eq. 52) and the smallest value (most negative);
 * histograms of ``|p_M(X_n)|`` for positive and negative values on a fixed grid of quarter
   octaves (bin edges ``2^{t/4}``), so the rejection rate ``R_M(δ) = #{p_M(X_n) < δ} / N``
-  (crit1) is exact for every threshold on the grid — the threshold can be chosen *after* the
+  (eq. 53) is exact for every threshold on the grid — the threshold can be chosen *after* the
   sweep without another pass.
 
 The automatic threshold (:func:`choose_delta`). Where ``p_M < 0`` the error of the estimate is at
@@ -22,7 +22,7 @@ largest magnitude ``ε_M = max(0, -min_n p_M(X_n))`` is a certified lower bound 
 and a threshold tied to it discards far too much: measured at N = 1e7, ``δ = 3 ε_M`` rejected
 3.4% of the Langevin samples and tripled the response error. The threshold is tied instead to
 their median magnitude ``ε^{50}_M``, the typical error size in the low-density region: by
-eq:D_Mdelta with that error size, ``δ = ε^{50}_M`` keeps the samples whose estimate exceeds the
+eq. 42 with that error size, ``δ = ε^{50}_M`` keeps the samples whose estimate exceeds the
 typical error there. Orders without negative values borrow the largest ``ε^{50}`` within two
 orders (:func:`error_scale`); δ never goes below the paper's ``δ_M``. The paper's own choice
 ``δ = δ_M`` (≈ 1e-7) keeps samples with ``p_M ≈ 1e-7``, where ``B̂`` reaches 1e5 and ruins the
@@ -32,7 +32,7 @@ The automatic order (:func:`choose_order`) uses the certified bound: ``ε̃_M`` 
 within two orders of M) falls while the truncation (Gibbs)
 oscillations shrink and rises once sampling noise in high-order coefficients dominates, so its
 minimum balances bias and variance. Among orders after which every ``η`` stays within twice its
-final level (the series has converged, crit2), we take the smallest order whose ``ε_M`` is
+final level (the series has converged, eq. 54), we take the smallest order whose ``ε_M`` is
 within a factor 2 of the smallest (once η is at its noise floor, ε̃ fluctuates with the noise,
 so a tighter tolerance would pick an arbitrary high order); the rejection rate at the resulting
 δ is reported.
@@ -191,14 +191,14 @@ def combine_sweeps(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[s
 
 @dataclass(frozen=True)
 class Criteria:
-    """δ_M, R_M and η_M for orders ``0..max_level`` (eq:deltaM, crit1, crit2).
+    """δ_M, R_M and η_M for orders ``0..max_level`` (eqs. 52–54).
 
     Attributes
     ----------
     orders : ``(L,)`` the orders scanned.
-    delta_paper : ``δ_M`` of eq:deltaM, the smallest positive ``p_M(X_n)``.
+    delta_paper : ``δ_M`` of eq. 52, the smallest positive ``p_M(X_n)``.
     negative_excursion : ``ε_M = max(0, -min_n p_M(X_n))``, a lower bound of the sup error.
-    eta : ``η_M`` (crit2); ``nan`` at the last order (needs order M+1).
+    eta : ``η_M`` (eq. 54); ``nan`` at the last order (needs order M+1).
     eta_noise : the independent-sample noise level of ``η_M``.
     n : number of samples; ``pos``/``neg``/``zeros``: the histograms of ``p_M(X_n)``.
     """
@@ -233,7 +233,7 @@ class Criteria:
         )
 
     def rejection(self, delta: float | np.ndarray) -> np.ndarray:
-        """``R_M(δ) = #{p_M(X_n) < δ} / N`` per order (crit1); δ is a scalar or per order ``(L,)``.
+        """``R_M(δ) = #{p_M(X_n) < δ} / N`` per order (eq. 53); δ is a scalar or per order ``(L,)``.
 
         Exact when δ is a bin edge (as :func:`choose_delta` returns) or a value no sample
         reaches between edges; otherwise counts the whole bin holding δ as rejected.
@@ -302,7 +302,7 @@ def choose_order(
 ) -> int:
     """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε̃_M``.
 
-    Converged (crit2): every later ``η_{M'}`` (M' ≥ M) is at most twice the level the scan ends
+    Converged (eq. 54): every later ``η_{M'}`` (M' ≥ M) is at most twice the level the scan ends
     at — shells beyond M carry no more than sampling noise. Taking the maximum over later orders
     makes the rule immune to shells that vanish by symmetry (odd shells of symmetric densities).
     """

@@ -11,9 +11,9 @@ read  reductions (sharing the read)                           gives
 ====  ======================================================  ===================================
 1     moments, ``Ā`` (+ mean/covariance for baselines)         basis choice (step 1), centring
 1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
-2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq:kme_MC), ``G``, ``b``
+2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq. 39), ``G``, ``b``
       (+ KDE bins)
-3     δ/R/η sweep over every order                             order and δ (eq:deltaM, crit1-2)
+3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
       kernel embedding's held-out loss                         the estimator choice
 ====  ======================================================  ===================================
@@ -247,7 +247,7 @@ def estimate_response(
     progress: bool | None = None,
     dt: float | None = None,
 ) -> xr.Dataset:
-    """Linear response ``k(lag, i, j)`` of a trajectory (eq:lin_oper, eq:MC_approx).
+    """Linear response ``k(lag, i, j)`` of a trajectory (eq. 5, eq. 6).
 
     Parameters
     ----------
@@ -276,7 +276,7 @@ def estimate_response(
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
     max_lag, max_time : largest lag in rows or in time units (one of them).
     delta : ``"auto"`` (error-tied threshold, :func:`kelr_dist.kernels.selection.choose_delta`),
-        ``"paper"`` (``δ_M`` of eq:deltaM) or a number, in standardized units (the density of
+        ``"paper"`` (``δ_M`` of eq. 52) or a number, in standardized units (the density of
         ``(x - loc) / scale``).
     observable, forcing : ``A`` and ``c`` (default identity and constant forcing). ``A`` enters
         centred (covariance form, :mod:`kelr_dist.kernels.response`).

@@ -149,7 +149,7 @@ def survey_data(passes: Passes, observable: Observable, covariance: bool = False
 def choose_coordinates(
     passes: Passes, survey: Survey, basis: str | Sequence[Any] = "auto"
 ) -> tuple[Coordinate, ...]:
-    """Basis per coordinate (step 1 of §4, Remark remark_rich); runs the Gamma-fit pass only
+    """Basis per coordinate (step 1 of §4, Remark 1); runs the Gamma-fit pass only
     for Laguerre coordinates whose θ comes from the data."""
     gamma_pass = gamma_reduction_for(survey.moments, basis)
     gamma = passes(gamma_pass)[0] if gamma_pass is not None else None
@@ -187,7 +187,7 @@ def fit_estimators(
     folds: Folds | None = None,
     kde_grid: tuple[Any, np.ndarray] | None = None,
 ) -> Fits:
-    """Read 2: coefficient sums (eq:kme_MC), score matching's Gram sums (Hyvärinen 2005) and
+    """Read 2: coefficient sums (eq. 39), score matching's Gram sums (Hyvärinen 2005) and
     the KDE bins, in one pass; sums kept per held-out fold when ``folds`` is given."""
     reductions, names = [], []
     if density_basis is not None:
@@ -208,7 +208,7 @@ def fit_estimators(
 
 @dataclass(frozen=True)
 class KernelEmbeddingChoice:
-    """The kernel embedding after order and threshold selection (eq:deltaM, crit1, crit2)."""
+    """The kernel embedding after order and threshold selection (eqs. 52–54)."""
 
     density: KernelDensity
     order: int | tuple[int, ...]
@@ -297,7 +297,7 @@ def respond(
     scales: np.ndarray | None = None,
     held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
 ) -> Responses:
-    """Read 4: conjugate variables and lagged sums for every score (eq:lin_oper, eq:MC_approx),
+    """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6),
     the lag-0 Stein residuals, and the kernel embedding's held-out loss in the same read."""
     reductions = [response_reduction(scores, observable, forcing, max_lag, centre, scales)]
     if held_out is not None:
