@@ -1,5 +1,6 @@
-"""Writing a folder (a zarr store) or a file so that a reader sees the old version or the new
-one, never a half-written one: not after a full disk, an I/O error or a killed process.
+"""Atomic writes of a folder (a zarr store) or a file: readers see the old or the new version.
+
+Never a half-written one: not after a full disk, an I/O error or a killed process.
 
 Everything is written into a hidden temporary sibling (``.NAME.tmp-XXXXXXXX``, same folder,
 hence same filesystem), flushed to the disk (``fsync`` of every file and folder, so that a
