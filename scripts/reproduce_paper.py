@@ -155,7 +155,7 @@ def entry_errors(responses: xr.Dataset, labels: dict[str, str]) -> dict[str, np.
 def simulate(name: str, out: Path, samples: int, seed: int) -> tuple[Path, float]:
     """A trajectory store of model ``name`` (the paper's parameters are the model defaults)."""
     store = out / f"{name}.zarr"
-    _, seconds = timed(kelr_dist.data.simulate, name, store, samples, chains=1, seed=seed)
+    _, seconds = timed(kelr_dist.simulate, name, store, samples, chains=1, seed=seed)
     return store, seconds
 
 

@@ -1,4 +1,4 @@
-"""Tests of the KDE baseline and the quasi-Gaussian FDT (kelr_dist.kernels.kde)."""
+"""Tests of the KDE baseline and the quasi-Gaussian FDT (kernels.kde, kernels.quasi_gaussian)."""
 
 from __future__ import annotations
 
