@@ -159,8 +159,9 @@ def test_user_forcing_gives_b_from_its_derivative_and_the_score():
     kept = np.array([True, True, False])
     b = Forcing(NAMES, forcing_profile).conjugate(x, score, kept)
     # B_i = -dc_i - c_i dlog p_i, by hand: row 0 c = (1.25, 1), dc = (1, 0);
-    # row 1 c = (2, 0), dc = (-2, -1); row 2 rejected
-    expect = np.array([[-1.0 + 1.25, -2.0], [2.0 - 1.0, 1.0], [0.0, 0.0]])
+    # row 1 c = (2, 0), dc = (-2, -1); row 2 rejected: the score is dropped, B = -dc
+    rejected = -forcing_profile(x[2:])[1][0]
+    expect = np.array([[-1.0 + 1.25, -2.0], [2.0 - 1.0, 1.0], rejected])
     np.testing.assert_allclose(b, expect, atol=1e-15)
     # constant forcing: B = -score
     np.testing.assert_array_equal(constant_forcing(NAMES).conjugate(x, score, kept)[:2], -score[:2])

@@ -31,8 +31,8 @@ the estimator's bias at lag 0 without knowing the truth (:attr:`ResponseResult.s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -46,6 +46,12 @@ from kelr_dist.kernels.blocking import (
 )
 from kelr_dist.kernels.density import KernelDensity, Order
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.stein_correction import (
+    affine_fit,
+    augmented,
+    corrected_response,
+    correction_columns,
+)
 
 
 class Score(Protocol):
@@ -169,14 +175,14 @@ class Forcing:
         return c, dc
 
     def conjugate(self, x: np.ndarray, score: np.ndarray, kept: np.ndarray) -> np.ndarray:
-        """``B_i = -∂_i c_i - c_i ∂_i log p`` on kept rows, else 0 (eq. 5, eq. 46)."""
+        """``B_i = -∂_i c_i - c_i ∂_i log p`` (eq. 5) with the score set to 0 on rows not kept
+        (eq. 46: ``B̂ = 0`` there for a constant forcing; ``-∂_i c_i``, which needs no density,
+        is kept for a varying one)."""
+        score = np.where(kept[:, None], score, 0.0)
         if self.function is None:
-            b = -score
-        else:
-            c, dc = self.profile(x)
-            b = -dc - c * score
-        b[~kept] = 0.0
-        return b
+            return -score
+        c, dc = self.profile(x)
+        return -dc - c * score
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,11 @@ class ResponseResult:
     kept: int
     n: int
     stein: BlockingResult
+    #: the affine Stein correction ``V (d, d + 1)`` applied
+    #: (:mod:`kelr_dist.kernels.stein_correction`) and the uncorrected estimate's lag-0 Stein
+    #: residual; ``None`` when not corrected
+    correction: np.ndarray | None = None
+    uncorrected_stein: BlockingResult | None = None
 
     @property
     def stein_residual(self) -> np.ndarray:
@@ -199,6 +210,13 @@ class ResponseResult:
     def stein_residual_stderr(self) -> np.ndarray:
         """``(q, d)``."""
         return self.stein.stderr.reshape(self.mean.shape[1:])
+
+    @property
+    def uncorrected_stein_residual(self) -> np.ndarray | None:
+        """``(q, d)`` lag-0 Stein residual before the affine correction (``None`` if none)."""
+        if self.uncorrected_stein is None:
+            return None
+        return self.uncorrected_stein.mean.reshape(self.mean.shape[1:])
 
     @property
     def mean(self) -> np.ndarray:
@@ -223,6 +241,10 @@ def stein_target(
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
 
+#: key of the lagged sums shared by every corrected score (not a score's name: has a space)
+AFFINE = "affine correction"
+
+
 @dataclass(frozen=True)
 class _ResponseKernel:
     scores: Mapping[str, Score]
@@ -231,6 +253,8 @@ class _ResponseKernel:
     max_lag: int
     centre: np.ndarray  # (q,) Ā
     steps: np.ndarray  # (d,) central-difference steps for the observable's derivative
+    corrected: frozenset[str]  # scores that get the affine Stein correction
+    origin: np.ndarray  # (d,) x̄ of the correction's features
     base_block: int | None = None
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
@@ -240,6 +264,7 @@ class _ResponseKernel:
         target = stein_target(self.observable, self.forcing, x, a, self.steps)
         ones = np.ones((x.shape[0], 1))
         out: dict[str, Any] = {}
+        z = augmented(x, self.origin)
         for name, score in self.scores.items():
             s, kept = score(x)
             b = self.forcing.conjugate(x, s, kept)
@@ -247,31 +272,71 @@ class _ResponseKernel:
             residual = (a[:, :, None] * b[:, None, :] - target).reshape(x.shape[0], -1)
             stein = response_block_partial(residual, ones, 0, info)
             out[name] = {"blocks": part, "stein": stein, "kept": int(kept.sum()), "n": x.shape[0]}
+            if name in self.corrected:
+                out[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
+        if self.corrected:
+            columns = correction_columns(x, self.origin, self.forcing.profile(x)[0])
+            part = response_block_partial(a_ext, columns, self.max_lag, info, self.base_block)
+            out[AFFINE] = {"blocks": part, "moment": z.T @ z, "n": x.shape[0]}
         return out
 
 
 def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {
         name: {
-            "blocks": combine_block_partials(a[name]["blocks"], b[name]["blocks"]),
-            "stein": combine_block_partials(a[name]["stein"], b[name]["stein"]),
-            "kept": a[name]["kept"] + b[name]["kept"],
-            "n": a[name]["n"] + b[name]["n"],
+            key: combine_block_partials(value, b[name][key])
+            if key in ("blocks", "stein")
+            else value + b[name][key]
+            for key, value in part.items()
         }
-        for name in a
+        for name, part in a.items()
     }
 
 
 def _finalize(partials: dict[str, Any]) -> dict[str, ResponseResult]:
-    return {
-        name: ResponseResult(
+    shared = partials.get(AFFINE)
+    if shared is not None:
+        lagged = block_standard_error(shared["blocks"])
+        second = shared["moment"] / shared["n"]
+    results = {}
+    for name, p in partials.items():
+        if name == AFFINE:
+            continue
+        result = ResponseResult(
             block_standard_error(p["blocks"]),
             p["kept"],
             p["n"],
             block_standard_error(p["stein"]),
         )
-        for name, p in partials.items()
-    }
+        if "moment" in p:
+            result = _corrected(result, affine_fit(p["moment"] / p["n"], second), lagged)
+        results[name] = result
+    return results
+
+
+def _corrected(
+    raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult
+) -> ResponseResult:
+    """``raw`` with the affine Stein correction ``V`` applied to its response and its lag-0
+    Stein residual (:func:`kelr_dist.kernels.stein_correction.corrected_response`)."""
+    shape = raw.mean.shape + (weights.shape[1],)
+    l_mean, l_stderr = lagged.mean.reshape(shape), lagged.stderr.reshape(shape)
+    mean, stderr = corrected_response(raw.mean, raw.stderr, l_mean, l_stderr, weights)
+    stein_mean, stein_stderr = corrected_response(
+        raw.stein_residual[None], raw.stein_residual_stderr[None], l_mean[:1], l_stderr[:1], weights
+    )
+    stein_shape = raw.stein.mean.shape
+    return replace(
+        raw,
+        blocking=replace(raw.blocking, mean=mean, stderr=stderr),
+        stein=replace(
+            raw.stein,
+            mean=stein_mean.reshape(stein_shape),
+            stderr=stein_stderr.reshape(stein_shape),
+        ),
+        correction=weights,
+        uncorrected_stein=raw.stein,
+    )
 
 
 def response_reduction(
@@ -282,6 +347,8 @@ def response_reduction(
     centre: np.ndarray | None = None,
     scales: np.ndarray | None = None,
     base_block: int | None = None,
+    corrected: Collection[str] = (),
+    origin: np.ndarray | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -289,15 +356,30 @@ def response_reduction(
 
     ``centre`` is ``Ā`` ``(q,)`` (default 0: no centring); ``scales`` ``(d,)`` the components'
     standard deviations, which set the central-difference steps of an observable given without
-    its derivative. Finalizes to ``{name: ResponseResult}``.
+    its derivative. The scores named in ``corrected`` get the affine Stein correction
+    (:mod:`kelr_dist.kernels.stein_correction`, features centred at ``origin`` ``(d,)``,
+    default 0; use the sample mean) fitted from the same read. Finalizes to
+    ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
     q, d = len(observable.names), len(forcing.names)
     centre = np.zeros(q) if centre is None else np.asarray(centre, dtype=np.float64)
     steps = DIFFERENCE_STEP * (np.ones(d) if scales is None else np.asarray(scales, float))
+    unknown = set(corrected) - set(scores)
+    if unknown:
+        raise ValueError(f"corrected names {sorted(unknown)} are not among the scores")
+    origin = np.zeros(d) if origin is None else np.asarray(origin, dtype=np.float64)
     kernel = _ResponseKernel(
-        dict(scores), observable, forcing, int(max_lag), centre, steps, base_block
+        dict(scores),
+        observable,
+        forcing,
+        int(max_lag),
+        centre,
+        steps,
+        frozenset(corrected),
+        origin,
+        base_block,
     )
     return Reduction(
         name="response",

@@ -77,6 +77,9 @@ from kelr_dist.pipeline.steps import (
     survey_data,
 )
 
+#: the response variables of estimated scores, which get the affine Stein correction
+ESTIMATED = ("response_kernel_embedding", "response_score_matching")
+
 #: default largest lag: 2000 rows, at most a twentieth of a chain
 DEFAULT_MAX_LAG = 2000
 #: largest score-matching Gram matrices (all folds) a requested degree may need
@@ -241,6 +244,7 @@ def estimate_response(
     score: Callable[[np.ndarray], np.ndarray] | None = None,
     kde: bool = False,
     gaussian: bool = False,
+    stein_correction: bool = True,
     client: Any = None,
     n_workers: int | None = None,
     memory_limit: Any = None,
@@ -283,6 +287,10 @@ def estimate_response(
     exact : also the exact-FDT response with the model's score (built-in models know it from the
         store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``.
     kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
+    stein_correction : refit the estimated scores (kernel embedding, score matching; not the
+        baselines) by the affine Stein correction
+        (:mod:`kelr_dist.kernels.stein_correction`), in the response read; ``False`` gives
+        the uncorrected estimators (the paper's own ``B̂``).
     client : a ``distributed.Client``, a scheduler address, ``None`` (the embedded
         ``LocalCluster``) or ``"synchronous"`` (no cluster: the same passes in this process).
     n_workers, memory_limit : size of the embedded cluster.
@@ -295,7 +303,8 @@ def estimate_response(
         (``attrs["estimator"]``); with ``estimator="auto"`` the other one as
         ``response_kernel_embedding`` or ``response_score_matching``;
         ``response_exact``/``_kde``/``_gaussian`` (+ ``_stderr``) when asked; for every response
-        the lag-0 Stein residual ``stein_residual[_suffix](i, j)`` and its ``_stderr``; the
+        the lag-0 Stein residual ``stein_residual[_suffix](i, j)`` and its ``_stderr`` (for a
+        corrected estimate also ``..._uncorrected``: the size of the correction); the
         held-out candidates on ``candidate``; the kernel embedding's criteria on ``order`` and
         coefficients on ``basis_function``; the run's choices in ``attrs``.
 
@@ -395,6 +404,8 @@ def estimate_response(
             centre=survey.centre,
             scales=survey.moments.std,
             held_out=(ke, fold_plan) if (ke is not None and fold_plan is not None) else None,
+            corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
+            origin=survey.moments.mean,
         )
     candidates = candidate_table(
         estimator,
@@ -419,6 +430,7 @@ def estimate_response(
         "max_lag": lag,
         "basis": format_basis(coordinates),
         "rejection": main.rejection,
+        "stein_correction": "affine" if stein_correction else "none",
         "store_reads": passes.reads,
         "chunking": [int(c) for c in traj.chunks[1]],
         "store": str(traj.attrs.get("store", "<in-memory>")),

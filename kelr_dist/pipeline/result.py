@@ -56,6 +56,14 @@ def assemble_result(
         suffix = name[len("response") :]
         data[f"stein_residual{suffix}"] = (("i", "j"), result.stein_residual)
         data[f"stein_residual{suffix}_stderr"] = (("i", "j"), result.stein_residual_stderr)
+        if result.uncorrected_stein is not None:
+            raw = result.uncorrected_stein
+            shape = result.stein_residual.shape
+            data[f"stein_residual{suffix}_uncorrected"] = (("i", "j"), raw.mean.reshape(shape))
+            data[f"stein_residual{suffix}_uncorrected_stderr"] = (
+                ("i", "j"),
+                raw.stderr.reshape(shape),
+            )
     coords: dict[str, Any] = {
         "lag": lags,
         "time": ("lag", lags * attrs["dt"]),

@@ -1,0 +1,72 @@
+"""Affine Stein correction of an estimated score: the score-matching refit of ``ŝ + V z̃``.
+
+An estimate ``ŝ`` of ``∇ log p`` (kernel embedding, score matching) is biased where it is poorly
+resolved — tails, walls, rejected samples (``ŝ = 0`` outside ``D_{M,δ}``). The family
+
+    ``s_V(x) = ŝ(x) + V z̃(x)``,   ``z̃ = (x - x̄, 1)`` ``(d + 1,)``,   ``V`` ``(d, d + 1)``,
+
+contains ``ŝ`` (``V = 0``). Its Hyvärinen (2005) loss ``J(s) = E[½|s|² + ∇·s]`` is quadratic in
+``V`` (``∇·(V z̃) = Σ_j V_jj``), with minimiser
+
+    ``V = -(E[ŝ z̃ᵀ] + D) E[z̃ z̃ᵀ]⁻¹``,   ``D = [I | 0]``                          (1)
+
+(plain sample means over the trajectory). Since ``J(s) = ½ E|s - ∇ log p|² + const`` (the Fisher
+divergence up to a constant) and ``V = 0`` is in the family, the refit never has a larger
+population Fisher divergence than ``ŝ``; with ``d (d + 1)`` parameters fitted on ``N`` samples
+its sampling cost is negligible. At the minimiser the sample Stein identity holds for every
+affine test function, ``Ê[s_V (x - x̄)ᵀ] = -I`` and ``Ê[s_V] = 0``: for ``A = x`` and a constant
+forcing the corrected response has ``k̂(0) = I`` exactly, as the true FDT has, and its bias at
+lag 0 — the largest, measured, for a kernel embedding with a threshold — is removed rather
+than only reported. The uncorrected estimate's lag-0 Stein residual says how large the
+correction was.
+
+The response is linear in ``B``: with ``B' = -∂c - c ⊙ s_V = B - c ⊙ (V z̃)``,
+
+    ``k'_ij(s) = k_ij(s) - Σ_k V_jk L_ijk(s)``,
+    ``L_ijk(s) = Ê[(A_i(X_{n+s}) - Ā_i) c_j(X_n) z̃_k(X_n)]``,
+
+so the correction needs one more set of lagged sums (``L``, shared by every score) and the
+moments ``Σ ŝ z̃ᵀ``, ``Σ z̃ z̃ᵀ`` from the same read as the response — no extra pass. Standard
+errors: ``V`` is a constant, so by Minkowski's inequality the corrected estimate's standard
+deviation is at most ``σ(k) + Σ_k |V_jk| σ(L_ijk)`` (a bound, no independence assumed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def augmented(x: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    """``z̃ = (x - x̄, 1)`` at ``x (n, d)``: ``(n, d + 1)``."""
+    return np.hstack([x - origin, np.ones((x.shape[0], 1))])
+
+
+def correction_columns(x: np.ndarray, origin: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``c_j z̃_k`` at ``x (n, d)`` with forcing profile ``c (n, d)``: ``(n, d (d + 1))``, column
+    ``j (d + 1) + k`` — the "conjugate variables" whose lagged sums are ``L_ijk``."""
+    z = augmented(x, origin)
+    return (c[:, :, None] * z[:, None, :]).reshape(x.shape[0], -1)
+
+
+def affine_fit(score_moment: np.ndarray, second_moment: np.ndarray) -> np.ndarray:
+    """``V (d, d + 1)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, d + 1)`` and ``Ê[z̃ z̃ᵀ] (d + 1, d + 1)``."""
+    d = score_moment.shape[0]
+    target = score_moment + np.eye(d, d + 1)
+    return -np.linalg.solve(second_moment, target.T).T
+
+
+def corrected_response(
+    mean: np.ndarray,
+    stderr: np.ndarray,
+    lagged: np.ndarray,
+    lagged_stderr: np.ndarray,
+    weights: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``k' = k - Σ_k V_jk L_·jk`` and its standard-error bound ``σ(k) + Σ_k |V_jk| σ(L_·jk)``.
+
+    ``mean``, ``stderr`` ``(S+1, q, d)``; ``lagged``, ``lagged_stderr`` ``(S+1, q, d, d + 1)``;
+    ``weights`` ``V (d, d + 1)``.
+    """
+    shift = np.einsum("tijk,jk->tij", lagged, weights)
+    spread = np.einsum("tijk,jk->tij", lagged_stderr, np.abs(weights))
+    return mean - shift, stderr + spread
