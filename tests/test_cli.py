@@ -257,6 +257,13 @@ OTHER_BAD_INPUTS = [
     ("bad model parameter",
      lambda f, s: ["simulate", "ou", f / "new.zarr", "--samples", 100, "--param", "dt=-1"],
      "dt=-1", ["new.zarr"]),
+    ("simulate onto a store with other settings",
+     lambda f, s: ["simulate", "ou", s, "--samples", 100],
+     "holds a generation with other settings (n_samples: store 20000, given 100", []),
+    ("simulate --overwrite onto a folder that is not a store",
+     lambda f, s: ["simulate", "ou", (f / "d").mkdir() or (f / "d" / "a").touch() or f / "d",
+                   "--samples", 100, "--overwrite"],
+     "is not a zarr store; refusing to overwrite it", []),
     ("unknown model",
      lambda f, s: ["simulate", "lorenz", f / "new.zarr", "--samples", 100],
      "Invalid value for 'MODEL'", ["new.zarr"]),
@@ -331,6 +338,18 @@ def test_other_bad_input_exits_2_with_one_line(
         main.main([str(a) for a in argv(tmp_path, store)], prog_name="kelr")
     captured = capsys.readouterr()
     check_failure(exit_info.value.code, captured.out, captured.err, tmp_path, message, absent)
+
+
+def test_simulate_overwrite_replaces_a_store(tmp_path, capsys, monkeypatch):
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (["--samples", 300], ["--samples", 400, "--seed", 2, "--overwrite"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main.main(["simulate", "ou", "s.zarr", "--chunk", 100, "-q", *map(str, argv)])
+        assert exit_info.value.code == 0, capsys.readouterr().err
+    assert "(1, 400, 2)" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
 
 
 def test_help_has_an_example_for_every_command(tmp_path):

@@ -147,3 +147,17 @@ def test_open_result_errors(tmp_path, ou_result):
         open_result(tmp_path / "junk.nc")
     ds = open_result(ou_result / "result.zarr")
     assert json.loads(ds.attrs["model_params"])["dt"] == DT
+
+
+def test_a_written_result_opens_without_warnings(tmp_path, ou_result):
+    import warnings
+
+    ds = open_result(ou_result / "result.zarr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_result(ds, tmp_path / "again.zarr")  # nothing to silence in the caller either
+        xr.open_zarr(ou_result / "result.zarr").load()  # consolidated metadata
+        again = xr.open_zarr(tmp_path / "again.zarr").load()
+    assert list(again["i"].values) == ["x1", "x2"]
+    with pytest.raises(ValueError, match=r"output '.*again.zarr' exists"):
+        write_result(ds, tmp_path / "again.zarr")

@@ -140,6 +140,46 @@ def test_complete_store_is_returned_and_other_settings_are_refused(tmp_path: Pat
         simulate("ou", tmp_path / "other", 100)
 
 
+def test_overwrite_replaces_a_store_with_other_settings(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    simulate("ou", path, 100, seed=1, chunk=40)
+    with pytest.raises(ValueError, match=r"path=.*s.zarr.* other settings.*--overwrite"):
+        simulate("ou", path, 120, seed=2, chunk=40)
+    new = simulate("ou", path, 120, seed=2, chunk=40, overwrite=True)
+    twin = simulate("ou", tmp_path / "twin.zarr", 120, seed=2, chunk=40)
+    np.testing.assert_array_equal(new.values, twin.values)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr", "twin.zarr"]  # no temporary
+    (tmp_path / "empty").mkdir()
+    assert simulate("ou", tmp_path / "empty", 50, chunk=40, overwrite=True).shape == (1, 50, 2)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="is not a zarr store; refusing to overwrite"):
+        simulate("ou", tmp_path / "notes", 50, overwrite=True)
+    assert (tmp_path / "notes" / "a.txt").read_text() == "keep me"
+
+
+def test_a_failed_overwrite_leaves_the_old_store(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    old = simulate("ou", path, 100, seed=1, chunk=40).values
+    with pytest.raises(ValueError, match="burn_in=-1"):
+        simulate("ou", path, 100, seed=2, chunk=40, burn_in=-1, overwrite=True)
+    np.testing.assert_array_equal(open_trajectory(path).values, old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.zarr"]
+
+
+def test_a_simulated_store_opens_without_warnings(tmp_path: Path) -> None:
+    import warnings
+
+    import xarray as xr
+
+    path = tmp_path / "s.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        simulate("ou", path, 100, chunk=40)
+        xr.open_zarr(path).load()  # consolidated metadata, variable-length component names
+        open_trajectory(path).load()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

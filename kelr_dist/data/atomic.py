@@ -25,12 +25,19 @@ import errno
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-__all__ = ["new_directory", "replace_atomically", "write_dataset"]
+__all__ = [
+    "consolidated_metadata",
+    "new_directory",
+    "replacement",
+    "replace_atomically",
+    "write_dataset",
+]
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -120,6 +127,45 @@ def replace_atomically(new: str | os.PathLike[str], target: str | os.PathLike[st
 
 
 @contextmanager
+def consolidated_metadata() -> Iterator[None]:
+    """Silence, inside the block only, zarr 3's warning that consolidated metadata is not (yet)
+    part of the v3 specification.
+
+    The package writes consolidated metadata on purpose: xarray and zarr-python read it, and
+    without it every ``xarray.open_zarr`` of a result or a simulated store warns instead (and
+    lists every folder). Only that one message is filtered, only while the package writes.
+    """
+    from zarr.errors import ZarrUserWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="Consolidated metadata is currently not part",
+            category=ZarrUserWarning,
+        )
+        yield
+
+
+@contextmanager
+def replacement(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary sibling folder to fill; when the block succeeds it replaces ``path``
+    (existing or not) in one atomic step (:func:`replace_atomically`).
+
+    The folder is not created. On error it is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(target, "tmp")
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        replace_atomically(tmp, target)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+@contextmanager
 def new_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary sibling folder to fill; it becomes ``path`` when the block succeeds.
 
@@ -145,6 +191,7 @@ def new_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
 def write_dataset(ds: Any, path: str | os.PathLike[str], overwrite: bool = False) -> None:
     """Write an ``xarray.Dataset`` atomically: ``*.nc`` as netCDF, anything else as zarr.
 
+    A zarr store gets consolidated metadata (``xarray.open_zarr`` opens it without a warning).
     A drop-in for :func:`kelr_dist.pipeline.result.write_result`, adding the flush before the
     rename
     (a full disk seen by ``fsync`` fails the write, not the data) and the atomic exchange of an
@@ -166,7 +213,8 @@ def write_dataset(ds: Any, path: str | os.PathLike[str], overwrite: bool = False
         if target.suffix == ".nc":
             ds.to_netcdf(tmp)
         else:
-            ds.to_zarr(tmp, mode="w", consolidated=False)
+            with consolidated_metadata():
+                ds.to_zarr(tmp, mode="w", consolidated=True)
         _fsync_tree(tmp)
         replace_atomically(tmp, target)
     except BaseException:

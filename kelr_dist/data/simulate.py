@@ -29,7 +29,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from kelr_dist import __version__
-from kelr_dist.data.atomic import new_directory
+from kelr_dist.data.atomic import new_directory, replacement
 from kelr_dist.data.models import Model, make_model
 from kelr_dist.data.store import open_trajectory, read_progress
 from kelr_dist.data.writer import (
@@ -158,8 +158,18 @@ def _create(path: Path, run: _Run, settings: dict[str, Any], width: int) -> None
     )
 
 
-def _prepare(path: str, run: _Run, settings: dict[str, Any]) -> np.ndarray | None:
-    """Create the store, or check an existing one; progress records, ``None`` if complete."""
+def _is_replaceable(path: str) -> bool:
+    """A zarr store (its ``zarr.json``) or an empty folder: what ``overwrite`` may replace.
+    Anything else (a file, a folder of other things) is never deleted."""
+    folder = Path(path)
+    return folder.is_dir() and ((folder / "zarr.json").is_file() or not any(folder.iterdir()))
+
+
+def _prepare(
+    path: str, run: _Run, settings: dict[str, Any], overwrite: bool = False
+) -> np.ndarray | None | bool:
+    """Create the store, or check an existing one; progress records, ``None`` if complete,
+    ``True`` when ``path`` is to be replaced by a new generation (``overwrite``)."""
     width = 1 + _RNG_WORDS + len(run.model.components)
     if not os.path.exists(path):
         # made in a temporary sibling and renamed: a full disk or a crash while creating
@@ -169,15 +179,25 @@ def _prepare(path: str, run: _Run, settings: dict[str, Any]) -> np.ndarray | Non
         return np.zeros((run.chains, width), dtype=np.uint64)
     stored = read_attrs(path)
     if stored is None or "complete" not in stored or "model_params" not in stored:
+        if overwrite and _is_replaceable(path):
+            return True
+        if _is_replaceable(path):
+            raise ValueError(
+                f"path={path!r} exists and is not a store made by simulate; remove it, choose "
+                "another path, or replace it with overwrite=True (kelr simulate --overwrite)"
+            )
         raise ValueError(
-            f"path={path!r} exists and is not a store made by simulate; "
-            "refusing to overwrite it (remove it or choose another path)"
+            f"path={path!r} exists and is not a zarr store; refusing to overwrite it (remove "
+            "it or choose another path; overwrite replaces only a zarr store or an empty folder)"
         )
     differences = _settings_mismatch(stored, settings)
     if differences:
+        if overwrite:
+            return True
         raise ValueError(
-            f"path={path!r} holds a generation with other settings; cannot resume it "
-            f"({'; '.join(differences)})"
+            f"path={path!r} holds a generation with other settings "
+            f"({'; '.join(differences)}); choose another path, or replace it with "
+            "overwrite=True (kelr simulate --overwrite)"
         )
     return None if stored["complete"] else read_progress(path)
 
@@ -192,6 +212,7 @@ def simulate(
     client: Any = None,
     burn_in: int | None = None,
     progress: bool | None = None,
+    overwrite: bool = False,
 ) -> xr.DataArray:
     """Simulate ``chains`` independent chains of ``model`` into the trajectory store ``path``.
 
@@ -213,6 +234,12 @@ def simulate(
         ``model.default_burn_in``).
     progress : a progress bar over chunks written: ``None`` shows it on a terminal only,
         ``False`` never, ``True`` always.
+    overwrite : replace an existing store at ``path`` made with other settings (or a zarr
+        store not made by ``simulate``, or an empty folder). The new store is generated in a
+        temporary sibling and put in place in one atomic step when it is complete, so ``path``
+        holds the old store until then (an interrupted overwrite is not resumed: it starts
+        again). A store with the same settings is resumed or returned as it is, as without
+        ``overwrite``; a file or a folder that is not a zarr store is never replaced.
 
     Returns
     -------
@@ -225,8 +252,8 @@ def simulate(
     ------
     ValueError
         naming the parameter: ``n_samples``, ``chains``, ``chunk`` < 1, ``burn_in`` or
-        ``seed`` < 0, an unknown model, or an existing ``path`` that is not a store made by
-        ``simulate`` with the same settings (the differences are listed).
+        ``seed`` < 0, an unknown model, or (without ``overwrite``) an existing ``path`` that is
+        not a store made by ``simulate`` with the same settings (the differences are listed).
     """
     model = _resolve_model(model)
     n_samples = _positive_int("n_samples", n_samples)
@@ -247,23 +274,34 @@ def simulate(
         "chunk": chunk,
     }
     run = _Run(path, model, n_samples, chains, seed, chunk, burn_in)
-    records = _prepare(path, run, settings)
-    if records is not None:
-        n_chunks = math.ceil(n_samples / chunk)
-        done_chunks = sum(math.ceil(int(r[0]) / chunk) for r in records)
-        with tqdm(
-            total=chains * n_chunks,
-            initial=done_chunks,
-            unit="chunk",
-            desc=f"simulate {model.name}",
-            disable=None if progress is None else not progress,
-        ) as bar:
-            if client is None:
-                _run_here(run, records, bar)
-            else:
-                _run_on_client(client, run, records, bar)
-        mark_complete(path)
+    records = _prepare(path, run, settings, overwrite=bool(overwrite))
+    if records is True:  # overwrite: a new generation in a sibling, swapped in when complete
+        with replacement(path) as fresh:
+            run = _Run(os.fspath(fresh), model, n_samples, chains, seed, chunk, burn_in)
+            width = 1 + _RNG_WORDS + len(model.components)
+            _create(fresh, run, settings, width)
+            _generate(run, np.zeros((chains, width), dtype=np.uint64), client, progress)
+    elif records is not None:
+        _generate(run, records, client, progress)
     return open_trajectory(path)
+
+
+def _generate(run: _Run, records: np.ndarray, client: Any, progress: bool | None) -> None:
+    """Write every chunk not yet written (per ``records``), then mark the store complete."""
+    n_chunks = math.ceil(run.n_samples / run.chunk)
+    done_chunks = sum(math.ceil(int(r[0]) / run.chunk) for r in records)
+    with tqdm(
+        total=run.chains * n_chunks,
+        initial=done_chunks,
+        unit="chunk",
+        desc=f"simulate {run.model.name}",
+        disable=None if progress is None else not progress,
+    ) as bar:
+        if client is None:
+            _run_here(run, records, bar)
+        else:
+            _run_on_client(client, run, records, bar)
+    mark_complete(run.path)
 
 
 def _run_here(run: _Run, records: np.ndarray, bar: tqdm) -> None:

@@ -4,7 +4,8 @@ One process creates a pre-sized ``(chain, time, component)`` array and its metad
 (:func:`create_store`); workers then write disjoint, chunk-aligned regions (one chain each, no
 sharding, :func:`write_samples`) and a per-chain progress record (:func:`write_progress`, one
 zarr chunk per chain, so concurrent chains never touch the same object); only the creating
-process changes metadata, once at the end (:func:`mark_complete`, the ``complete`` attribute).
+process changes metadata, once at the end (:func:`mark_complete`, the ``complete`` attribute,
+then the consolidated metadata).
 The layout is the one :mod:`kelr_dist.data.store` reads.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec
 
+from kelr_dist.data.atomic import consolidated_metadata
 from kelr_dist.data.store import DIMS, PROGRESS_ARRAY, PROGRESS_GROUP
 
 
@@ -100,5 +102,9 @@ def read_attrs(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def mark_complete(path: str | os.PathLike[str]) -> None:
-    """Set the root attribute ``complete=True`` (from the one process that created the store)."""
+    """Set the root attribute ``complete=True`` and consolidate the metadata (from the one
+    process that created the store, once every chain is written: nothing changes the metadata
+    afterwards, so ``xarray.open_zarr`` reads the consolidated copy without a warning)."""
     zarr.open_group(os.fspath(path), mode="r+").attrs["complete"] = True
+    with consolidated_metadata():
+        zarr.consolidate_metadata(os.fspath(path))

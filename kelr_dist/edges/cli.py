@@ -216,6 +216,12 @@ def main() -> None:
     metavar="ADDR",
     help="Run the chains on this Dask scheduler (default: in this process).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace an existing store made with other settings (atomically, once the new one "
+    "is complete).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def simulate(
     model: str,
@@ -227,12 +233,14 @@ def simulate(
     burn_in: int | None,
     params: dict[str, Any],
     scheduler: str | None,
+    overwrite: bool,
     quiet: bool,
 ) -> None:
     """Simulate a built-in MODEL into a new trajectory STORE (zarr).
 
     An interrupted run is resumed by the same command; a complete store with the same
-    settings is left as it is.
+    settings is left as it is. A store with other settings is refused unless --overwrite
+    is given (a file or a folder that is not a zarr store is never replaced).
 
     \b
     Examples:
@@ -258,6 +266,7 @@ def simulate(
             client=client,
             burn_in=burn_in,
             progress=_progress(quiet),
+            overwrite=overwrite,
         )
     click.echo(_format_info(_describe(trajectory)))
 
