@@ -307,3 +307,24 @@ def test_forcing_builders_validate():
         sampled(np.ones(5), times, j=["x"])
     np.testing.assert_array_equal(step(2.0, times, j="x", onset=0.02).values, [0, 0, 2, 2, 2])
     np.testing.assert_allclose(ramp(1.0, times, j="x", onset=0.01).values, [0, 0, 0.01, 0.02, 0.03])
+
+
+def test_susceptibility_and_predictions_carry_the_convergence_flags(ds):
+    flagged = ds.copy()
+    converged = np.ones(ds["response"].shape, dtype=bool)
+    converged[300, 1, 0] = False  # entry k[y, x] at t = 3 has an unconverged error bar
+    flagged["response_converged"] = (("lag", "i", "j"), converged)
+    flagged["response_block_size"] = (("lag", "i", "j"), np.full(converged.shape, 512))
+    chi = flagged.kelr.susceptibility()
+    np.testing.assert_array_equal(chi["converged"].values, [[True, True], [False, True]])
+    times = ds["time"].values[:500]
+    on_x = flagged.kelr.predict(step(0.1, times, j="x"))  # uses k[:, x] only
+    assert on_x["converged"].sel(i="x").values.all()
+    y = on_x["converged"].sel(i="y").values
+    assert y[:300].all() and not y[300:].any()  # from t = 3 on, the value uses k[y, x](3)
+    on_y = flagged.kelr.predict(step(0.1, times, j="y"))  # the flagged entry is not used
+    assert on_y["converged"].values.all()
+    # the companions are not estimates: normalising leaves them as they are
+    scaled = flagged.kelr.normalized()
+    np.testing.assert_array_equal(scaled["response_block_size"].values, 512)
+    assert "converged" not in ds.kelr.susceptibility().coords  # a result without the flags

@@ -68,7 +68,11 @@ def test_simulate_info_estimate_report(tmp_path):
     run = kelr("estimate", store, out, "--max-order", 6, "--max-lag", 50, "--exact",
                "--workers", 2, "--quiet", cwd=tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert "errors vs exact FDT" in run.stdout and "kernel embedding" in run.stdout
+    # the headline only (the table is kelr report's): where it went, estimator, stderr, Stein
+    assert run.stdout.splitlines()[0].split() == ["wrote", str(out)]
+    for text in ("estimator", "max stderr", "Stein/stderr", f"kelr report {out}"):
+        assert text in run.stdout, text
+    assert "errors vs exact FDT" not in run.stdout and "rejection" not in run.stdout
 
     ds = xr.open_zarr(out, consolidated=False).load()
     for name in ("response", "response_stderr", "response_exact", "response_exact_stderr"):
@@ -92,6 +96,12 @@ def test_simulate_info_estimate_report(tmp_path):
     run = kelr("report", out, "--figures", figures, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert "order M" in run.stdout and "rejection" in run.stdout and "run time" in run.stdout
+    assert "error bars" in run.stdout and "errors vs exact FDT" in run.stdout
+    assert run.stdout.count("lag-0 Stein residual k(0)") == 1  # the summary, once
+    # one order of the responses everywhere: the chosen estimate, the other, baselines, exact
+    listed = next(line for line in run.stdout.splitlines() if line.startswith("responses"))
+    names = listed.split(None, 1)[1].split(", ")
+    assert names[0] == "response" and names[-1] == "response_exact"
     pngs = sorted(figures.glob("*.png"))
     assert [p.name for p in pngs] == [
         "criteria.png", "density.png", "response.png", "selection.png"
@@ -361,3 +371,19 @@ def test_help_has_an_example_for_every_command(tmp_path):
 
     for command in main.commands.values():
         assert "Example" in (command.help or ""), command.name
+
+
+def test_unconverged_error_bars_are_one_warning_line(tmp_path, capsys, monkeypatch):
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    simulate("ou", tmp_path / "short.zarr", 4000, chunk=2000, progress=False)
+    argv = ["estimate", "short.zarr", "out.zarr", "--max-order", "4", "--max-lag", "1000",
+            "--scheduler", "synchronous", "--quiet"]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(argv, prog_name="kelr")
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 0, captured.err
+    warned = [line for line in captured.err.splitlines() if "did not converge" in line]
+    assert len(warned) == 1 and warned[0].startswith("kelr: warning: the error bars of")
+    assert "blocking NOT converged" in captured.out

@@ -161,3 +161,35 @@ def test_a_written_result_opens_without_warnings(tmp_path, ou_result):
     assert list(again["i"].values) == ["x1", "x2"]
     with pytest.raises(ValueError, match=r"output '.*again.zarr' exists"):
         write_result(ds, tmp_path / "again.zarr")
+
+
+def test_summary_and_headline_show_the_blocking_convergence():
+    from kelr_dist.edges.report import headline, response_names
+
+    ds = analytic_result()
+    assert "error bars  -" in summary(ds)  # a result without the flags
+    converged = np.ones(ds["response"].shape, dtype=bool)
+    ds["response_converged"] = (("lag", "i", "j"), converged)
+    ds["response_block_size"] = (("lag", "i", "j"), np.full(converged.shape, 256))
+    assert "converged for all 1604 entries (block size 256)" in summary(ds)
+    converged[200:, 0, 1] = False
+    ds["response_converged"] = (("lag", "i", "j"), converged)
+    assert "NOT converged for 201 of 1604 entries" in summary(ds)
+    # the companions are not listed as responses; the order is fixed
+    assert response_names(ds) == ["response", "response_kde", "response_exact"]
+    lines = headline(ds, "out.zarr").splitlines()
+    assert lines[0].split() == ["wrote", "out.zarr"] and len(lines) == 5
+    assert "max stderr    0.01 (sampling error; blocking NOT converged" in lines[2]
+
+
+def test_unconverged_error_bars_warn_once(tmp_path):
+    from kelr_dist.pipeline.estimate import ConvergenceWarning
+
+    simulate("ou", tmp_path / "short.zarr", 4000, chunk=2000, progress=False)
+    with pytest.warns(ConvergenceWarning, match=r"error bars of \d+ of \d+ response entries"):
+        ds = estimate_response(
+            tmp_path / "short.zarr", max_order=4, max_lag=1000, client="synchronous"
+        )
+    assert not ds["response_converged"].values.all()
+    assert ds["response_converged"].dtype == bool and ds["response_block_size"].dtype.kind == "i"
+    assert "NOT converged" in summary(ds)

@@ -29,6 +29,9 @@ forcing components are independent; it is smaller and may understate the uncerta
 Error bars are returned as a ``stderr`` coordinate of the result; they describe the
 statistical error of the estimate only (not the quadrature error, nor the bias of the
 density estimate), and they are not carried through later arithmetic on the DataArray.
+With ``converged`` (the result's ``response_converged``: whether the block averaging of each
+entry reached its plateau) a ``converged`` coordinate says whether every entry a value uses had
+converged error bars; where it is False the error bar is too small.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ from numpy.typing import ArrayLike
 ErrorModel = Literal["bound", "independent"]
 ERROR_MODELS: tuple[str, ...] = ("bound", "independent")
 RESPONSE_DIMS = ("lag", "i", "j")
+#: suffixes of the companions of a response variable ``<name>``: its standard error and the
+#: block averaging behind it (not estimates themselves)
+COMPANION_SUFFIXES = ("_stderr", "_block_size", "_converged")
 _GRID_RTOL = 1e-6  # relative tolerance when matching a forcing's time step to the response's dt
 
 
@@ -196,6 +202,23 @@ def _stderr_values(stderr: xr.DataArray, response: xr.DataArray) -> np.ndarray:
     return values
 
 
+def is_estimate(dataset: xr.Dataset, name: Hashable) -> bool:
+    """Whether ``dataset[name]`` is a response estimate ``(lag, i, j)`` (not its stderr nor its
+    blocking companions, :data:`COMPANION_SUFFIXES`)."""
+    return set(dataset[name].dims) == set(RESPONSE_DIMS) and not str(name).endswith(
+        COMPANION_SUFFIXES
+    )
+
+
+def _converged_values(converged: xr.DataArray, response: xr.DataArray) -> np.ndarray:
+    """Validate ``converged`` against ``response``; ``(lag, i, j)`` bool."""
+    if not isinstance(converged, xr.DataArray) or set(converged.dims) != set(RESPONSE_DIMS):
+        raise ValueError(f"converged must be an xarray.DataArray with dims {RESPONSE_DIMS}")
+    if converged.shape != response.shape:
+        raise ValueError(f"converged has shape {converged.shape}, the response {response.shape}")
+    return np.asarray(converged.transpose(*RESPONSE_DIMS).values, dtype=bool)
+
+
 def _forcing_matrix(forcing: xr.DataArray, components: np.ndarray) -> np.ndarray:
     """The forcing as an ``(n, q)`` matrix over all ``q`` response components (zeros elsewhere)."""
     if not isinstance(forcing, xr.DataArray):
@@ -290,6 +313,7 @@ def predict_response(
     *,
     stderr: xr.DataArray | None = None,
     errors: ErrorModel = "bound",
+    converged: xr.DataArray | None = None,
 ) -> xr.DataArray:
     """Linear response ``ΔE[A_i](t_n)`` to a forcing history (eq. 4).
 
@@ -311,12 +335,15 @@ def predict_response(
     stderr : optional ``(lag, i, j)`` standard errors of ``response`` (``response_stderr``).
     errors : ``"bound"`` (default: conservative, valid for any correlation between lags)
         or ``"independent"`` (root-sum-square); see the module docstring.
+    converged : optional ``(lag, i, j)`` bool, ``response_converged``.
 
     Returns
     -------
     DataArray ``prediction`` with dims ``("time", "i")`` on the forcing's time coordinate
     and the response's ``i`` labels; with ``stderr`` given, a ``stderr`` coordinate of the
-    same dims holds the propagated standard error.
+    same dims holds the propagated standard error; with ``converged`` given, a ``converged``
+    coordinate: whether every entry ``k_ij(s)`` the value uses (forced ``j``, ``s <= t``)
+    had converged error bars.
 
     Raises
     ------
@@ -338,6 +365,12 @@ def predict_response(
         name="prediction",
         attrs={"dt": dt, "quadrature": "trapezoid", "equation": "eq. 4"},
     )
+    if converged is not None:
+        unconverged = (~_converged_values(converged, response)[:n]).astype(float)
+        used = (f != 0).astype(float)
+        # a count of the unconverged entries used, each weighted 1/2 or 1 (by FFT: not exact)
+        flags = _trapezoid_convolution(unconverged, used, 0.5) < 0.25
+        prediction = prediction.assign_coords(converged=(("time", "i"), flags))
     if stderr is None:
         return prediction
     sigma = _stderr_values(stderr, response)[:n]
@@ -355,6 +388,7 @@ def susceptibility(
     *,
     stderr: xr.DataArray | None = None,
     errors: ErrorModel = "bound",
+    converged: xr.DataArray | None = None,
 ) -> xr.DataArray:
     """Static susceptibility ``χ_ij = ∫_0^T k_ij(t) dt`` over the estimated lags (trapezoid).
 
@@ -364,12 +398,13 @@ def susceptibility(
     Parameters
     ----------
     response : ``(lag, i, j)`` response operator with at least two lags.
-    stderr, errors : as in :func:`predict_response`.
+    stderr, errors, converged : as in :func:`predict_response`.
 
     Returns
     -------
-    DataArray ``susceptibility`` with dims ``("i", "j")``, attribute ``horizon = T``, and a
-    ``stderr`` coordinate when ``stderr`` is given.
+    DataArray ``susceptibility`` with dims ``("i", "j")``, attribute ``horizon = T``, a
+    ``stderr`` coordinate when ``stderr`` is given and a ``converged`` coordinate (every lag's
+    error bar converged) when ``converged`` is given.
     """
     _check_errors(errors)
     k, dt = _response_values(response)
@@ -383,6 +418,9 @@ def susceptibility(
         name="susceptibility",
         attrs={"dt": dt, "horizon": (k.shape[0] - 1) * dt, "quadrature": "trapezoid"},
     )
+    if converged is not None:
+        flags = _converged_values(converged, response).all(axis=0)
+        result = result.assign_coords(converged=(("i", "j"), flags))
     if stderr is None:
         return result
     sigma = _stderr_values(stderr, response)
@@ -417,11 +455,7 @@ def normalized(dataset: xr.Dataset) -> xr.Dataset:
     -------
     A new Dataset with the scaled variables and ``attrs["normalization"]``.
     """
-    responses = [
-        name
-        for name, variable in dataset.data_vars.items()
-        if set(variable.dims) == set(RESPONSE_DIMS) and not str(name).endswith("_stderr")
-    ]
+    responses = [name for name in dataset.data_vars if is_estimate(dataset, name)]
     if not responses:
         raise ValueError(f"dataset has no variable with dims {RESPONSE_DIMS} to normalise")
     scaled = {}
@@ -457,6 +491,9 @@ class KelrAccessor:
     def __init__(self, dataset: xr.Dataset) -> None:
         self._dataset = dataset
 
+    def _converged(self, variable: str) -> xr.DataArray | None:
+        return self._dataset.get(f"{variable}_converged")
+
     def _variable(self, variable: str) -> tuple[xr.DataArray, xr.DataArray | None]:
         if variable not in self._dataset.data_vars:
             names = [str(name) for name in self._dataset.data_vars]
@@ -469,16 +506,22 @@ class KelrAccessor:
     def predict(
         self, forcing: xr.DataArray, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
-        """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_stderr"]``."""
+        """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_stderr"]`` (and
+        ``_converged``)."""
         response, stderr = self._variable(variable)
-        return predict_response(response, forcing, stderr=stderr, errors=errors)
+        return predict_response(
+            response, forcing, stderr=stderr, errors=errors, converged=self._converged(variable)
+        )
 
     def susceptibility(
         self, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
-        """:func:`susceptibility` of ``ds[variable]`` with ``ds[variable + "_stderr"]``."""
+        """:func:`susceptibility` of ``ds[variable]`` with ``ds[variable + "_stderr"]`` (and
+        ``_converged``)."""
         response, stderr = self._variable(variable)
-        return susceptibility(response, stderr=stderr, errors=errors)
+        return susceptibility(
+            response, stderr=stderr, errors=errors, converged=self._converged(variable)
+        )
 
     def normalized(self) -> xr.Dataset:
         """:func:`normalized` of the dataset."""

@@ -394,14 +394,15 @@ def _run_estimate(
     memory_limit: str | int | None,
     quiet: bool,
 ) -> None:
-    """Validate the inputs, estimate on the chosen cluster, write the outputs, print a summary.
+    """Validate the inputs, estimate on the chosen cluster, write the outputs, print where the
+    result went and its headline numbers (``kelr report`` prints the whole summary).
 
     ``options(components)`` gives the keyword arguments of ``estimate_response`` for the
     store's component names. Everything that can be checked cheaply (outputs, the store) is
     checked before a cluster starts; the outputs are written once the estimate is complete.
     """
     from kelr_dist.data.store import open_trajectory
-    from kelr_dist.edges.report import summary, write_figures
+    from kelr_dist.edges.report import headline, write_figures
     from kelr_dist.engine.cluster import close_embedded_cluster
     from kelr_dist.pipeline.estimate import estimate_response
     from kelr_dist.pipeline.result import write_result
@@ -419,7 +420,7 @@ def _run_estimate(
     write_result(ds, result, overwrite=overwrite)
     if netcdf is not None:
         write_result(ds, netcdf, overwrite=overwrite)
-    click.echo(summary(ds, str(result)))
+    click.echo(headline(ds, str(result)))  # the whole table is 'kelr report's
     if figures is not None:
         for path in write_figures(ds, figures):
             click.echo(f"wrote {path}")
@@ -546,8 +547,10 @@ def estimate(
 ) -> None:
     """Estimate the linear response operator of STORE and write it to OUT.
 
-    OUT is a zarr store, or netCDF when it ends in .nc; a short summary is printed (order,
-    δ, rejection rate, run time, errors against the exact response when computed).
+    OUT is a zarr store, or netCDF when it ends in .nc. Printed: where the result went, the
+    estimator and its order/degree, the largest standard error (and whether its block
+    averaging converged) and the largest lag-0 Stein residual in standard errors; 'kelr report
+    OUT' prints the whole summary.
 
     \b
     Examples:

@@ -1,10 +1,12 @@
 """Reports on a result of :func:`~kelr_dist.estimate_response`: a table and figures.
 
-- :func:`summary` — the terminal table of ``kelr report`` (and the tail of ``kelr estimate``):
-  the estimator used and why, basis, order ``M`` / degree ``q``, threshold ``δ``, rejection
-  rate ``R_M``, run time, the lag-0 Stein residual of every estimate in standard errors and,
-  when the result holds ``response_exact``, the errors of every estimate against it
-  (:func:`response_errors`).
+- :func:`summary` — the terminal table of ``kelr report``: the estimator used and why, basis,
+  order ``M`` / degree ``q``, threshold ``δ``, rejection rate ``R_M``, whether the error bars'
+  block averaging converged, run time, the lag-0 Stein residual of every estimate in standard
+  errors and, when the result holds ``response_exact``, the errors of every estimate against it
+  (:func:`response_errors`); responses always in the order of :func:`response_names`.
+- :func:`headline` — the few lines ``kelr estimate`` prints: where the result went, estimator
+  and order/degree, largest standard error, largest Stein residual in standard errors.
 - :func:`write_figures` — PNG figures (matplotlib, Agg canvas; no pyplot state):
   ``selection.png`` (held-out loss of every candidate against its order/degree, the choice
   marked), ``criteria.png`` (``η_M``, ``R_M``, ``δ_M`` against ``M``, eqs. 52–54),
@@ -30,7 +32,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from kelr_dist.edges.analysis import normalized
+from kelr_dist.edges.analysis import is_estimate, normalized
 
 #: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
 #: with the estimator it came from, see :func:`label`)
@@ -102,6 +104,39 @@ def chosen_order(ds: xr.Dataset) -> int | tuple[int, ...] | None:
     return int(value)
 
 
+def response_names(ds: xr.Dataset) -> list[str]:
+    """The response estimates of a result in one fixed order: the chosen estimate, the other
+    estimator, the baselines (:data:`ESTIMATES`), the exact FDT, then any others by name."""
+    present = [str(name) for name in ds.data_vars if is_estimate(ds, name)]
+    fixed = [*ESTIMATES, "response_exact"]
+    return [n for n in fixed if n in present] + sorted(n for n in present if n not in fixed)
+
+
+def convergence(ds: xr.Dataset, name: str = "response") -> tuple[int, int, int, int] | None:
+    """The blocking of ``name``'s error bars: ``(unconverged entries, entries, smallest and
+    largest block size)``, or None for a result without ``<name>_converged``."""
+    if f"{name}_converged" not in ds:
+        return None
+    converged = np.asarray(ds[f"{name}_converged"].values, dtype=bool)
+    sizes = np.asarray(ds[f"{name}_block_size"].values) if f"{name}_block_size" in ds else None
+    low, high = (int(sizes.min()), int(sizes.max())) if sizes is not None else (0, 0)
+    return int((~converged).sum()), int(converged.size), low, high
+
+
+def _convergence_text(ds: xr.Dataset) -> str:
+    state = convergence(ds)
+    if state is None:
+        return "-"
+    bad, total, low, high = state
+    blocks = f"block size {low}" if low == high else f"block sizes {low}..{high}"
+    if bad == 0:
+        return f"converged for all {total} entries ({blocks})"
+    return (
+        f"NOT converged for {bad} of {total} entries ({blocks}): those error bars are too "
+        "small (chains short against the correlation time)"
+    )
+
+
 def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str, dict[str, float]]:
     """Errors of every estimate against ``response_exact`` (the same samples, exact score).
 
@@ -123,8 +158,8 @@ def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str,
     diagonal = np.zeros((q, d), dtype=bool)
     diagonal[np.arange(min(q, d)), np.arange(min(q, d))] = True
     errors = {}
-    for name in ESTIMATES:
-        if name not in ds:
+    for name in response_names(ds):
+        if name == "response_exact":
             continue
         error = np.abs(ds[name].transpose("lag", "i", "j").values[lags] - exact).max(axis=0)
         stderr = ds.get(f"{name}_stderr")
@@ -167,16 +202,43 @@ def stein_rows(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
     """Per response variable: the largest ``|lag-0 Stein residual|`` and the largest ratio
     ``|residual| / stderr`` over the entries."""
     out = {}
-    for name in ds.data_vars:
-        name = str(name)
-        if not name.startswith("stein_residual") or name.endswith("_stderr"):
+    for response in response_names(ds):
+        name = "stein_residual" + response[len("response") :]
+        if name not in ds or f"{name}_stderr" not in ds:
             continue
         residual = np.abs(ds[name].values)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = residual / ds[f"{name}_stderr"].values
-        response = "response" + name[len("stein_residual") :]
         out[response] = (float(np.nanmax(residual)), float(np.nanmax(ratio)))
     return out
+
+
+def _order_text(ds: xr.Dataset) -> str:
+    """``order M = 56 (auto)`` / ``degree q = 3`` of the estimator used."""
+    a = ds.attrs
+    if str(a.get("estimator", "kernel-embedding")) == "score-matching" and "degree" in a:
+        return f"degree q = {a['degree']}"
+    if "order" in a:
+        return f"order M = {chosen_order(ds)} ({a.get('order_selection', '?')})"
+    return "-"
+
+
+def headline(ds: xr.Dataset, name: str) -> str:
+    """What ``kelr estimate`` prints: where the result went and its headline numbers (the
+    whole table is ``kelr report``'s)."""
+    stderr = float(ds["response_stderr"].max()) if "response_stderr" in ds else math.nan
+    stein = stein_rows(ds).get("response")
+    bias = "-" if stein is None else f"{_number(stein[1])} (the largest lag-0 Stein residual"
+    bias += "" if stein is None else " in standard errors: the estimator's bias at lag 0)"
+    rows = [
+        ("wrote", name),
+        ("estimator", f"{ds.attrs.get('estimator', '?')}, {_order_text(ds)}"),
+        ("max stderr", f"{_number(stderr)} (sampling error; blocking {_convergence_text(ds)})"),
+        ("Stein/stderr", bias),
+        ("details", f"kelr report {name} [--figures DIR]"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
 
 
 def summary(ds: xr.Dataset, name: str | None = None) -> str:
@@ -207,7 +269,8 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     rows += [
         ("rejection", _number(a.get("rejection", math.nan))),
         ("lags", f"0..{ds.sizes['lag'] - 1} (t <= {t_max:.4g})"),
-        ("responses", ", ".join(str(v) for v in ds.data_vars if _is_response(ds, v))),
+        ("responses", ", ".join(response_names(ds))),
+        ("error bars", _convergence_text(ds)),
         ("run time", f"{float(a.get('runtime_seconds', math.nan)):.1f} s"),
     ]
     width = max(len(label) for label, _ in rows)
@@ -234,10 +297,6 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
                 f"{_number(e['off_diagonal']):>14}{_number(e['stderr']):>12}"
             )
     return "\n".join(lines)
-
-
-def _is_response(ds: xr.Dataset, name: Any) -> bool:
-    return set(ds[name].dims) == {"lag", "i", "j"} and not str(name).endswith("_stderr")
 
 
 # --------------------------------------------------------------------------------------------

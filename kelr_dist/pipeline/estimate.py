@@ -98,6 +98,11 @@ class BiasWarning(UserWarning):
     beyond its standard errors."""
 
 
+class ConvergenceWarning(UserWarning):
+    """The block-averaging standard errors of some entries of the estimate did not reach their
+    plateau (chains short against the correlation time): those error bars are too small."""
+
+
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     if isinstance(trajectory, str | os.PathLike):
         return open_trajectory(trajectory, variable)
@@ -312,6 +317,9 @@ def estimate_response(
     -----
     BiasWarning
         when the chosen estimate's Stein residual exceeds 3 standard errors.
+    ConvergenceWarning
+        when the block averaging of some entries of the chosen estimate reached no plateau
+        (``response_converged`` False; per-entry block sizes in ``response_block_size``).
     """
     started = time.perf_counter()
     traj = _open(trajectory, variable, dt)
@@ -418,6 +426,7 @@ def estimate_response(
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
     _warn_bias(main)
+    _warn_unconverged(main)
 
     attrs: dict[str, Any] = {
         "estimator": used,
@@ -477,3 +486,20 @@ def _warn_bias(result: ResponseResult) -> None:
             BiasWarning,
             stacklevel=3,
         )
+
+
+def _warn_unconverged(result: ResponseResult) -> None:
+    """One-line :class:`ConvergenceWarning` when the blocking of some entries did not converge
+    (``response_converged`` is False there)."""
+    converged = np.asarray(result.blocking.converged, dtype=bool)
+    if converged.all():
+        return
+    lags = np.flatnonzero(~converged.all(axis=(1, 2)))
+    warnings.warn(
+        f"the error bars of {int((~converged).sum())} of {converged.size} response entries "
+        f"(lags {lags[0]}..{lags[-1]}) did not converge (block averaging reached no plateau: "
+        "chains short against the correlation time); those standard errors are too small "
+        "(see response_converged)",
+        ConvergenceWarning,
+        stacklevel=3,
+    )

@@ -44,15 +44,20 @@ def assemble_result(
     forcing: Forcing,
     attrs: dict[str, Any],
 ) -> xr.Dataset:
-    """The result Dataset: every score's ``k(lag, i, j)`` with standard errors and lag-0 Stein
-    residuals, the held-out candidate table, and the kernel embedding's criteria per order and
-    coefficients (labels are attached here and nowhere else)."""
+    """The result Dataset: every score's ``k(lag, i, j)`` with standard errors (and their
+    blocking: ``_block_size``, ``_converged``) and lag-0 Stein residuals, the held-out candidate
+    table, and the kernel embedding's criteria per order and coefficients (labels are attached
+    here and nowhere else)."""
     lags = np.arange(next(iter(responses.values())).mean.shape[0])
     dims = ("lag", "i", "j")
     data: dict[str, Any] = {}
     for name, result in responses.items():
         data[name] = (dims, result.mean)
         data[f"{name}_stderr"] = (dims, result.stderr)
+        # the blocking behind each standard error: block size K and whether sigma_K reached
+        # its plateau (kelr_dist.kernels.blocking); unconverged error bars are too small
+        data[f"{name}_block_size"] = (dims, np.asarray(result.blocking.block_size, dtype=np.int64))
+        data[f"{name}_converged"] = (dims, np.asarray(result.blocking.converged, dtype=bool))
         suffix = name[len("response") :]
         data[f"stein_residual{suffix}"] = (("i", "j"), result.stein_residual)
         data[f"stein_residual{suffix}_stderr"] = (("i", "j"), result.stein_residual_stderr)
@@ -101,6 +106,10 @@ def assemble_result(
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["response"].attrs["long_name"] = f"linear response k(t) ({used})"
     ds["response_stderr"].attrs["long_name"] = "sampling standard error of k(t) (block averaging)"
+    ds["response_block_size"].attrs["long_name"] = "block size of the block-averaging stderr"
+    ds["response_converged"].attrs["long_name"] = (
+        "whether the block-averaging stderr reached its plateau (False: the error bar is too small)"
+    )
     ds["stein_residual"].attrs["long_name"] = (
         "lag-0 Stein residual k(0) - E[d_j(c_j (A_i - mean A_i))]: estimator bias at lag 0"
     )
