@@ -24,7 +24,7 @@ from distributed.comm import CommClosedError
 
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 from kelr_dist.engine.memory import peak_memory
-from kelr_dist.engine.passes import build_graph, run_reduction, run_reductions
+from kelr_dist.engine.passes import build_graph, keep_in_memory, run_reduction, run_reductions
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
 
 DIMS = ("chain", "time", "component")
@@ -283,6 +283,26 @@ def test_zarr_chunkings_and_worker_counts_agree(tmp_path, process_client: Client
     with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as one:
         with Client(one) as client:
             assert_partials_close(run_reduction(data, LAGGED, client), expected, 1e-10)
+
+
+def test_store_kept_in_memory_is_read_once_with_the_same_result(
+    tmp_path, process_client: Client
+) -> None:
+    """A store that fits in the workers' memory is persisted: several passes, one read of the
+    store (the store is deleted after the first passes), results identical to the plain reads."""
+    x = make_trajectory(np.random.default_rng(21), chains=2, n=2000)
+    data = write_zarr(tmp_path / "t.zarr", x, time_chunk=128)
+    kept, in_memory = keep_in_memory(data, process_client)
+    assert in_memory and kept.attrs == data.attrs
+    plain = [run_reduction(data, r, process_client) for r in (LAGGED, MOMENTS)]
+    again = [run_reduction(kept, r, process_client) for r in (LAGGED, MOMENTS)]
+    for a, b in zip(plain, again, strict=True):
+        assert_partials_close(b, a, 1e-12)
+    shutil.rmtree(tmp_path / "t.zarr")  # later passes need no store at all
+    assert_partials_close(run_reduction(kept, LAGGED, process_client), plain[0], 1e-12)
+    too_big, kept_flag = keep_in_memory(data, process_client, fraction=1e-9)
+    assert not kept_flag and too_big is data
+    assert keep_in_memory(data, "synchronous") == (data, False)
 
 
 def test_killed_worker_gives_identical_result(tmp_path, process_client: Client) -> None:

@@ -454,24 +454,29 @@ def test_exact_from_store_attributes_equals_given_score(ou_oracle) -> None:
     ("kwargs", "message"),
     [
         ({"variable": "y"}, r"variable 'y'.*no such variable.*'x'"),
-        ({"order": "high"}, "order must be 'auto'.*'high'"),
-        ({"order": -1}, "order must be a non-negative integer, got -1"),
-        ({"order": 2.5}, "order must be a non-negative integer, got 2.5"),
+        ({"order": "high"}, "^order: expected 'auto'.*'high'"),
+        ({"order": -1}, "^order: expected 'auto' or a non-negative integer.*, got -1"),
+        ({"order": 2.5}, "^order: expected 'auto' or a non-negative integer.*, got 2.5"),
+        ({"order": True}, "^order: expected 'auto' or a non-negative integer.*, got True"),
         ({"order": 9, "max_order": 8}, "order=9 is above max_order=8"),
         ({"order": (3, 0), "index_set": "total"}, "needs index_set='box'"),
         ({"max_lag": 5, "max_time": 1.0}, "max_lag or max_time, not both"),
         ({"max_lag": N}, f"max_lag={N} is more than a quarter of the chain length {N}"),
         ({"max_lag": N // 4 + 1}, "more than a quarter of the chain length"),
-        ({"max_lag": -2}, "max_lag must be a non-negative integer"),
-        ({"max_time": -1.0}, "max_time must be non-negative"),
-        ({"index_set": "simplex"}, "index_set must be.*'simplex'"),
-        ({"delta": -1.0}, "delta must be.*-1.0"),
+        ({"max_lag": -2}, "^max_lag: expected a non-negative integer, got -2"),
+        ({"max_time": -1.0}, "^max_time: expected a non-negative number"),
+        ({"index_set": "simplex"}, "^index_set: expected one of.*'simplex'"),
+        ({"delta": -1.0}, "^delta: expected 'auto', 'paper' or a positive number, got -1.0"),
         ({"basis": "chebyshev,hermite"}, "chebyshev"),
-        ({"estimator": "neural"}, "estimator must be one of.*'neural'"),
-        ({"degree": 0}, "degree must be 'auto' or an integer >= 1, got 0"),
+        ({"estimator": "neural"}, "^estimator: expected one of.*'neural'"),
+        ({"degree": 0}, "^degree: expected 'auto' or an integer >= 1, got 0"),
         ({"degree": 4000}, r"degree=4000 gives .* features in d = 2: .* GiB"),
         ({"folds": 400}, r"folds=400: .* fold of only 100 samples"),
-        ({"folds": 1}, "folds must be an integer >= 2, got 1"),
+        ({"folds": 1}, "^folds: expected an integer >= 2, got 1"),
+        ({"kde": "yes"}, "^kde: expected true or false, got 'yes'"),
+        ({"stein_correction": 1}, "^stein_correction: expected true or false, got 1"),
+        ({"score": "no_such_module_kelr:f"}, "^score: cannot import module 'no_such_module_kelr'"),
+        ({"score": "os.system('true')"}, "^score: expected a reference 'package.module:function'"),
     ],
 )
 def test_invalid_arguments(stores: dict[str, Path], kwargs: dict, message: str) -> None:
@@ -523,7 +528,8 @@ def test_non_finite_samples_are_rejected() -> None:
 
 def test_exact_without_a_model_is_rejected() -> None:
     x = np.random.default_rng(0).standard_normal((1_000, 2))
-    with pytest.raises(ValueError, match="exact=True needs the store's model"):
+    message = "exact=True needs the store's model.*or its score function.*--score"
+    with pytest.raises(ValueError, match=message):
         estimate_response(x, client="synchronous", exact=True, max_order=4, max_lag=5)
 
 

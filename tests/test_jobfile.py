@@ -5,15 +5,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from kelr_dist.edges.jobfile import (
-    JobError,
-    check_delta,
-    check_order,
-    linear_forcing,
-    load_job,
-    parse_job,
-    square,
-)
+from kelr_dist.edges.jobfile import JobError, load_job, parse_job
+from kelr_dist.kernels.observables import linear_forcing, square
+from kelr_dist.pipeline.options import EstimateOptions, OptionsError, checked
 
 MINIMAL = {"input": {"store": "data/traj.zarr"}, "outputs": {"result": "out/result.zarr"}}
 
@@ -83,15 +77,16 @@ def test_full_job_resolves_paths_against_the_job_folder(tmp_path, user_module):
     assert job.store == folder / "../data/tw.zarr"
     assert job.result == folder / "out/r.zarr"
     assert job.netcdf == folder / "out/r.nc" and job.figures == folder / "out/figures"
-    assert (job.order, job.max_order, job.index_set) == ((9, 0), (12, 2), "box")
-    assert (job.max_lag, job.max_time, job.delta) == (None, 2.5, 1e-7)
-    assert (job.exact, job.kde, job.gaussian, job.overwrite) == (True, True, False, True)
-    assert (job.scheduler, job.workers, job.memory_limit) == (None, 2, "1GiB")
+    options, cluster = job.options, job.cluster
+    assert (options.order, options.max_order, options.index_set) == ((9, 0), (12, 2), "box")
+    assert (options.max_lag, options.max_time, options.delta) == (None, 2.5, 1e-7)
+    assert (options.exact, options.kde, options.gaussian) == (True, True, False)
+    assert job.files.overwrite is True
+    assert (cluster.scheduler, cluster.workers, cluster.memory_limit) == (None, 2, "1GiB")
 
-    kwargs = job.estimate_kwargs(["x1", "x2"])
-    assert kwargs["variable"] == "u" and kwargs["basis"] == "laguerre(theta=1),hermite"
+    assert options.variable == "u" and options.basis == "laguerre(theta=1),hermite"
     x = np.array([[1.0, 2.0], [-0.5, 3.0]])
-    observable, forcing = kwargs["observable"], kwargs["forcing"]
+    observable, forcing = options.observable_for(["x1", "x2"]), options.forcing_for(["x1", "x2"])
     assert observable.names == ("product", "shifted")
     np.testing.assert_array_equal(observable(x), [[2.0, 2.0], [-1.5, 0.5]])
     assert forcing.names == ("x1", "x2")
@@ -102,19 +97,20 @@ def test_full_job_resolves_paths_against_the_job_folder(tmp_path, user_module):
 
 def test_defaults_and_built_ins(tmp_path):
     job = parse_job(MINIMAL, tmp_path / "job.yaml")
-    assert job.store == tmp_path / "data/traj.zarr" and job.variable == "x"
-    assert (job.basis, job.order, job.max_order, job.index_set) == ("auto", "auto", None, "auto")
-    assert (job.max_lag, job.max_time, job.delta) == (None, None, "auto")
-    assert not (job.exact or job.kde or job.gaussian or job.overwrite)
-    assert job.netcdf is None and job.figures is None and job.scheduler is None
-    kwargs = job.estimate_kwargs(["a", "b"])
-    assert kwargs["observable"] is None and kwargs["forcing"] is None  # identity, constant
+    assert job.store == tmp_path / "data/traj.zarr" and job.options.variable == "x"
+    # the job's defaults are the model's: one place for them
+    assert job.options == EstimateOptions()
+    assert job.netcdf is None and job.figures is None and job.cluster.scheduler is None
+    assert not job.files.overwrite
+    identity = job.options.observable_for(["a", "b"])
+    assert identity.names == ("a", "b") and identity.function is None
+    assert job.options.forcing_for(["a", "b"]).function is None  # constant
 
     job = parse_job({**MINIMAL, "observable": "square", "forcing": "linear"}, tmp_path / "j.yml")
-    kwargs = job.estimate_kwargs(["a", "b"])
+    observable = job.options.observable_for(["a", "b"])
     x = np.array([[2.0, -3.0]])
-    assert kwargs["observable"].names == ("a^2", "b^2")
-    np.testing.assert_array_equal(kwargs["observable"](x), [[4.0, 9.0]])
+    assert observable.names == ("a^2", "b^2")
+    np.testing.assert_array_equal(observable(x), [[4.0, 9.0]])
     np.testing.assert_array_equal(square(x), x**2)
     c, dc = linear_forcing(x)
     np.testing.assert_array_equal(c, x)
@@ -135,14 +131,21 @@ def test_defaults_and_built_ins(tmp_path):
         (with_("lags", "max_lag", 1.5), "lags.max_lag: expected a non-negative integer"),
         (with_("lags", "max_time", "long"), "lags.max_time: expected a non-negative number"),
         ({**with_("lags", "max_lag", 5), "lags": {"max_lag": 5, "max_time": 1.0}},
-         "lags: give max_lag or max_time, not both"),
+         "give lags.max_lag or lags.max_time, not both"),
+        (with_("basis", "order", [3, 0]) | {"basis": {"order": [3, 0], "index_set": "total"}},
+         "a per-coordinate basis.order (3, 0) needs basis.index_set='box'"),
+        (with_("estimator", "folds", True), "estimator.folds: expected an integer >= 2, got True"),
+        (with_("estimator", "degree", 0), "estimator.degree: expected 'auto' or an integer >= 1"),
+        (with_("estimator", "stein_correction", "no"), "stein_correction: expected true or"),
+        (with_("baselines", "score", "no_such_module_kelr:f"),
+         "baselines.score: cannot import module 'no_such_module_kelr'"),
         (with_("delta", None, "tiny"), "delta: expected 'auto', 'paper' or a positive number"),
         (with_("delta", None, -1e-7), "delta: expected 'auto', 'paper' or a positive number"),
         (with_("baselines", "exact", "yes"), "baselines.exact: expected true or false"),
         (with_("outputs", "figures", 3), "outputs.figures: expected a non-empty string"),
         (with_("cluster", "workers", 0), "cluster.workers: expected a positive integer"),
         ({**MINIMAL, "cluster": {"scheduler": "tcp://h:8786", "workers": 2}},
-         "cluster.workers: applies to the embedded cluster only"),
+         "cluster.workers applies to the embedded cluster only, not with cluster.scheduler"),
         ({**MINIMAL, "inputs": {}}, "inputs: unknown key; allowed: input, estimator, basis"),
         ({"outputs": {"result": "r.zarr"}}, "input.store: required key is missing"),
         ({"input": {"store": "s.zarr"}}, "outputs.result: required key is missing"),
@@ -193,7 +196,7 @@ def test_dotted_reference(tmp_path, user_module):
         {**MINIMAL, "observable": {"function": "kelr_user_funcs:Holder.first", "names": ["f"]}},
         tmp_path / "job.yaml",
     )
-    observable = job.estimate_kwargs(["x1", "x2"])["observable"]
+    observable = job.options.observable_for(["x1", "x2"])
     np.testing.assert_array_equal(observable(np.array([[5.0, 1.0]])), [[5.0]])
 
 
@@ -207,23 +210,25 @@ def test_yaml_and_file_errors(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("auto", "auto"), (0, 0), (60, 60), ([90, 0], (90, 0)), ((3, 4), (3, 4)), (np.int64(7), 7)],
+    [("auto", "auto"), (0, 0), (60, 60), ([90, 0], (90, 0)), ((3, 4), (3, 4)), (np.int64(7), 7),
+     ("60", 60), ("90,0", (90, 0))],
 )
-def test_check_order_accepts(value, expected):
-    assert check_order(value) == expected
+def test_order_accepts(value, expected):
+    assert checked(EstimateOptions, {"order": value, "index_set": "box"}).order == expected
 
 
 @pytest.mark.parametrize("value", ["sixty", -1, 1.5, True, [], [1, -2], [1, "a"], None])
-def test_check_order_rejects(value):
-    with pytest.raises(ValueError, match="expected 'auto' or a non-negative integer"):
-        check_order(value)
+def test_order_rejects(value):
+    with pytest.raises(OptionsError, match="^order: expected 'auto' or a non-negative integer"):
+        checked(EstimateOptions, {"order": value})
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("auto", "auto"), ("paper", "paper"), (1e-7, 1e-7), (2, 2.0)]
+    ("value", "expected"),
+    [("auto", "auto"), ("paper", "paper"), (1e-7, 1e-7), (2, 2.0), ("1e-7", 1e-7)],
 )
-def test_check_delta(value, expected):
-    assert check_delta(value) == expected
+def test_delta(value, expected):
+    assert checked(EstimateOptions, {"delta": value}).delta == expected
     for bad in (0, -1.0, float("nan"), float("inf"), "big", True):
-        with pytest.raises(ValueError):
-            check_delta(bad)
+        with pytest.raises(OptionsError, match="^delta: expected 'auto', 'paper' or a positive"):
+            checked(EstimateOptions, {"delta": bad})

@@ -10,6 +10,7 @@ leaves none behind. Progress bars are shown on a terminal only, and never with `
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import socket
@@ -24,18 +25,14 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.data.models import MODEL_NAMES
-from kelr_dist.edges.jobfile import (
-    ESTIMATORS,
-    INDEX_SETS,
-    Job,
-    check_basis,
-    check_degree,
-    check_delta,
-    check_max_order,
-    check_order,
-    load_job,
-)
+from kelr_dist.edges.jobfile import Job, load_job, schema_yaml
 from kelr_dist.kernels.reduction import SYNCHRONOUS
+from kelr_dist.pipeline.options import (
+    ClusterOptions,
+    EstimateOptions,
+    Name,
+    checked,
+)
 
 #: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors)
 INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
@@ -91,49 +88,50 @@ def _fail(where: str, message: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class _Checked(click.ParamType):
-    """A string option converted by ``parse`` and checked by a job-file check."""
-
-    def __init__(self, name: str, check: Callable[[Any], Any]) -> None:
-        self.name = name
-        self.check = check
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        try:
-            return self.check(_scalar_or_list(value))
-        except ValueError as err:
-            self.fail(str(err), param, ctx)
+def cli_name(field: str) -> str:
+    """The command-line option of a field of :mod:`kelr_dist.pipeline.options`."""
+    return "--" + field.replace("_", "-")
 
 
-def _scalar_or_list(text: str) -> Any:
-    """``"60"`` -> 60, ``"1e-7"`` -> 1e-7, ``"90,0"`` -> [90, 0], else the text."""
-    parts = [p.strip() for p in text.split(",")]
-    values = [_number(p) for p in parts]
-    return values if len(values) > 1 else values[0]
+def _options_from(model: type[Any], exclude: Sequence[str] = ()) -> Callable[[Any], Any]:
+    """Click options generated from the fields of an options ``model``: name, help, default,
+    choices. Values are passed on as given (``None``: not given) and validated by the model
+    (:func:`_validated`)."""
+
+    def decorate(command: Any) -> Any:
+        for name, info in reversed(list(model.model_fields.items())):
+            if name in exclude:
+                continue
+            extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+            text = str(info.description)
+            help_text = text[0].upper() + text[1:] + "."
+            if info.annotation is bool:
+                flag = cli_name(name) + (f"/--no-{cli_name(name)[2:]}" if info.default else "")
+                option = click.option(
+                    flag, name, is_flag=True, default=info.default, help=help_text
+                )
+            else:
+                choices = extra.get("choices")
+                option = click.option(
+                    cli_name(name),
+                    name,
+                    type=str,  # the text goes to the model as it is
+                    default=info.default,
+                    metavar=f"[{'|'.join(choices)}]" if choices else extra.get("metavar", "TEXT"),
+                    show_default=info.default is not None,
+                    help=help_text,
+                )
+            command = option(command)
+        return command
+
+    return decorate
 
 
-def _number(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-ORDER = _Checked("order", check_order)
-MAX_ORDER = _Checked("max_order", check_max_order)
-DELTA = _Checked("delta", check_delta)
-DEGREE = _Checked("degree", check_degree)
-
-
-def _basis(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    try:
-        return check_basis(value)
-    except ValueError as err:
-        raise click.BadParameter(str(err), ctx, param) from None
+def _validated(model: type[Any], given: dict[str, Any], name: Name = cli_name) -> Any:
+    """The ``model`` of the options given on the command line (``None``: not given); a bad value
+    is an :class:`~kelr_dist.pipeline.options.OptionsError` naming the option."""
+    values = {k: v for k, v in given.items() if k in model.model_fields and v is not None}
+    return checked(model, values, name)
 
 
 def _model_params(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> dict:
@@ -382,8 +380,7 @@ def _check_outputs(targets: Sequence[Path | None], overwrite: bool) -> None:
 
 def _run_estimate(
     store: Path,
-    variable: str,
-    options: Callable[[list[str]], dict[str, Any]],
+    options: EstimateOptions,
     *,
     result: Path,
     netcdf: Path | None,
@@ -397,9 +394,9 @@ def _run_estimate(
     """Validate the inputs, estimate on the chosen cluster, write the outputs, print where the
     result went and its headline numbers (``kelr report`` prints the whole summary).
 
-    ``options(components)`` gives the keyword arguments of ``estimate_response`` for the
-    store's component names. Everything that can be checked cheaply (outputs, the store) is
-    checked before a cluster starts; the outputs are written once the estimate is complete.
+    ``options`` are the validated keyword options of ``estimate_response``. Everything that
+    can be checked cheaply (outputs, the store) is checked before a cluster starts; the outputs
+    are written once the estimate is complete.
     """
     from kelr_dist.data.store import open_trajectory
     from kelr_dist.edges.report import headline, write_figures
@@ -408,8 +405,8 @@ def _run_estimate(
     from kelr_dist.pipeline.result import write_result
 
     _check_outputs([result, netcdf], overwrite)
-    trajectory = open_trajectory(store, variable)
-    kwargs = options([str(c) for c in trajectory["component"].values])
+    open_trajectory(store, options.variable)  # a broken store fails before a cluster starts
+    kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
     try:
         ds = estimate_response(store, client=client, progress=_progress(quiet), **kwargs)
@@ -429,122 +426,11 @@ def _run_estimate(
 @main.command()
 @click.argument("store", type=click.Path())
 @click.argument("out", type=click.Path())
-@click.option("--variable", default="x", show_default=True, help="Trajectory variable.")
-@click.option(
-    "--estimator",
-    type=click.Choice(ESTIMATORS),
-    default="auto",
-    show_default=True,
-    help="Score estimate: the paper's kernel embedding, score matching (Hyvärinen 2005), or "
-    "auto (the one with the smaller held-out Hyvärinen loss).",
-)
-@click.option(
-    "--degree",
-    type=DEGREE,
-    default="auto",
-    show_default=True,
-    help="Score matching: 'auto' (held-out loss) or a total degree q >= 1.",
-)
-@click.option(
-    "--folds",
-    type=click.IntRange(min=2),
-    default=4,
-    show_default=True,
-    help="Held-out folds: whole chains, or contiguous blocks of each chain.",
-)
-@click.option(
-    "--basis",
-    default="auto",
-    show_default=True,
-    callback=_basis,
-    help="'auto' or one entry per component, e.g. 'laguerre(theta=1),hermite'.",
-)
-@click.option(
-    "--order",
-    type=ORDER,
-    default="auto",
-    show_default=True,
-    help="'auto' (criteria of the paper's §4), an order M, or M1,M2 (box).",
-)
-@click.option(
-    "--max-order",
-    type=MAX_ORDER,
-    default=None,
-    help="Highest order fitted and scanned [default: by dimension].",
-)
-@click.option(
-    "--index-set",
-    type=click.Choice(INDEX_SETS),
-    default="auto",
-    show_default=True,
-    help="Multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless "
-    "only one coordinate is active).",
-)
-@click.option(
-    "--max-lag",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Largest lag in samples (not with --max-time).",
-)
-@click.option(
-    "--max-time",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Largest lag in time units (not with --max-lag).",
-)
-@click.option(
-    "--delta",
-    type=DELTA,
-    default="auto",
-    show_default=True,
-    help="Positivity threshold: 'auto', 'paper' or a number.",
-)
-@click.option("--exact", is_flag=True, help="Also the exact-FDT response (built-in models).")
-@click.option("--kde", is_flag=True, help="Also the Gaussian-KDE baseline.")
-@click.option("--gaussian", is_flag=True, help="Also the quasi-Gaussian baseline.")
-@click.option(
-    "--scheduler",
-    metavar="ADDR",
-    help="Dask scheduler address, or 'synchronous' (no cluster) "
-    "[default: DASK_SCHEDULER_ADDRESS, else an embedded local cluster].",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Worker processes of the embedded cluster [default: CPU count].",
-)
-@click.option(
-    "--memory-limit",
-    metavar="SIZE",
-    default=None,
-    help="Memory per embedded worker, e.g. 2GiB [default: 80% of RAM / workers].",
-)
+@_options_from(EstimateOptions, exclude=("observable", "forcing"))
+@_options_from(ClusterOptions)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars or cluster logs.")
-def estimate(
-    store: str,
-    out: str,
-    variable: str,
-    estimator: str,
-    degree: Any,
-    folds: int,
-    basis: str,
-    order: Any,
-    max_order: Any,
-    index_set: str,
-    max_lag: int | None,
-    max_time: float | None,
-    delta: Any,
-    exact: bool,
-    kde: bool,
-    gaussian: bool,
-    scheduler: str | None,
-    workers: int | None,
-    memory_limit: str | None,
-    overwrite: bool,
-    quiet: bool,
-) -> None:
+def estimate(store: str, out: str, overwrite: bool, quiet: bool, **given: Any) -> None:
     """Estimate the linear response operator of STORE and write it to OUT.
 
     OUT is a zarr store, or netCDF when it ends in .nc. Printed: where the result went, the
@@ -559,36 +445,20 @@ def estimate(
           --index-set box --order 90,0 --max-lag 2000
       kelr estimate big.zarr out.zarr --scheduler tcp://scheduler:8786
       kelr estimate tw.zarr out.zarr --workers 2 --memory-limit 1GiB --quiet
+      kelr estimate user.zarr out.zarr --score mypackage.densities:score
     """
-    if max_lag is not None and max_time is not None:
-        raise click.UsageError("--max-lag and --max-time are mutually exclusive")
-    options = {
-        "variable": variable,
-        "estimator": estimator,
-        "degree": degree,
-        "folds": folds,
-        "basis": basis,
-        "order": order,
-        "max_order": max_order,
-        "index_set": index_set,
-        "max_lag": max_lag,
-        "max_time": max_time,
-        "delta": delta,
-        "exact": exact,
-        "kde": kde,
-        "gaussian": gaussian,
-    }
+    options = _validated(EstimateOptions, given)
+    cluster = _validated(ClusterOptions, given)
     _run_estimate(
         Path(store),
-        variable,
-        lambda components: options,
+        options,
         result=Path(out),
         netcdf=None,
         figures=None,
         overwrite=overwrite,
-        scheduler=scheduler,
-        workers=workers,
-        memory_limit=memory_limit,
+        scheduler=cluster.scheduler,
+        workers=cluster.workers,
+        memory_limit=cluster.memory_limit,
         quiet=quiet,
     )
 
@@ -620,22 +490,23 @@ def run(job_file: str, scheduler: str | None, overwrite: bool, quiet: bool) -> N
       kelr run job.yaml --scheduler tcp://scheduler:8786 --quiet
     """
     job: Job = load_job(job_file)
-    cluster = (
-        (scheduler, None, None) if scheduler else (job.scheduler, job.workers, job.memory_limit)
-    )
+    cluster = ClusterOptions(scheduler=scheduler) if scheduler else job.cluster
     _run_estimate(
         job.store,
-        job.variable,
-        job.estimate_kwargs,
+        job.options,
         result=job.result,
         netcdf=job.netcdf,
         figures=job.figures,
-        overwrite=overwrite or job.overwrite,
-        scheduler=cluster[0],
-        workers=cluster[1],
-        memory_limit=cluster[2],
+        overwrite=overwrite or job.files.overwrite,
+        scheduler=cluster.scheduler,
+        workers=cluster.workers,
+        memory_limit=cluster.memory_limit,
         quiet=quiet,
     )
+
+
+# the job-file schema, written from the options model, closes 'kelr run --help'
+run.help = f"{inspect.cleandoc(run.help or '')}\n\n\b\nJob file schema:\n{schema_yaml()}"
 
 
 @main.command()

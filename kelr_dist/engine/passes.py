@@ -68,6 +68,8 @@ __all__ = [
     "TASK_BYTES",
     "ReductionGraph",
     "build_graph",
+    "cluster_memory",
+    "keep_in_memory",
     "run_reduction",
     "run_reductions",
     "scatter_trajectory",
@@ -212,6 +214,45 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
     graph = HighLevelGraph.from_collections(name, mapping, dependencies=[])
     scattered = da.Array(graph, name, data.chunks, dtype=data.dtype, meta=data._meta)
     return trajectory.copy(data=scattered)
+
+
+#: a store-backed trajectory is kept in the workers' memory after its first read when its
+#: float64 samples take at most this fraction of the cluster's memory (the rest is the passes'
+#: working memory and dask's spill margin)
+KEEP_FRACTION = 0.25
+
+
+def cluster_memory(client: Client) -> int:
+    """Total ``memory_limit`` of the client's workers in bytes (0 when unknown or unlimited)."""
+    workers = client.scheduler_info().get("workers", {})
+    return int(sum(w.get("memory_limit") or 0 for w in workers.values()))
+
+
+def keep_in_memory(
+    trajectory: xr.DataArray, client: Client | str, fraction: float = KEEP_FRACTION
+) -> tuple[xr.DataArray, bool]:
+    """``trajectory`` persisted on the workers when it fits, and whether it was.
+
+    A store-backed trajectory is read from the store by every pass. When its samples (as
+    float64) take at most ``fraction`` of the cluster's memory, this returns it backed by
+    futures of its blocks (about :data:`TASK_BYTES` each, one chain each), which the workers
+    start loading at once: the store is read once for all passes, and the blocks are released
+    with the returned object.
+    Larger trajectories, numpy input already scattered, and ``client="synchronous"`` are
+    returned unchanged (``False``): each pass reads the store again, out of core.
+    """
+    if client == SYNCHRONOUS or not isinstance(trajectory, xr.DataArray):
+        return trajectory, False
+    data = trajectory.data
+    if not isinstance(data, da.Array) or any(np.isnan(c) for c in data.chunks[1]):
+        return trajectory, False
+    nbytes = int(np.prod(data.shape)) * 8
+    if nbytes > fraction * cluster_memory(client):
+        return trajectory, False
+    chunk = max(data.chunks[1])
+    rows = max(1, _task_target(None, nbytes) // (data.shape[2] * 8) // chunk) * chunk
+    blocks = data.astype(np.float64).rechunk({0: 1, 1: rows, 2: -1})
+    return trajectory.copy(data=client.persist(blocks)), True
 
 
 def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:

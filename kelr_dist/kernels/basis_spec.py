@@ -68,7 +68,7 @@ def _parse_entry(entry: str, position: int) -> Entry:
     return family, params
 
 
-def _split_entries(spec: str) -> list[str]:
+def split_entries(spec: str) -> list[str]:
     """Split at the commas outside parentheses."""
     entries, depth, current = [], 0, []
     for char in spec:
@@ -112,7 +112,7 @@ def parse_basis_spec(spec: str | Sequence[object], d: int) -> list[Entry]:
     Raises :class:`ValueError` naming the offending entry.
     """
     if isinstance(spec, str):
-        entries = [_parse_entry(e, i) for i, e in enumerate(_split_entries(spec))]
+        entries = [_parse_entry(e, i) for i, e in enumerate(split_entries(spec))]
         if len(entries) == 1 and entries[0][0] == "auto":
             entries = entries * d
     else:

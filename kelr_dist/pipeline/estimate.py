@@ -40,12 +40,12 @@ import xarray as xr
 from kelr_dist import __version__
 from kelr_dist.data.store import as_trajectory, open_trajectory
 from kelr_dist.engine.cluster import client_for
-from kelr_dist.engine.passes import scatter_trajectory
+from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
-from kelr_dist.kernels.heldout import ESTIMATORS, candidate_table, used_estimator
+from kelr_dist.kernels.heldout import candidate_table, used_estimator
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.response import (
     DensityScore,
@@ -55,11 +55,10 @@ from kelr_dist.kernels.response import (
     Observable,
     ResponseResult,
     Score,
-    constant_forcing,
-    identity_observable,
 )
 from kelr_dist.kernels.score_matching import PolynomialFeatures, feature_count
 from kelr_dist.kernels.selection import active_coordinates
+from kelr_dist.pipeline.options import EstimateOptions, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
     KernelEmbeddingChoice,
@@ -114,23 +113,20 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     return as_trajectory(trajectory, variable)
 
 
-def _max_lag(max_lag: int | None, max_time: float | None, dt: float, n: int) -> int:
-    if max_lag is not None and max_time is not None:
-        raise ValueError("give max_lag or max_time, not both")
-    if max_time is not None:
-        if not max_time >= 0:
-            raise ValueError(f"max_time must be non-negative, got {max_time!r}")
-        max_lag = int(round(max_time / dt))
+def _max_lag(options: EstimateOptions, dt: float, n: int) -> int:
+    """The largest lag in rows: given, from ``max_time``, or the default; at most a quarter of
+    a chain."""
+    max_lag = options.max_lag
+    if options.max_time is not None:
+        max_lag = int(round(options.max_time / dt))
     elif max_lag is None:
         max_lag = min(DEFAULT_MAX_LAG, max(1, n // 20))
-    if int(max_lag) != max_lag or max_lag < 0:
-        raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
     if max_lag > MAX_LAG_FRACTION * n:
         raise ValueError(
             f"max_lag={max_lag} is more than a quarter of the chain length {n}: the lagged means "
             "and their error bars need chains several times longer than the largest lag"
         )
-    return int(max_lag)
+    return max_lag
 
 
 def _check_shape(traj: xr.DataArray, chains: int, n: int, d: int) -> None:
@@ -150,49 +146,30 @@ def _check_shape(traj: xr.DataArray, chains: int, n: int, d: int) -> None:
         )
 
 
-def _orders(order: Any, max_order: Any, index_set: str, d: int) -> tuple[Any, Any]:
+def _orders(options: EstimateOptions, d: int) -> tuple[Any, Any]:
     """(fitted order of the basis, user order or None for automatic)."""
-    if isinstance(order, str):
-        if order != "auto":
-            raise ValueError(f"order must be 'auto', an integer or a tuple, got {order!r}")
-        chosen = None
-    elif isinstance(order, Sequence):
-        if index_set == "total":
-            raise ValueError("a per-coordinate order tuple needs index_set='box'")
-        chosen = tuple(int(m) for m in order)
-    else:
-        if int(order) != order or order < 0:
-            raise ValueError(f"order must be a non-negative integer, got {order!r}")
-        chosen = int(order)
-    if max_order is None:
+    chosen = None if options.order == "auto" else options.order
+    fitted = options.max_order
+    if fitted is None:  # (an order above a given max_order is refused by the model)
         fitted = chosen if chosen is not None else kernel_embedding_max_order(d)
-    elif isinstance(max_order, Sequence):
-        fitted = tuple(int(m) for m in max_order)
-    else:
-        fitted = int(max_order)
-    if isinstance(chosen, int) and isinstance(fitted, int) and chosen > fitted:
-        raise ValueError(f"order={chosen} is above max_order={fitted}")
     return fitted, chosen
 
 
-def _degree(degree: Any, d: int, folds: int) -> int | None:
+def _degree(options: EstimateOptions, d: int) -> int | None:
     """The requested score-matching degree (None: automatic); refuses one whose Gram matrices
     would not fit in memory, naming the bytes."""
-    if isinstance(degree, str):
-        if degree != "auto":
-            raise ValueError(f"degree must be 'auto' or an integer >= 1, got {degree!r}")
+    if options.degree == "auto":
         return None
-    if isinstance(degree, bool) or int(degree) != degree or degree < 1:
-        raise ValueError(f"degree must be 'auto' or an integer >= 1, got {degree!r}")
-    size = feature_count(d, int(degree))
-    nbytes = 8 * size * size * (folds + 1)
+    degree = int(options.degree)
+    size = feature_count(d, degree)
+    nbytes = 8 * size * size * (options.folds + 1)
     if nbytes > MAX_GRAM_BYTES:
         raise ValueError(
             f"degree={degree} gives {size} features in d = {d}: its Gram matrices need "
             f"{nbytes / 2**30:.1f} GiB (limit {MAX_GRAM_BYTES / 2**30:.0f} GiB); choose a "
             "smaller degree"
         )
-    return int(degree)
+    return degree
 
 
 def _resolve_index_set(
@@ -220,7 +197,8 @@ def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable |
     if "model" not in attrs:
         raise ValueError(
             f"exact=True needs the store's model (attribute 'model', missing in "
-            f"{attrs.get('store', 'the trajectory')!r}) or a score function"
+            f"{attrs.get('store', 'the trajectory')!r}) or its score function: "
+            "score='package.module:function' or a callable (kelr estimate --score)"
         )
     params = attrs.get("model_params", "{}")
     model = make_model(
@@ -287,10 +265,12 @@ def estimate_response(
     delta : ``"auto"`` (error-tied threshold, :func:`kelr_dist.kernels.selection.choose_delta`),
         ``"paper"`` (``δ_M`` of eq. 52) or a number, in standardized units (the density of
         ``(x - loc) / scale``).
-    observable, forcing : ``A`` and ``c`` (default identity and constant forcing). ``A`` enters
-        centred (covariance form, :mod:`kelr_dist.kernels.response`).
+    observable, forcing : ``A`` and ``c`` (default identity and constant forcing): objects, or
+        names and references as in a job file. ``A`` enters centred (covariance form,
+        :mod:`kelr_dist.kernels.response`).
     exact : also the exact-FDT response with the model's score (built-in models know it from the
-        store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``.
+        store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``, a
+        callable or ``"package.module:function"`` (imported, never evaluated).
     kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
     stein_correction : refit the estimated scores (kernel embedding, score matching; not the
         baselines) by the affine Stein correction
@@ -322,35 +302,38 @@ def estimate_response(
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
     """
     started = time.perf_counter()
-    traj = _open(trajectory, variable, dt)
+    # every option through the one model first (the arguments are the only locals yet), then
+    # the checks that need the data
+    options = checked(
+        EstimateOptions, {k: v for k, v in locals().items() if k in EstimateOptions.model_fields}
+    )
+    estimator, basis, index_set, folds = (o := options).estimator, o.basis, o.index_set, o.folds
+    max_order, delta, kde, gaussian = o.max_order, o.delta, o.kde, o.gaussian
+    traj = _open(trajectory, options.variable, dt)
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
     _check_shape(traj, chains, n, d)
-    lag = _max_lag(max_lag, max_time, step, n)
-    if index_set not in ("auto", "total", "box"):
-        raise ValueError(f"index_set must be 'auto', 'total' or 'box', got {index_set!r}")
-    fitted, chosen = _orders(order, max_order, index_set, d)
-    sm_degree = _degree(degree, d, folds)
-    if not (delta in ("auto", "paper") or (isinstance(delta, float | int) and delta > 0)):
-        raise ValueError(f"delta must be 'auto', 'paper' or a positive number, got {delta!r}")
+    lag = _max_lag(options, step, n)
+    fitted, chosen = _orders(options, d)
+    sm_degree = _degree(options, d)
     if kde and d > 3:
         raise ValueError(f"kde=True: the Gaussian-KDE baseline supports d <= 3, the data have {d}")
     use_ke = estimator in ("auto", "kernel-embedding")
     use_sm = estimator in ("auto", "score-matching")
     fold_plan = Folds(folds, chains, n) if use_sm else None
     parse_basis_spec(basis, d)  # fail on a bad spec before any pass
-    exact_fn = _exact_score(traj, score) if (exact or score is not None) else None
-    observable = observable or identity_observable(components)
-    forcing = forcing or constant_forcing(components)
+    exact_fn = _exact_score(traj, options.score) if (options.exact or options.score) else None
+    observable = options.observable_for(components)
+    forcing = options.forcing_for(components)
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
         # in-memory input goes to the workers once, not once per pass
-        passes = Passes(scatter_trajectory(traj, run_on), run_on, progress)
+        # ... and a store that fits in the workers' memory is read once for all passes
+        kept, in_memory = keep_in_memory(scatter_trajectory(traj, run_on), run_on)
+        passes = Passes(kept, run_on, progress, in_memory)
 
         survey = survey_data(passes, observable, covariance=kde or gaussian)
         coordinates = choose_coordinates(passes, survey, basis)
@@ -440,7 +423,8 @@ def estimate_response(
         "basis": format_basis(coordinates),
         "rejection": main.rejection,
         "stein_correction": "affine" if stein_correction else "none",
-        "store_reads": passes.reads,
+        "passes": passes.reads,
+        "store_reads": passes.store_reads,
         "chunking": [int(c) for c in traj.chunks[1]],
         "store": str(traj.attrs.get("store", "<in-memory>")),
         "variable": str(traj.name),

@@ -106,16 +106,24 @@ def gram_stride(n_samples: int, features: int) -> int:
 
 @dataclass
 class Passes:
-    """A trajectory and where its passes run; counts the reads of the data."""
+    """A trajectory and where its passes run; counts the passes over the data and the reads
+    of the store (one in all when the trajectory is kept in the workers' memory,
+    :func:`kelr_dist.engine.passes.keep_in_memory`)."""
 
     trajectory: xr.DataArray
     client: Any
     progress: bool | None = None
+    in_memory: bool = False
     reads: int = 0
 
     def __call__(self, *reductions: Reduction) -> list[Any]:
         self.reads += 1
         return run_reductions(self.trajectory, reductions, self.client, progress=self.progress)
+
+    @property
+    def store_reads(self) -> int:
+        """Reads of the store (or of the caller's array): 1 when kept in memory."""
+        return min(self.reads, 1) if self.in_memory else self.reads
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,579 @@
+"""The one typed model of an estimate's options: types, defaults, ranges, messages and docs.
+
+:class:`EstimateOptions` holds the keyword options of
+:func:`kelr_dist.pipeline.estimate.estimate_response`; :class:`ClusterOptions` and
+:class:`FileOptions` the cluster and the files of a ``kelr estimate``/``kelr run``. The Python
+function, the command line (its options are generated from these fields) and job files (their
+sections map onto these fields, :mod:`kelr_dist.edges.jobfile`) all validate through them with
+:func:`checked`, which turns a pydantic ``ValidationError`` into one line ``<key>: <problem>``
+with the key named as the caller's users know it (``order``, ``--order`` or ``basis.order``).
+
+Every field accepts its Python value and the text of a command-line option (``"60"``,
+``"90,0"``, ``"1e-7"``). Checks that need the data (a largest lag against the chain length, a
+basis spec against the dimension, a degree against memory) stay with the estimate. This module
+imports no dask: it is pure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from kelr_dist.kernels.basis_spec import parse_basis_spec, split_entries
+from kelr_dist.kernels.folds import DEFAULT_FOLDS
+from kelr_dist.kernels.heldout import ESTIMATORS
+from kelr_dist.kernels.observables import linear_forcing, square, square_derivative
+from kelr_dist.kernels.response import (
+    Forcing,
+    Observable,
+    constant_forcing,
+    identity_observable,
+)
+
+INDEX_SETS = ("auto", "total", "box")
+DELTA_RULES = ("auto", "paper")
+OBSERVABLES = ("identity", "square")
+FORCINGS = ("constant", "linear")
+
+Order = str | int | tuple[int, ...]
+Name = Callable[[str], str]
+
+
+class OptionsError(ValueError):
+    """Options that break the model: one line ``<key>: <problem>`` per bad key, joined by ``;``."""
+
+
+def _invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is ``message`` as written (no prefix, no template)."""
+    return PydanticCustomError("kelr_invalid", "{message}", {"message": message})
+
+
+# --------------------------------------------------------------------------------------------
+# value checks (each raises a message that ends ", got <value>")
+# --------------------------------------------------------------------------------------------
+
+
+def _integer_phrase(minimum: int) -> str:
+    return {0: "a non-negative integer", 1: "a positive integer"}.get(
+        minimum, f"an integer >= {minimum}"
+    )
+
+
+def whole_number(value: Any, minimum: int = 0) -> int | None:
+    """``value`` as an int when it is an integer ``>= minimum`` (or its text), else None.
+
+    The one place where a bool is refused as an integer (``True`` is an ``int`` in Python).
+    """
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        return None
+    return int(value)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float (a number or its text; not a bool), else None."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _items(value: Any) -> list[Any] | None:
+    """The items of a list/tuple, or of a comma-separated text with a comma; else None."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",")] if "," in value else None
+    if isinstance(value, Sequence) or isinstance(value, np.ndarray):
+        return list(value)
+    return None
+
+
+def _integer(minimum: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        number = whole_number(value, minimum)
+        if number is None:
+            raise _invalid(f"expected {_integer_phrase(minimum)}, got {value!r}")
+        return number
+
+    return check
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise _invalid(f"expected one of {list(choices)}, got {value!r}")
+        return str(value)
+
+    return check
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise _invalid(f"expected true or false, got {value!r}")
+    return bool(value)
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _invalid(f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _orders(value: Any, auto: bool) -> Order:
+    """``"auto"`` (when allowed), a non-negative integer or a non-empty list of them."""
+    if auto and value == "auto":
+        return "auto"
+    items = _items(value)
+    if items is not None:
+        orders = [whole_number(v) for v in items]
+        if orders and None not in orders:
+            return tuple(orders)  # type: ignore[arg-type]
+    elif (order := whole_number(value)) is not None:
+        return order
+    expected = "'auto' or a non-negative integer" if auto else "a non-negative integer"
+    raise _invalid(f"expected {expected} (or a list of them), got {value!r}")
+
+
+def _order(value: Any) -> Order:
+    return _orders(value, auto=True)
+
+
+def _max_order(value: Any) -> int | tuple[int, ...] | None:
+    return None if value is None else _orders(value, auto=False)  # type: ignore[return-value]
+
+
+def _degree(value: Any) -> str | int:
+    if value == "auto":
+        return "auto"
+    degree = whole_number(value, 1)
+    if degree is None:
+        raise _invalid(f"expected 'auto' or an integer >= 1, got {value!r}")
+    return degree
+
+
+def _max_time(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _number(value)
+    if number is None or number < 0:
+        raise _invalid(f"expected a non-negative number (time units), got {value!r}")
+    return number
+
+
+def _delta(value: Any) -> str | float:
+    if value in DELTA_RULES:
+        return str(value)
+    number = _number(value)
+    if number is None or number <= 0:
+        raise _invalid(f"expected 'auto', 'paper' or a positive number, got {value!r}")
+    return number
+
+
+def _basis(value: Any) -> str | tuple[Any, ...]:
+    """A spec string (the syntax of each entry; their number is checked against the data by
+    the estimate) or a list of coordinates (Python)."""
+    if isinstance(value, str) and value.strip():
+        try:
+            parse_basis_spec(value, len(split_entries(value)))
+        except ValueError as err:
+            raise _invalid(str(err)) from None
+        return value.strip()
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value):
+        return tuple(value)
+    raise _invalid(f"expected a basis spec string like 'auto' or 'hermite,hermite', got {value!r}")
+
+
+def _memory(value: Any) -> str | int | None:
+    if value is None:
+        return None
+    if whole_number(value, 1) is None and not (isinstance(value, str) and value.strip()):
+        raise _invalid(f"expected a memory size like '2GiB' or a number of bytes, got {value!r}")
+    return value
+
+
+def resolve_reference(reference: Any) -> Callable[..., Any]:
+    """Import ``"package.module:function"`` (``function`` may be dotted) with importlib; the
+    text is never evaluated. Raises ``ValueError`` naming what is wrong."""
+    if not isinstance(reference, str) or reference.count(":") != 1:
+        raise ValueError(f"expected a reference 'package.module:function', got {reference!r}")
+    module_name, _, attribute = (part.strip() for part in reference.partition(":"))
+    if not module_name or not attribute:
+        raise ValueError(f"expected a reference 'package.module:function', got {reference!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"cannot import module {module_name!r} of {reference!r}: {err}") from None
+    for name in attribute.split("."):
+        if not hasattr(target, name):
+            raise ValueError(f"module {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, name)
+    if not callable(target):
+        raise ValueError(f"{reference!r} is not callable")
+    return target
+
+
+def _score(value: Any) -> Callable[..., Any] | None:
+    """``None``, a callable, or a reference ``"package.module:function"`` resolved by import."""
+    if value is None or callable(value):
+        return value
+    try:
+        return resolve_reference(value)
+    except ValueError as err:
+        raise _invalid(str(err)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# observables and forcings by name or reference
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """An observable or forcing as named in options: a built-in ``name`` or a ``function``."""
+
+    name: str
+    function: Callable[..., Any] | None = None
+    names: tuple[str, ...] | None = None
+
+    def observable(self, components: Sequence[str]) -> Observable:
+        """The :class:`~kelr_dist.kernels.response.Observable` for the store's ``components``."""
+        if self.name == "identity":
+            return identity_observable(components)
+        if self.name == "square":
+            return Observable(tuple(f"{c}^2" for c in components), square, square_derivative)
+        assert self.names is not None
+        return Observable(self.names, self.function)
+
+    def forcing(self, components: Sequence[str]) -> Forcing:
+        """The :class:`~kelr_dist.kernels.response.Forcing` for ``components``."""
+        if self.name == "constant":
+            return constant_forcing(components)
+        function = linear_forcing if self.name == "linear" else self.function
+        return Forcing(tuple(components), function)
+
+
+def _reference(value: Any, names_required: bool) -> FunctionSpec:
+    """``{function: "module:function", names: [...]}`` (``names`` for observables only)."""
+    if not isinstance(value, Mapping):
+        raise _invalid(f"expected a name or a mapping with 'function', got {value!r}")
+    allowed = {"function", "names"} if names_required else {"function"}
+    unknown = sorted(set(map(str, value)) - allowed)
+    if unknown:
+        raise _invalid(f"unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    if "function" not in value:
+        raise _invalid("missing key 'function' ('package.module:function')")
+    try:
+        function = resolve_reference(value["function"])
+    except ValueError as err:
+        raise _invalid(str(err)) from None
+    names = value.get("names")
+    if names_required:
+        if (
+            not isinstance(names, list | tuple)
+            or not names
+            or not all(isinstance(n, str) and n for n in names)
+            or len(set(names)) != len(names)
+        ):
+            raise _invalid(
+                f"'names' must be a non-empty list of distinct component names, got {names!r}"
+            )
+        names = tuple(names)
+    return FunctionSpec(str(value["function"]), function, names)
+
+
+def _observable(value: Any) -> FunctionSpec | Observable:
+    if value is None:
+        return FunctionSpec("identity")
+    if isinstance(value, FunctionSpec | Observable):
+        return value
+    if value in OBSERVABLES:
+        return FunctionSpec(value)
+    if isinstance(value, str):
+        if ":" in value:
+            raise _invalid(
+                f"the reference {value!r} needs its component names: write "
+                f"{{function: {value!r}, names: [a1, a2, ...]}}"
+            )
+        raise _invalid(
+            f"expected one of {list(OBSERVABLES)} or a function reference, got {value!r}"
+        )
+    return _reference(value, names_required=True)
+
+
+def _forcing(value: Any) -> FunctionSpec | Forcing:
+    if value is None:
+        return FunctionSpec("constant")
+    if isinstance(value, FunctionSpec | Forcing):
+        return value
+    if value in FORCINGS:
+        return FunctionSpec(value)
+    if isinstance(value, str) and ":" not in value:
+        raise _invalid(f"expected one of {list(FORCINGS)} or a function reference, got {value!r}")
+    return _reference(value if isinstance(value, Mapping) else {"function": value}, False)
+
+
+# --------------------------------------------------------------------------------------------
+# the models
+# --------------------------------------------------------------------------------------------
+
+
+def option(
+    default: Any,
+    description: str,
+    *,
+    choices: Sequence[str] = (),
+    metavar: str | None = None,
+    example: str | None = None,
+) -> Any:
+    """A field: its default (``...``: required, shown by an ``example``), one-phrase
+    ``description`` (help text, README) and, for the command line, ``choices`` and ``metavar``."""
+    extra = {"choices": list(choices), "metavar": metavar, "example": example}
+    return Field(
+        default,
+        description=description,
+        json_schema_extra={k: v for k, v in extra.items() if v} or None,
+    )
+
+
+def _checks(check: Callable[[Any], Any]) -> BeforeValidator:
+    return BeforeValidator(check)
+
+
+def _name(info: ValidationInfo) -> Name:
+    """How the caller's users name a field (``order``, ``--order``, ``basis.order``)."""
+    return (info.context or {}).get("name", str)
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, arbitrary_types_allowed=True, validate_default=True
+    )
+
+    def values(self) -> dict[str, Any]:
+        """The fields as keyword arguments (the validated objects, not copies)."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+class EstimateOptions(_Options):
+    """The options of an estimate (keywords of ``estimate_response``)."""
+
+    variable: Annotated[str, _checks(_string)] = option("x", "trajectory variable in the store")
+    estimator: Annotated[str, _checks(_choice(ESTIMATORS))] = option(
+        "auto",
+        "score estimate: the paper's kernel embedding, score matching (Hyvärinen 2005) or auto "
+        "(the one with the smaller held-out Hyvärinen loss)",
+        choices=ESTIMATORS,
+    )
+    degree: Annotated[str | int, _checks(_degree)] = option(
+        "auto",
+        "score matching: 'auto' (held-out loss) or a total degree q >= 1",
+        metavar="auto|Q",
+    )
+    folds: Annotated[int, _checks(_integer(2))] = option(
+        DEFAULT_FOLDS,
+        "held-out folds (an integer >= 2): whole chains or contiguous blocks of each chain",
+        metavar="K",
+    )
+    stein_correction: Annotated[bool, _checks(_boolean)] = option(
+        True,
+        "refit the estimated scores by the affine Stein correction (false: the paper's "
+        "uncorrected estimators)",
+    )
+    basis: Annotated[Any, _checks(_basis)] = option(
+        "auto",
+        "'auto' or one entry per component, e.g. 'laguerre(theta=1),hermite' "
+        "(kelr_dist.kernels.basis_spec)",
+        metavar="auto|SPEC",
+    )
+    order: Annotated[Order, _checks(_order)] = option(
+        "auto",
+        "kernel embedding: 'auto' (criteria of the paper's §4), an order M, or M1,M2 per "
+        "coordinate (index set box)",
+        metavar="auto|M|M1,M2",
+    )
+    max_order: Annotated[int | tuple[int, ...] | None, _checks(_max_order)] = option(
+        None, "highest order fitted and scanned (none: by dimension)", metavar="M"
+    )
+    index_set: Annotated[str, _checks(_choice(INDEX_SETS))] = option(
+        "auto",
+        "multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless only "
+        "one coordinate is active: box, paper §5.2)",
+        choices=INDEX_SETS,
+    )
+    observable: Annotated[Any, _checks(_observable)] = option(
+        "identity",
+        "A(x): 'identity', 'square' or {function: 'package.module:function', names: [...]}",
+    )
+    forcing: Annotated[Any, _checks(_forcing)] = option(
+        "constant", "c(x): 'constant', 'linear' or a reference 'package.module:function'"
+    )
+    max_lag: Annotated[int | None, _checks(_optional(_integer(0)))] = option(
+        None, "largest lag in samples (not with a largest lag in time units)", metavar="S"
+    )
+    max_time: Annotated[float | None, _checks(_max_time)] = option(
+        None, "largest lag in time units (not with a largest lag in samples)", metavar="T"
+    )
+    delta: Annotated[str | float, _checks(_delta)] = option(
+        "auto", "positivity threshold: 'auto', 'paper' or a number > 0", metavar="auto|paper|X"
+    )
+    exact: Annotated[bool, _checks(_boolean)] = option(
+        False,
+        "also the exact-FDT response, with the built-in model's score (from the store) or "
+        "the given score",
+    )
+    score: Annotated[Callable[..., Any] | None, _checks(_score)] = option(
+        None,
+        "score function 'package.module:function' (x -> grad log p, (n, d) arrays), imported, "
+        "never evaluated, here and on the workers: the exact-FDT reference for any store",
+        metavar="MODULE:FUNCTION",
+    )
+    kde: Annotated[bool, _checks(_boolean)] = option(
+        False, "also the Gaussian-KDE baseline (d <= 3)"
+    )
+    gaussian: Annotated[bool, _checks(_boolean)] = option(
+        False, "also the quasi-Gaussian FDT baseline"
+    )
+
+    @model_validator(mode="after")
+    def _together(self, info: ValidationInfo) -> EstimateOptions:
+        name = _name(info)
+        if self.max_lag is not None and self.max_time is not None:
+            raise _invalid(f"give {name('max_lag')} or {name('max_time')}, not both")
+        if isinstance(self.order, tuple) and self.index_set == "total":
+            raise _invalid(
+                f"a per-coordinate {name('order')} {self.order} needs "
+                f"{name('index_set')}='box', got 'total'"
+            )
+        if isinstance(self.order, int) and isinstance(self.max_order, int):
+            if self.order > self.max_order:
+                raise _invalid(
+                    f"{name('order')}={self.order} is above {name('max_order')}={self.max_order}"
+                )
+        return self
+
+    def observable_for(self, components: Sequence[str]) -> Observable:
+        """The observable ``A`` for a store with these ``components``."""
+        spec = self.observable
+        return spec if isinstance(spec, Observable) else spec.observable(components)
+
+    def forcing_for(self, components: Sequence[str]) -> Forcing:
+        """The forcing ``c`` for a store with these ``components``."""
+        spec = self.forcing
+        return spec if isinstance(spec, Forcing) else spec.forcing(components)
+
+
+class ClusterOptions(_Options):
+    """Where an estimate runs."""
+
+    scheduler: Annotated[str | None, _checks(_optional(_string))] = option(
+        None,
+        "address of a running Dask scheduler (tcp://host:8786) or 'synchronous' (no cluster); "
+        "none: DASK_SCHEDULER_ADDRESS, else the embedded local cluster",
+        metavar="ADDR",
+    )
+    workers: Annotated[int | None, _checks(_optional(_integer(1)))] = option(
+        None, "worker processes of the embedded cluster (none: by CPU count)", metavar="N"
+    )
+    memory_limit: Annotated[str | int | None, _checks(_memory)] = option(
+        None,
+        "memory per embedded worker, e.g. '2GiB' (none: 80% of RAM / workers)",
+        metavar="SIZE",
+    )
+
+    @model_validator(mode="after")
+    def _together(self, info: ValidationInfo) -> ClusterOptions:
+        name = _name(info)
+        for key in ("workers", "memory_limit"):
+            if self.scheduler is not None and getattr(self, key) is not None:
+                raise _invalid(
+                    f"{name(key)} applies to the embedded cluster only, "
+                    f"not with {name('scheduler')}"
+                )
+        return self
+
+
+class FileOptions(_Options):
+    """The files of a run: the trajectory store it reads and the outputs it writes."""
+
+    store: Annotated[str, _checks(_string)] = option(
+        ..., "trajectory store (zarr), relative to this file", example="trajectory.zarr"
+    )
+    result: Annotated[str, _checks(_string)] = option(
+        ..., "result store: a zarr folder, or netCDF when it ends in .nc", example="result.zarr"
+    )
+    netcdf: Annotated[str | None, _checks(_optional(_string))] = option(
+        None, "optional extra netCDF copy of the result"
+    )
+    figures: Annotated[str | None, _checks(_optional(_string))] = option(
+        None, "optional folder for the report's PNG figures"
+    )
+    overwrite: Annotated[bool, _checks(_boolean)] = option(False, "replace existing outputs")
+
+
+MODELS: tuple[type[_Options], ...] = (EstimateOptions, ClusterOptions, FileOptions)
+#: every field of the models by name (the names are unique across them)
+FIELDS = {name: info for model in MODELS for name, info in model.model_fields.items()}
+
+
+def error_lines(
+    err: ValidationError,
+    key: Callable[[tuple[Any, ...]], str | None],
+    allowed: Callable[[tuple[Any, ...]], Sequence[str]] = lambda loc: (),
+) -> str:
+    """One line of ``err``: ``<key>: <problem>`` per error, joined by ``"; "``; ``key(loc)``
+    names the key (None: a problem of several keys, whose message names them), ``allowed(loc)``
+    the keys allowed beside an unknown one."""
+    lines = []
+    for error in err.errors(include_url=False):
+        kind, message, loc = error["type"], error["msg"], tuple(error["loc"])
+        if kind == "missing":
+            message = "required key is missing"
+        elif kind == "extra_forbidden":
+            keys = allowed(loc[:-1])
+            message = "unknown key" + (f"; allowed: {', '.join(keys)}" if keys else "")
+        elif kind in ("model_type", "dict_type"):
+            message = f"expected a mapping of keys, got {error.get('input')!r}"
+        elif kind != "kelr_invalid":
+            message = f"{message}, got {error.get('input')!r}"
+        where = key(loc)
+        lines.append(message if where is None else f"{where}: {message}")
+    return "; ".join(lines)
+
+
+M = TypeVar("M", bound=_Options)
+
+
+def checked(model: type[M], values: Mapping[str, Any], name: Name = str) -> M:
+    """``model`` validated from ``values``; ``name(field)`` is how the caller's users name a
+    field, in the messages of the raised :class:`OptionsError`."""
+    try:
+        return model.model_validate(dict(values), context={"name": name})
+    except ValidationError as err:
+        message = error_lines(err, lambda loc: name(str(loc[0])) if loc else None)
+        raise OptionsError(message) from None
