@@ -388,3 +388,32 @@ def test_unconverged_error_bars_are_one_warning_line(tmp_path, capsys, monkeypat
     warned = [line for line in captured.err.splitlines() if "did not converge" in line]
     assert len(warned) == 1 and warned[0].startswith("kelr: warning: the error bars of")
     assert "blocking NOT converged" in captured.out
+
+
+def test_info_scan_reports_non_finite_values_with_their_positions(tmp_path, capsys, monkeypatch):
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    data = np.random.default_rng(0).standard_normal((2, 3000, 2))
+    data[1, 17, 1], data[0, 2500, 0] = np.nan, -np.inf
+    data[1, 2000:2020, 0] = np.inf  # 20 more, beyond the first 10 shown
+    names = np.array(["x", "v"], dtype=object)
+    bad = xr.Dataset({"x": (("chain", "time", "component"), data)},
+                     coords={"component": names}, attrs={"dt": 0.1})  # fmt: skip
+    bad.chunk({"time": 1000}).to_zarr("bad.zarr", consolidated=False)
+    clean = simulate("ou", tmp_path / "clean.zarr", 3000, chunk=1000, progress=False)
+    assert clean.shape == (1, 3000, 2)
+    codes = {}
+    for argv in (["info", "bad.zarr", "--scan"], ["info", "clean.zarr", "--scan"],
+                 ["info", "bad.zarr"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_info:
+            main.main(argv, prog_name="kelr")
+        codes[" ".join(argv)] = (exit_info.value.code, capsys.readouterr().out)
+    code, out = codes["info bad.zarr --scan"]
+    assert code == 1
+    assert "22 non-finite values (x 21, v 1)" in out
+    assert "first 10      chain 0, time 2500, x = -inf; chain 1, time 17, v = nan; " in out
+    code, out = codes["info clean.zarr --scan"]
+    assert code == 0 and "all values finite" in out
+    code, out = codes["info bad.zarr"]
+    assert code == 0 and "non-finite" not in out  # without --scan the data are not read

@@ -347,21 +347,73 @@ def _format_info(summary: dict[str, Any]) -> str:
 @click.argument("store", type=click.Path())
 @click.option("--variable", default="x", show_default=True, help="Trajectory variable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def info(store: str, variable: str, as_json: bool) -> None:
+@click.option(
+    "--scan",
+    is_flag=True,
+    help="Also read the data, block by block, and report non-finite values (NaN, ±inf): how "
+    "many per component and the first positions (chain, time index, component). Exit code 1 "
+    "when there are any.",
+)
+def info(store: str, variable: str, as_json: bool, scan: bool) -> int:
     """Validate the trajectory STORE and print its summary.
 
-    Shows dims, length, dt, chunking, size and where the data came from; a store that breaks
-    the trajectory contract is reported with what is wrong (exit code 2).
+    Shows dims, length, dt, chunking, size and where the data came from, from the metadata
+    alone; a store that breaks the trajectory contract is reported with what is wrong (exit
+    code 2). With --scan the data are read too (one block at a time, in this process) and
+    non-finite values are reported with their positions: exit code 1 when any are found,
+    0 when the data are finite.
 
     \b
     Examples:
       kelr info tw.zarr
+      kelr info tw.zarr --scan
       kelr info data.zarr --variable u --json
     """
     from kelr_dist.data.store import open_trajectory
 
-    summary = _describe(open_trajectory(store, variable))
-    click.echo(json.dumps(summary, default=str, indent=2) if as_json else _format_info(summary))
+    trajectory = open_trajectory(store, variable)
+    summary = _describe(trajectory)
+    found = _scan(trajectory) if scan else None
+    if as_json:
+        if found is not None:
+            summary["nonfinite"] = found
+        click.echo(json.dumps(summary, default=str, indent=2))
+    else:
+        click.echo(_format_info(summary))
+        if found is not None:
+            click.echo(_format_scan(found))
+    return 1 if found and found["count"] else 0
+
+
+def _scan(trajectory: Any) -> dict[str, Any]:
+    """Non-finite values of ``trajectory`` (:mod:`kelr_dist.kernels.scan` on the engine, in
+    this process, one block at a time) as a JSON-ready dict."""
+    from kelr_dist.engine.passes import run_reduction
+    from kelr_dist.kernels.scan import nonfinite_reduction
+
+    result = run_reduction(trajectory, nonfinite_reduction(), SYNCHRONOUS, progress=None)
+    names = [str(c) for c in trajectory["component"].values]
+    return {
+        "count": result.count,
+        "by_component": dict(zip(names, map(int, result.by_component), strict=True)),
+        "first": [
+            {"chain": int(c), "time": int(t), "component": names[k], "value": str(v)}
+            for (c, t, k), v in zip(result.positions, result.values, strict=True)
+        ],
+    }
+
+
+def _format_scan(found: dict[str, Any]) -> str:
+    """The ``kelr info --scan`` lines."""
+    if not found["count"]:
+        return f"{'scan':<12}  all values finite"
+    counts = ", ".join(f"{name} {n}" for name, n in found["by_component"].items())
+    first = "; ".join(
+        f"chain {p['chain']}, time {p['time']}, {p['component']} = {p['value']}"
+        for p in found["first"]
+    )
+    shown = f"first {len(found['first'])}" if found["count"] > len(found["first"]) else "at"
+    return f"{'scan':<12}  {found['count']} non-finite values ({counts})\n{shown:<12}  {first}"
 
 
 def _check_outputs(targets: Sequence[Path | None], overwrite: bool) -> None:
