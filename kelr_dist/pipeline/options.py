@@ -307,35 +307,31 @@ def _reference(value: Any, names_required: bool) -> FunctionSpec:
     return FunctionSpec(str(value["function"]), function, names)
 
 
-def _observable(value: Any) -> FunctionSpec | Observable:
+def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool) -> Any:
+    """An observable (``names_required``) or forcing: ``None`` (the first built-in), an object
+    of ``kind``, a built-in name or a reference."""
     if value is None:
-        return FunctionSpec("identity")
-    if isinstance(value, FunctionSpec | Observable):
+        return FunctionSpec(built_ins[0])
+    if isinstance(value, FunctionSpec | kind):
         return value
-    if value in OBSERVABLES:
+    if value in built_ins:
         return FunctionSpec(value)
-    if isinstance(value, str):
-        if ":" in value:
-            raise _invalid(
-                f"the reference {value!r} needs its component names: write "
-                f"{{function: {value!r}, names: [a1, a2, ...]}}"
-            )
+    if isinstance(value, str) and ":" in value and names_required:
         raise _invalid(
-            f"expected one of {list(OBSERVABLES)} or a function reference, got {value!r}"
+            f"the reference {value!r} needs its component names: write "
+            f"{{function: {value!r}, names: [a1, a2, ...]}}"
         )
-    return _reference(value, names_required=True)
+    if isinstance(value, str) and ":" not in value:
+        raise _invalid(f"expected one of {list(built_ins)} or a function reference, got {value!r}")
+    return _reference(value if isinstance(value, Mapping) else {"function": value}, names_required)
+
+
+def _observable(value: Any) -> FunctionSpec | Observable:
+    return _spec(value, OBSERVABLES, Observable, names_required=True)
 
 
 def _forcing(value: Any) -> FunctionSpec | Forcing:
-    if value is None:
-        return FunctionSpec("constant")
-    if isinstance(value, FunctionSpec | Forcing):
-        return value
-    if value in FORCINGS:
-        return FunctionSpec(value)
-    if isinstance(value, str) and ":" not in value:
-        raise _invalid(f"expected one of {list(FORCINGS)} or a function reference, got {value!r}")
-    return _reference(value if isinstance(value, Mapping) else {"function": value}, False)
+    return _spec(value, FORCINGS, Forcing, names_required=False)
 
 
 # --------------------------------------------------------------------------------------------
