@@ -193,3 +193,20 @@ def test_unconverged_error_bars_warn_once(tmp_path):
     assert not ds["response_converged"].values.all()
     assert ds["response_converged"].dtype == bool and ds["response_block_size"].dtype.kind == "i"
     assert "NOT converged" in summary(ds)
+
+
+def test_every_figure_axis_is_labelled_and_criteria_show_the_reason(ou_result):
+    from kelr_dist.edges.report import plot_criteria, plot_selection
+
+    ds = open_result(ou_result / "result.zarr")
+    for fig in (plot_criteria(ds), plot_responses(ds), plot_selection(ds), plot_density(ds)):
+        for ax in (ax for ax in fig.axes if ax.get_visible()):
+            label = ax.get_ylabel() or ""
+            if ax.get_xlabel():  # a plot panel (a colour bar has its label on y only)
+                assert "(" in ax.get_xlabel(), ax.get_xlabel()
+            assert label and "(" in label, (ax.get_title(), label)  # units or (dimensionless)
+    fig = plot_criteria(ds)
+    reason = fig.get_suptitle()
+    assert f"chosen M = {chosen_order(ds)}" in reason and "η_M stays below" in reason
+    eta_axis = fig.axes[0]
+    assert eta_axis.get_ylim()[0] > 1e-8  # not stretched to the ~1e-16 of η_0

@@ -310,34 +310,105 @@ def _positive(values: np.ndarray) -> np.ndarray:
     return np.where(values > 0, values, np.nan)
 
 
-def plot_criteria(ds: xr.Dataset) -> Figure:
-    """``η_M`` (eq. 54), ``R_M`` (eq. 53) and ``δ_M`` (eq. 52) against ``M`` (log scale).
+def _error_bound(excursion: np.ndarray, window: int) -> np.ndarray:
+    """``ε̃_M``: the largest ``ε_{M'}`` within ``window`` orders (as the order rule uses it)."""
+    values = np.nan_to_num(np.asarray(excursion, dtype=float), nan=0.0)
+    padded = np.pad(values, window, constant_values=0.0)
+    return np.max([padded[k : k + values.size] for k in range(2 * window + 1)], axis=0)
 
-    The chosen order is marked; the noise level of ``η_M`` and the paper's ``δ_M``/``R_M``
-    (threshold at the smallest positive ``p_M(X_i)``) are drawn dashed when present.
+
+def _log_floor(*curves: np.ndarray) -> float:
+    """Bottom of a log axis: below the smallest informative value of the curves, ignoring
+    values more than 1e3 below their curve's median (the ``η_0 = 0`` of M = 0 shows as 1e-17)."""
+    lows = []
+    for curve in curves:
+        values = np.asarray(curve, dtype=float)
+        values = values[np.isfinite(values) & (values > 0)]
+        if values.size:
+            lows.append(values[values >= 1e-3 * np.median(values)].min())
+    return 0.5 * min(lows) if lows else 1e-12
+
+
+def plot_criteria(ds: xr.Dataset) -> Figure:
+    """The kernel embedding's order criteria against ``M`` and why the order was chosen.
+
+    Panels: ``η_M`` (eq. 54) with its noise level and the convergence line (twice the level
+    the scan ends at); the certified error bound ``ε̃_M`` (the largest negative excursion of
+    ``p_M`` within two orders) with the band of the automatic rule (within 2x its least);
+    ``R_M`` (eq. 53) and ``δ`` (eq. 52), with the paper's ``δ_M`` dashed. The automatic rule:
+    the smallest order after which ``η`` stays below the convergence line whose ``ε̃_M`` is in
+    the band (:func:`kelr_dist.kernels.selection.choose_order`).
     """
+    from kelr_dist.kernels.selection import ERROR_WINDOW
+
     orders = ds["order"].values
-    panels = [
-        ("eta", "η_M", "eta_noise", "noise level of η_M"),
-        ("rejection", "R_M", "rejection_paper", "R_M with the paper's δ_M"),
-        ("delta", "δ used", "delta_paper", "paper's δ_M (smallest p_M(X_i) > 0)"),
-    ]
-    fig = Figure(figsize=(13, 4), layout="constrained")
-    axes = fig.subplots(1, 3)
     order = chosen_order(ds)
     marked = max(order) if isinstance(order, tuple) else order
-    titles = ("norm of the order M+1 coefficients", "rejection rate", "positivity threshold")
-    for ax, (name, label, second, second_label), title in zip(axes, panels, titles, strict=True):
-        ax.semilogy(orders, _positive(ds[name].values), "o-", ms=3, label=label)
-        if second in ds:
-            ax.semilogy(orders, _positive(ds[second].values), "--", label=second_label)
+    eta = np.nan_to_num(np.asarray(ds["eta"].values, dtype=float), nan=0.0)
+    later_max = np.maximum.accumulate(eta[::-1])[::-1]
+    eta_line = 2.0 * (later_max[-2] if later_max.size > 1 else later_max[-1])
+    converged = later_max <= eta_line
+    bound = _error_bound(ds["negative_excursion"].values, ERROR_WINDOW)
+    band = 2.0 * bound[converged].min() if converged.any() else math.nan
+
+    fig = Figure(figsize=(13, 8.2), layout="constrained")
+    axes = fig.subplots(2, 2).ravel()
+    ax = axes[0]
+    ax.semilogy(orders, _positive(eta), "o-", ms=3, label="η_M")
+    if "eta_noise" in ds:
+        ax.semilogy(orders, _positive(ds["eta_noise"].values), "--", label="noise level of η_M")
+    ax.axhline(eta_line, color="grey", lw=0.9, ls=":", label="2 x final level: converged below")
+    if converged.any():
+        ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
+    ax.set_ylim(bottom=_log_floor(eta[1:], ds["eta_noise"].values if "eta_noise" in ds else eta))
+    ax.set_title("η_M: size of the order-M shell of coefficients (eq. 54)")
+    ax.set_ylabel("η_M (density units of the\nstandardized coordinates)")
+
+    ax = axes[1]
+    ax.semilogy(orders, _positive(bound), "o-", ms=3, color="C3", label="ε̃_M (certified bound)")
+    if math.isfinite(band):
+        ax.axhline(band, color="grey", lw=0.9, ls=":", label="2 x least ε̃ among converged M")
+    if converged.any():
+        ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
+    ax.set_ylim(bottom=_log_floor(bound[1:]))  # p_0 (the weight) is never negative
+    ax.set_title("ε̃_M: largest |p_M| where p_M < 0 (within 2 orders)")
+    ax.set_ylabel("lower bound of sup |p_M - p_eq|\n(density, standardized coordinates)")
+
+    ax = axes[2]
+    ax.semilogy(orders, _positive(ds["rejection"].values), "o-", ms=3, label="R_M with δ used")
+    if "rejection_paper" in ds:
+        ax.semilogy(orders, _positive(ds["rejection_paper"].values), "--", label="R_M, paper's δ_M")
+    ax.set_title("R_M: share of samples with p_M < δ (B̂ = 0 there, eq. 53)")
+    ax.set_ylabel("rejection rate R_M\n(fraction of samples, dimensionless)")
+
+    ax = axes[3]
+    ax.semilogy(orders, _positive(ds["delta"].values), "o-", ms=3, label="δ used")
+    if "delta_paper" in ds:
+        ax.semilogy(
+            orders, _positive(ds["delta_paper"].values), "--", label="paper's δ_M (least p_M > 0)"
+        )
+    ax.set_title("δ: positivity threshold (eq. 52)")
+    ax.set_ylabel("δ (density, standardized coordinates)")
+
+    for ax in axes:
         if marked is not None:
-            ax.axvline(marked, color="red", linewidth=0.8, label=f"chosen M = {marked}")
-        ax.set_title(f"{label}: {title}")
-        ax.set_xlabel("order M")
+            ax.axvline(marked, color="red", linewidth=0.9, label=f"chosen M = {marked}")
+        ax.set_xlabel("order M (dimensionless)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle("order selection criteria (log scale)")
+    selection = str(ds.attrs.get("order_selection", "auto"))
+    if marked is None:
+        reason = "no order recorded"
+    elif selection == "auto":
+        reason = (
+            f"chosen M = {marked} (automatic): the smallest order after which η_M stays below "
+            f"{eta_line:.2g} (converged, green) whose ε̃_M is within 2x the least ({band:.2g})"
+        )
+    else:
+        reason = f"M = {order} ({selection}: given, not chosen by these criteria)"
+    used = str(ds.attrs.get("estimator", "kernel-embedding"))
+    note = "" if used == "kernel-embedding" else f"; the estimate used {used} (see selection.png)"
+    fig.suptitle(f"kernel embedding order criteria (log scales)\n{reason}{note}", fontsize="medium")
     return fig
 
 
@@ -547,8 +618,8 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
             curves.append(true_marginals[k])
         ax.set_xlim(*_shown_range(*curves, x=axes[k]))
         ax.set_title(f"marginal density of {names[k]}")
-        ax.set_xlabel(str(names[k]))
-        ax.set_ylabel("density")
+        ax.set_xlabel(f"{names[k]} (the data's units)")
+        ax.set_ylabel(f"density (per unit of {names[k]})")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     for k in range(d, columns):
@@ -562,12 +633,13 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
         for c, (title, values, cmap) in enumerate(panels):
             ax = grid[1, c]
             image = ax.pcolormesh(axes[0], axes[1], values.T, cmap=cmap, shading="auto")
-            fig.colorbar(image, ax=ax, label="density" if c < 2 else "absolute error")
+            unit = f"(per unit of {names[0]} x {names[1]})"
+            fig.colorbar(image, ax=ax, label=f"density {unit}" if c < 2 else f"|error| {unit}")
             ax.set_xlim(*limits[0])
             ax.set_ylim(*limits[1])
             ax.set_title(title)
-            ax.set_xlabel(str(names[0]))
-            ax.set_ylabel(str(names[1]))
+            ax.set_xlabel(f"{names[0]} (the data's units)")
+            ax.set_ylabel(f"{names[1]} (the data's units)")
         for c in range(len(panels), columns):
             grid[1, c].set_visible(False)
     fig.suptitle(
