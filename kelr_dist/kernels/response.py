@@ -275,7 +275,9 @@ class _ResponseKernel:
             if name in self.corrected:
                 out[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
         if self.corrected:
-            columns = correction_columns(x, self.origin, self.forcing.profile(x)[0])
+            # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
+            profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
+            columns = correction_columns(x, self.origin, profile)
             part = response_block_partial(a_ext, columns, self.max_lag, info, self.base_block)
             out[AFFINE] = {"blocks": part, "moment": z.T @ z, "n": x.shape[0]}
         return out
@@ -320,7 +322,10 @@ def _corrected(
     """``raw`` with the affine Stein correction ``V`` applied to its response and its lag-0
     Stein residual (:func:`kelr_dist.kernels.stein_correction.corrected_response`)."""
     shape = raw.mean.shape + (weights.shape[1],)
-    l_mean, l_stderr = lagged.mean.reshape(shape), lagged.stderr.reshape(shape)
+    l_mean, l_stderr = (
+        np.broadcast_to(v.reshape(shape[:2] + (-1, shape[-1])), shape)
+        for v in (lagged.mean, lagged.stderr)
+    )
     mean, stderr = corrected_response(raw.mean, raw.stderr, l_mean, l_stderr, weights)
     stein_mean, stein_stderr = corrected_response(
         raw.stein_residual[None], raw.stein_residual_stderr[None], l_mean[:1], l_stderr[:1], weights

@@ -41,10 +41,13 @@ def augmented(x: np.ndarray, origin: np.ndarray) -> np.ndarray:
     return np.hstack([x - origin, np.ones((x.shape[0], 1))])
 
 
-def correction_columns(x: np.ndarray, origin: np.ndarray, c: np.ndarray) -> np.ndarray:
+def correction_columns(x: np.ndarray, origin: np.ndarray, c: np.ndarray | None) -> np.ndarray:
     """``c_j z̃_k`` at ``x (n, d)`` with forcing profile ``c (n, d)``: ``(n, d (d + 1))``, column
-    ``j (d + 1) + k`` — the "conjugate variables" whose lagged sums are ``L_ijk``."""
+    ``j (d + 1) + k`` — the "conjugate variables" whose lagged sums are ``L_ijk``. For a
+    constant forcing (``c = None``) they do not depend on ``j``: ``z̃`` alone, ``(n, d + 1)``."""
     z = augmented(x, origin)
+    if c is None:
+        return z
     return (c[:, :, None] * z[:, None, :]).reshape(x.shape[0], -1)
 
 
