@@ -38,6 +38,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import xarray as xr  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import kelr_dist  # noqa: E402
 from kelr_dist.engine.passes import run_reductions  # noqa: E402
@@ -297,14 +298,32 @@ def plot_triple_density(
     true = normalised_true_density(model, points, cell).reshape(shape)
     estimate = kelr_dist.density_from_result(fit).pdf(points, PAPER_ORDER).reshape(shape)
     fig, axes = plt.subplots(2, 2, figsize=(11, 9))
-    levels = np.linspace(min(true.min(), estimate.min()), max(true.max(), estimate.max()), 30)
-    for ax, values, title in (
-        (axes[0, 0], true, "true $p_{eq}$"),
-        (axes[0, 1], estimate, f"kernel embedding $\\hat p_{{eq}}$, M = {PAPER_ORDER}"),
-        (axes[1, 0], np.abs(estimate - true), "absolute error $|\\hat p_{eq} - p_{eq}|$"),
+    error = np.abs(estimate - true)
+    # round contour levels (0.05, 0.10, ...) so the colour bars carry round ticks
+    levels = MaxNLocator(nbins=24).tick_values(
+        min(true.min(), estimate.min()), max(true.max(), estimate.max())
+    )
+    for ax, values, title, label, shown in (
+        (axes[0, 0], true, "true $p_{eq}$", "density", levels),
+        (
+            axes[0, 1],
+            estimate,
+            f"kernel embedding $\\hat p_{{eq}}$, M = {PAPER_ORDER}",
+            "density",
+            levels,
+        ),
+        (
+            axes[1, 0],
+            error,
+            "absolute error $|\\hat p_{eq} - p_{eq}|$",
+            "absolute error (density)",
+            MaxNLocator(nbins=20).tick_values(0.0, error.max()),
+        ),
     ):
-        filled = ax.contourf(xs, ys, values, levels=30 if ax is axes[1, 0] else levels)
-        fig.colorbar(filled, ax=ax)
+        filled = ax.contourf(xs, ys, values, levels=shown)
+        bar = fig.colorbar(filled, ax=ax, label=label)
+        bar.locator = MaxNLocator(nbins=6)
+        bar.update_ticks()
         ax.set(title=title, xlabel="$x_1$", ylabel="$x_2$", aspect="equal")
     ax = axes[1, 1]
     diagonal = np.array([np.diag(e).max() for e in sweep_errors])
@@ -344,15 +363,19 @@ def plot_entries(
                 if inset is not None:
                     early = t <= INSET_TIME
                     inset.plot(t[early], values[early], **style)
-            ax.set(title=f"$k_{{{a + 1}{b + 1}}}$: d<{i}(t)> / d f_{j}", xlabel="t")
+            ax.set(
+                title=f"$k_{{{a + 1}{b + 1}}}$: d<{i}(t)> / d f_{j}", xlabel="t (model time units)"
+            )
             ax.set_ylabel("normalised $k_{ii}(t)/k_{ii}(0)$" if a == b else "$k_{ij}(t)$")
             ax.grid(True, alpha=0.3)
             if inset is not None:
                 inset.set_title(f"t ≤ {INSET_TIME}", fontsize=8)
                 inset.tick_params(labelsize=7)
-    axes[0, 1].legend(loc="best", fontsize=9)
+    # one legend below the panels: inside a panel it covered the k12 curves
+    handles, names_shown = axes[0, 1].get_legend_handles_labels()
+    fig.legend(handles, names_shown, loc="lower center", ncol=len(handles), fontsize=9)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.05, 1.0, 1.0))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
@@ -368,22 +391,29 @@ def marginal_x(density: Callable[[np.ndarray], np.ndarray], xs: np.ndarray) -> n
 def plot_langevin_density(fit: xr.Dataset, v_fit: xr.Dataset, kde: BinnedKDE, path: Path) -> None:
     """fig:phat_Lan: η_M for v and x, R_M for x (left); the marginal of x (right)."""
     model = kelr_dist.make_model("langevin-morse")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.8))
     v_eta = v_fit["eta"].dropna("order")
     x_eta = fit["eta"].dropna("order")
     left.semilogy(v_eta["order"], v_eta, ":o", ms=3, color="#0072BD", label="$\\eta_M$, v (M = M2)")
-    left.semilogy(x_eta["order"], x_eta, "--", color="#0072BD", label="$\\eta_M$, x (M = M1)")
+    left.semilogy(x_eta["order"], x_eta, "--", color="#D62728", label="$\\eta_M$, x (M = M1)")
     both = np.concatenate([v_eta.values, x_eta.values])
     # η_0 (and η_1 for v) vanish up to rounding: loc and scale match the data's moments
     left.set_ylim(bottom=max(1e-6, 0.3 * both[both > 1e-12].min()))
-    left.set(xlabel="order M", ylabel="$\\eta_M$", title="Order criteria (M2 = 0 for x)")
+    left.set(
+        xlabel="order M (dimensionless)",
+        ylabel="$\\eta_M$ (density, standardized coordinates)",
+        title="$\\eta_M$ per coordinate (M2 = 0: v is its weight)",
+    )
     left.grid(True, which="both", alpha=0.3)
-    twin = left.twinx()
-    twin.plot(fit["order"], fit["rejection"], "-", color="#D62728", lw=1, label="$R_M$, x")
-    twin.set_ylabel("rejection probability $R_M$", color="#D62728")
-    lines = left.get_legend_handles_labels()
-    extra = twin.get_legend_handles_labels()
-    left.legend(lines[0] + extra[0], lines[1] + extra[1], loc="upper right")
+    left.legend(loc="upper right")
+    middle.plot(fit["order"], fit["rejection"], "-", color="#D62728", lw=1, label="$R_M$, x")
+    middle.set(
+        xlabel="order M1 of x (dimensionless)",
+        ylabel="rejection rate $R_M$ (fraction of samples)",
+        title="$R_M$ of the (M1, 0) expansion",
+    )
+    middle.grid(True, alpha=0.3)
+    middle.legend(loc="upper right")
 
     xs = np.linspace(-0.6, 4.5, 600)
     log_p = -model.potential(xs) / model.kT
@@ -397,7 +427,11 @@ def plot_langevin_density(fit: xr.Dataset, v_fit: xr.Dataset, kde: BinnedKDE, pa
         **STYLES["response"] | {"label": f"kernel embedding M = {LANGEVIN_ORDER[0]}"},
     )
     right.plot(xs, marginal_x(lambda p: kde.evaluate(p)[0], xs), **STYLES["response_kde"])
-    right.set(xlabel="x", ylabel="marginal density of x", title="Marginal of x")
+    right.set(
+        xlabel="x (the model's length unit)",
+        ylabel="marginal density of x (per unit of x)",
+        title="Marginal of x",
+    )
     right.grid(True, alpha=0.3)
     right.legend()
     fig.suptitle("Langevin-Morse: order selection and the marginal density of x")
