@@ -1,4 +1,4 @@
-"""Benchmark the whole estimate: out of core, accuracy with automatic choices, speed.
+"""Benchmark the whole estimate: speed and flat client memory, automatic estimates, accuracy.
 
 1. Out of core: an OU trajectory store of >= 8 GiB (float64) estimated on the embedded
    cluster of 2 workers x 1 GiB; wall time and every worker's peak resident memory (sampled by
@@ -8,11 +8,20 @@
    reported standard error; OU (N = 1e7) against ``expm(-Γt)`` for t <= 3 in units of the
    reported standard error; triple-well (N = 1e7, M = 60 and automatic, KDE baseline) and
    Langevin-Morse (N = 1e7, Laguerre(θ=1) x Hermite M = (90, 0) box and automatic, KDE).
-3. Speed: wall time and samples/s of the whole estimate (triple-well, M = 60, S = 2000) for
-   N = 1e6, 1e7, 1e8 on the embedded 2-worker cluster, wall time per pass at N = 1e7
-   (through ``kelr_dist.engine.passes.run_reductions``), the in-memory core path
-   (``client="synchronous"`` on a numpy array) at the same N, and the ratio to the paper's
-   1.54e3 s (MATLAB, N = 1e7).
+3. Speed: the kernel-embedding estimate (triple-well, M = 60, S = 2000) for N = 1e6, 1e7, 1e8
+   on the embedded 2-worker cluster, step by step through the public steps of
+   ``kelr_dist.pipeline.steps`` (``Passes``, ``survey_data``, ``choose_coordinates``,
+   ``fit_estimators``, ``choose_kernel_embedding``, ``respond``), each step timed: wall time,
+   samples/s, the client process's peak RSS (psutil thread), every pass's graph as sent
+   (``cloudpickle`` bytes of the ``ReductionGraph``, seen through
+   ``kelr_dist.engine.passes.observe_graphs``), its tasks, the passes and store reads; the ratio
+   1e8 / 1e7 of client RSS and largest graph (target: flat, <= 1.2x).
+4. Automatic estimates (``estimator="auto"``): a 2e6-sample 2-D OU store (target <= 5 s) and a
+   1e7-sample 3-D store (``coupled-3d``, target <= 30 s), with the time of each step (from one
+   pass's graph to the next).
+5. Large: an OU store of 1e9 samples (fewer when the disk is short; ``--large-n``) estimated at
+   order 8, S = 200 on the embedded cluster: wall time, client and worker peak RSS, graph bytes;
+   the store is deleted afterwards.
 
 Every figure is printed with the machine's load average (the machine is shared). Generated
 stores are kept in ``--cache`` (default ``runs/bench``) and reused; the out-of-core store is
@@ -20,22 +29,24 @@ deleted after its run.
 
 Usage::
 
-    python scripts/bench_pipeline.py                      # full sizes (~25 min on 2 cores)
+    python scripts/bench_pipeline.py                      # full sizes (~1 h on 2 cores)
     python scripts/bench_pipeline.py --quick              # small smoke run
-    python scripts/bench_pipeline.py --only speed accuracy
+    python scripts/bench_pipeline.py --only speed auto
+    python scripts/bench_pipeline.py --only large --large-n 2e8
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import numpy as np
+import psutil
 import xarray as xr
 
 from kelr_dist.data.models import make_model
@@ -43,19 +54,23 @@ from kelr_dist.data.simulate import simulate
 from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 from kelr_dist.engine.memory import peak_memory
-from kelr_dist.engine.passes import run_reductions
-from kelr_dist.kernels.bases import TensorBasis
-from kelr_dist.kernels.coordinates import choose_basis, gamma_reduction_for
-from kelr_dist.kernels.density import coefficient_reduction
-from kelr_dist.kernels.moments import moments_reduction
-from kelr_dist.kernels.response import (
-    DensityScore,
-    constant_forcing,
-    identity_observable,
-    response_reduction,
+from kelr_dist.engine.passes import (
+    ReductionGraph,
+    keep_in_memory,
+    observe_graphs,
+    scatter_trajectory,
 )
-from kelr_dist.kernels.selection import choose_delta, criteria_reduction
+from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.response import DensityScore, constant_forcing, identity_observable
 from kelr_dist.pipeline.estimate import estimate_response
+from kelr_dist.pipeline.steps import (
+    Passes,
+    choose_coordinates,
+    choose_kernel_embedding,
+    fit_estimators,
+    respond,
+    survey_data,
+)
 
 GIB = 1 << 30
 PAPER_SECONDS = 1.54e3  # paper, Table 1: triple-well, M = 60, N = 1e7
@@ -178,86 +193,209 @@ def accuracy(cache: Path, quick: bool) -> None:
 # --- 3. speed -------------------------------------------------------------------------------------
 
 
-def pass_times(path: Path, client: Any, order: int, max_lag: int) -> dict[str, float]:
-    """Wall time of each pass of the estimate (basis fixed by the moments, order given)."""
-    traj = open_trajectory(path)
-    times = {}
+def graph_figures(graph: ReductionGraph) -> tuple[int, int, int]:
+    """(bytes of the pickled graph, block tasks, all tasks) of one pass's graph as sent."""
+    tasks = len(graph.total.__dask_graph__())
+    return len(cloudpickle.dumps(graph)), len(graph.blocks), tasks
 
-    def timed(name: str, *reductions: Any) -> list[Any]:
+
+def rss_mib() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def fmt_passes(graphs: list[tuple[str, int, int, int]]) -> str:
+    return "; ".join(f"{n} {b / 1024:.0f} KiB {k} blocks/{t} tasks" for n, b, k, t in graphs)
+
+
+def steps_estimate(path: Path, client: Any, order: int, max_lag: int) -> dict[str, Any]:
+    """The kernel-embedding estimate of ``path`` at a fixed order, step by step through the
+    public steps of :mod:`kelr_dist.pipeline.steps` (as ``estimate_response(...,
+    estimator="kernel-embedding", order=order, max_lag=max_lag)`` composes them), each step
+    timed; the client's peak RSS sampled while it runs; every pass's graph kept and measured
+    after the run."""
+    traj = open_trajectory(path)
+    names = [str(c) for c in traj["component"].values]
+    observable, forcing = identity_observable(names), constant_forcing(names)
+    times: dict[str, float] = {}
+    graphs: list[ReductionGraph] = []
+
+    def step(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
-        out = run_reductions(traj, reductions, client, progress=False)
+        out = fn(*args, **kwargs)
         times[name] = time.perf_counter() - start
         return out
 
-    (moments,) = timed("moments", moments_reduction())
-    gamma_pass = gamma_reduction_for(moments)
-    gamma = timed("gamma", gamma_pass)[0] if gamma_pass is not None else None
-    basis = TensorBasis(tuple(choose_basis(moments, gamma)), order, "total")
-    (density,) = timed("coefficients", coefficient_reduction(basis))
-    (criteria,) = timed("criteria", criteria_reduction(density))
-    delta = float(choose_delta(criteria)[order])
-    names = [str(c) for c in traj["component"].values]
-    scores = {"kme": DensityScore(density, order, delta)}
-    timed(
-        "response",
-        response_reduction(scores, identity_observable(names), constant_forcing(names), max_lag),
-    )
-    return times
+    before = rss_mib()
+    with observe_graphs(graphs.append), peak_memory([os.getpid()]) as peak:
+        start = time.perf_counter()
+        kept, in_memory = step(
+            "keep_in_memory", lambda: keep_in_memory(scatter_trajectory(traj, client), client)
+        )
+        passes = Passes(kept, client, False, in_memory)
+        survey = step("survey_data", survey_data, passes, observable)
+        coordinates = step("choose_coordinates", choose_coordinates, passes, survey)
+        basis = TensorBasis(coordinates, order, "total")
+        fits = step("fit_estimators", fit_estimators, passes, density_basis=basis)
+        ke = step("choose_kernel_embedding", choose_kernel_embedding, passes, fits.density, order)
+        scores = {"response_kernel_embedding": DensityScore(ke.density, ke.order, ke.delta)}
+        step(
+            "respond",
+            respond,
+            passes,
+            scores,
+            observable,
+            forcing,
+            max_lag,
+            centre=survey.centre,
+            scales=survey.moments.std,
+            corrected=list(scores),
+            origin=survey.moments.mean,
+        )
+        wall = time.perf_counter() - start
+    figures = [(", ".join(r.name for r in g.reductions), *graph_figures(g)) for g in graphs]
+    del graphs, kept, passes
+    return {
+        "wall": wall,
+        "steps": times,
+        "rss_before": before,
+        "rss_peak": peak[os.getpid()] / 2**20,
+        "graphs": figures,
+        "passes": len(figures),
+        "store_reads": 1 if in_memory else len(figures),
+        "in_memory": in_memory,
+    }
 
 
 def speed(cache: Path, quick: bool, sizes: tuple[int, ...] | None = None) -> None:
     sizes = sizes or ((10**5, 10**6) if quick else (10**6, 10**7, 10**8))
     order, max_lag = 60, 2000
-    print(f"\n== speed: triple-well, M = {order}, S = {max_lag}, 2 workers")
+    print(
+        f"\n== speed: triple-well, M = {order}, S = {max_lag}, estimator kernel-embedding, "
+        "embedded cluster of 2 workers, step by step (kelr_dist.pipeline.steps)"
+    )
     client = get_client(n_workers=2, quiet=True)
-    walls = {}
+    runs = {}
     for n in sizes:
         path = cached_store(cache, "triple-well", n, client=client)
+        say(f"  N = {n:.0e}: starting")
+        run = runs[n] = steps_estimate(path, client, order, max_lag)
+        largest = max(run["graphs"], key=lambda g: g[1])
+        say(
+            f"  N = {n:.0e}: {run['wall']:.1f} s, {n / run['wall']:.3g} samples/s; client RSS "
+            f"{run['rss_before']:.0f} MiB before, peak {run['rss_peak']:.0f} MiB; largest graph "
+            f"{largest[1] / 1024:.0f} KiB ({largest[0]}); passes {run['passes']}, store reads "
+            f"{run['store_reads']} (kept in memory: {run['in_memory']})"
+        )
+        print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
+        print("      passes: " + fmt_passes(run["graphs"]))
+    if 10**7 in runs and PAPER_SECONDS:
+        say(
+            f"  paper (MATLAB, N = 1e7): {PAPER_SECONDS:.3g} s; this: {runs[10**7]['wall']:.1f} "
+            f"s, {PAPER_SECONDS / runs[10**7]['wall']:.0f}x faster (target 1e7 <= 8 s)"
+        )
+    big, mid = max(sizes), sorted(sizes)[-2] if len(sizes) > 1 else None
+    if mid is not None:
+        rss = runs[big]["rss_peak"] / runs[mid]["rss_peak"]
+        graph = max(g[1] for g in runs[big]["graphs"]) / max(g[1] for g in runs[mid]["graphs"])
+        say(
+            f"  ratio N = {big:.0e} / {mid:.0e}: client peak RSS {rss:.2f}x, largest graph "
+            f"{graph:.2f}x (target: both <= 1.2x)"
+        )
+
+
+# --- 4. automatic estimates -----------------------------------------------------------------------
+
+
+def observed_estimate(path: Path, client: Any, **kwargs: Any) -> tuple[xr.Dataset, dict[str, Any]]:
+    """``estimate_response(path, client=client, **kwargs)`` with every pass's graph observed:
+    a step's time is from the moment its pass's graph is built to the next one's (the first
+    entry, "open", is everything before the first pass: options, store, keep_in_memory)."""
+    marks: list[tuple[str, float, ReductionGraph]] = []
+
+    def mark(graph: ReductionGraph) -> None:
+        marks.append((", ".join(r.name for r in graph.reductions), time.perf_counter(), graph))
+
+    before = rss_mib()
+    with observe_graphs(mark), peak_memory([os.getpid()]) as peak:
         start = time.perf_counter()
-        estimate_response(
-            path, client=client, estimator="kernel-embedding", order=order, max_lag=max_lag
-        )
-        walls[n] = time.perf_counter() - start
-        say(f"  N = {n:.0e}: {walls[n]:.1f} s, {n / walls[n]:.3g} samples/s")
-    middle = 10**7 if 10**7 in sizes else min(sizes)
-    if middle <= 10**7:  # per pass and the in-memory core path (a 1e8 array: 1.6 GB)
-        times = pass_times(cache / f"triple-well-{middle:.0e}.zarr", client, order, max_lag)
-        passes = ", ".join(f"{k} {v:.1f} s" for k, v in times.items())
-        say(f"  passes at N = {middle:.0e}: {passes}")
+        ds = estimate_response(path, client=client, **kwargs)
+        end = time.perf_counter()
+    times = {"open": marks[0][1] - start} if marks else {}
+    for (name, at, _), nxt in zip(marks, [m[1] for m in marks[1:]] + [end], strict=True):
+        times[name] = nxt - at
+    figures = [(name, *graph_figures(graph)) for name, _, graph in marks]
+    return ds, {
+        "wall": end - start,
+        "steps": times,
+        "rss_before": before,
+        "rss_peak": peak[os.getpid()] / 2**20,
+        "graphs": figures,
+    }
 
-        x = open_trajectory(cache / f"triple-well-{middle:.0e}.zarr").values
-        close_embedded_cluster()  # the core path gets the two cores alone
+
+def automatic(cache: Path, quick: bool) -> None:
+    runs = [
+        ("ou", 2 * 10**5 if quick else 2 * 10**6, 5.0),
+        ("coupled-3d", 10**6 if quick else 10**7, 30.0),
+    ]
+    print("\n== automatic estimates (estimator='auto'), embedded cluster of 2 workers")
+    client = get_client(n_workers=2, quiet=True)
+    for model, n, target in runs:
+        path = cached_store(cache, model, n, client=client)
+        ds, run = observed_estimate(path, client, estimator="auto")
+        say(
+            f"  {model} N = {n:.0e}: {run['wall']:.1f} s (target <= {target:.0f} s), chosen "
+            f"{ds.attrs['estimator']}; passes {ds.attrs['passes']}, store reads "
+            f"{ds.attrs['store_reads']}; client peak RSS {run['rss_peak']:.0f} MiB"
+        )
+        print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
+        print("      passes: " + fmt_passes(run["graphs"]))
+
+
+# --- 5. one large store ---------------------------------------------------------------------------
+
+
+def large(cache: Path, quick: bool, n: int | None = None) -> None:
+    """An OU store of ``n`` samples (default 1e9, fewer when the disk is short), estimated
+    out of core at cheap settings on the default embedded cluster; deleted afterwards."""
+    n = n or (10**7 if quick else 10**9)
+    free = shutil.disk_usage(cache).free
+    if 2 * 8 * n > free / 2:  # the store (2 float64 components) and half the disk to spare
+        n = int(free / 2 / 16) // 10**8 * 10**8
+        say(f"  disk: {free / GIB:.0f} GiB free: N lowered to {n:.2g}")
+    print(f"\n== large: OU N = {n:.2g} ({16 * n / GIB:.1f} GiB), order 8, S = 200, 2 workers")
+    path = cache / f"large-ou-{n:.0e}.zarr"
+    client = get_client(n_workers=2, quiet=True)
+    try:
         start = time.perf_counter()
-        estimate_response(
-            x,
-            dt=make_model("triple-well").dt,
-            client="synchronous",
-            estimator="kernel-embedding",
-            order=order,
-            max_lag=max_lag,
-        )
-        core = time.perf_counter() - start
-        say(
-            f"  in-memory core path (synchronous; this process, OPENBLAS_NUM_THREADS="
-            f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}) at N = {middle:.0e}: "
-            f"{core:.1f} s; "
-            f"engine / core = {walls[middle] / core:.2f} (engine on 2 workers); "
-            f"engine / (core / 2) = {2 * walls[middle] / core:.2f}"
-        )
-    if 10**7 in walls:
-        say(
-            f"  paper (MATLAB, N = 1e7): {PAPER_SECONDS:.3g} s; this: {walls[10**7]:.1f} s, "
-            f"{PAPER_SECONDS / walls[10**7]:.0f}x faster (target: < 20 s, >= 75x)"
-        )
-    if len(sizes) > 1:
-        per_sample = {n: walls[n] / n for n in sizes}
-        say(
-            "  seconds per 1e6 samples: "
-            + json.dumps({f"{n:.0e}": round(v * 1e6, 2) for n, v in per_sample.items()})
-        )
+        simulate("ou", path, n // CHAINS, chains=CHAINS, chunk=1 << 22, client=client)
+        say(f"  simulated: {time.perf_counter() - start:.0f} s")
+        pids = list(client.run(os.getpid).values())
+        with peak_memory(pids) as workers:
+            ds, run = observed_estimate(
+                path, client, estimator="kernel-embedding", max_order=8, max_lag=200
+            )
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+    largest = max(run["graphs"], key=lambda g: g[1])
+    say(
+        f"  estimate: {run['wall']:.0f} s, {n / run['wall']:.3g} samples/s; client RSS "
+        f"{run['rss_before']:.0f} MiB before, peak {run['rss_peak']:.0f} MiB; worker peak RSS "
+        f"{[round(v / 2**20) for v in workers.values()]} MiB; largest graph "
+        f"{largest[1] / 1024:.0f} KiB; passes {ds.attrs['passes']}, store reads "
+        f"{ds.attrs['store_reads']}"
+    )
+    print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
+    print("      passes: " + fmt_passes(run["graphs"]))
 
 
-SECTIONS = {"ooc": out_of_core, "accuracy": accuracy, "speed": speed}
+SECTIONS = {
+    "speed": speed,
+    "auto": automatic,
+    "large": large,
+    "accuracy": accuracy,
+    "ooc": out_of_core,
+}
 
 
 def main() -> None:
@@ -268,6 +406,7 @@ def main() -> None:
     parser.add_argument(
         "--speed-sizes", nargs="+", type=float, help="N of the speed runs (default 1e6 1e7 1e8)"
     )
+    parser.add_argument("--large-n", type=float, help="N of the large run (default 1e9)")
     args = parser.parse_args()
     cache = args.cache / ("quick" if args.quick else "full")
     cache.mkdir(parents=True, exist_ok=True)
@@ -275,6 +414,8 @@ def main() -> None:
     for name in args.only:
         if name == "speed" and args.speed_sizes:
             speed(cache, args.quick, tuple(int(n) for n in args.speed_sizes))
+        elif name == "large" and args.large_n:
+            large(cache, args.quick, int(args.large_n))
         else:
             SECTIONS[name](cache, args.quick)
     close_embedded_cluster()

@@ -43,9 +43,9 @@ import bisect
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ __all__ = [
     "build_graph",
     "cluster_memory",
     "keep_in_memory",
+    "observe_graphs",
     "run_reduction",
     "run_reductions",
     "scatter_trajectory",
@@ -384,6 +385,23 @@ def _tree(layer: dict, keys: list, shared: str, split_every: int, name: str) -> 
     return keys[0]
 
 
+#: callbacks given the graph of every pass :func:`run_reductions` sends (:func:`observe_graphs`)
+_GRAPH_OBSERVERS: list[Callable[[ReductionGraph], Any]] = []
+
+
+@contextmanager
+def observe_graphs(callback: Callable[[ReductionGraph], Any]) -> Iterator[None]:
+    """While the block runs, call ``callback(graph)`` with the :class:`ReductionGraph` of every
+    pass that :func:`run_reductions` runs in this process, before it is sent (benchmarks: the
+    bytes and tasks a pass sends). Computes nothing; the callback should not keep the graph
+    longer than it needs."""
+    _GRAPH_OBSERVERS.append(callback)
+    try:
+        yield
+    finally:
+        _GRAPH_OBSERVERS.remove(callback)
+
+
 def _show_progress(progress: bool | None) -> bool:
     return progress if progress is not None else sys.stderr.isatty()
 
@@ -441,6 +459,8 @@ def run_reductions(
     if client != SYNCHRONOUS and getattr(client, "status", None) == "running":
         trajectory = scatter_trajectory(trajectory, client)
     graph = build_graph(trajectory, reductions, split_every=split_every, task_bytes=task_bytes)
+    for observer in tuple(_GRAPH_OBSERVERS):
+        observer(graph)
     if client == SYNCHRONOUS:
         (partials,) = dask.compute(graph.total, scheduler="synchronous", optimize_graph=False)
         return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
