@@ -243,9 +243,14 @@ class Hermite:
         if not (self.beta >= 0.5 and math.isfinite(self.beta)):
             raise ValueError(f"Hermite beta must be a finite number >= 1/2, got {self.beta!r}")
 
-    def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
-        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
-        return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
+    def evaluate(
+        self, x: np.ndarray, order: int, out: Workspace | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
+        (written into ``out``'s buffers when given, see :class:`Workspace`)."""
+        return _evaluate(
+            self, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
+        )
 
     def second_derivatives(
         self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
@@ -261,12 +266,16 @@ class Hermite:
         lower[:, 1:] = derivs[:, :-1]
         return root * lower - self.beta * (values + x * derivs)
 
-    def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
+    def weighted_polynomials(
+        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
+    ) -> np.ndarray:
         """``ψ_m(x) W(x)^weight`` for m = 0..order, shape ``(n, order + 1)``.
 
         With ``weight = 1 - β`` these are the integrands of the coefficients (eq. 39).
         """
-        return _evaluate(self, _as_points(x), _check_order(order), weight, derivatives=False)[0]
+        return _evaluate(
+            self, _as_points(x), _check_order(order), weight, derivatives=False, out=out
+        )[0]
 
     def spec(self) -> str:
         return f"hermite(beta={self.beta:g})"
@@ -292,9 +301,14 @@ class Laguerre:
         if not (self.beta >= 0.5 and math.isfinite(self.beta)):
             raise ValueError(f"Laguerre beta must be a finite number >= 1/2, got {self.beta!r}")
 
-    def evaluate(self, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
-        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
-        return _evaluate(self, _as_points(x), _check_order(order), self.beta, derivatives=True)
+    def evaluate(
+        self, x: np.ndarray, order: int, out: Workspace | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
+        (written into ``out``'s buffers when given, see :class:`Workspace`)."""
+        return _evaluate(
+            self, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
+        )
 
     def second_derivatives(
         self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
@@ -317,9 +331,13 @@ class Laguerre:
         out[~inside] = 0.0
         return out
 
-    def weighted_polynomials(self, x: np.ndarray, order: int, weight: float) -> np.ndarray:
+    def weighted_polynomials(
+        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
+    ) -> np.ndarray:
         """``ℓ_m(x) G(x; θ)^weight`` for m = 0..order, shape ``(n, order + 1)``."""
-        return _evaluate(self, _as_points(x), _check_order(order), weight, derivatives=False)[0]
+        return _evaluate(
+            self, _as_points(x), _check_order(order), weight, derivatives=False, out=out
+        )[0]
 
     def spec(self) -> str:
         return f"laguerre(theta={self.theta:g},beta={self.beta:g})"
@@ -335,17 +353,52 @@ def polynomials(family: Family, x: np.ndarray, order: int) -> tuple[np.ndarray, 
     return _evaluate(family, _as_points(x), _check_order(order), 0.0, derivatives=True)
 
 
+class Workspace:
+    """Reusable table buffers for a kernel's row blocks.
+
+    A kernel that builds tables of a few MiB for each row block would otherwise allocate them
+    afresh per block; above glibc's mmap threshold every such allocation costs its page faults
+    again (measured in one process on this project's VM: two live 2 MiB tables took 2-16 ms to
+    allocate and fill against ~0.2 ms to compute). A workspace hands out the same memory for
+    every block: :meth:`take` ``(slot, rows, columns)`` returns a C-contiguous ``(rows,
+    columns)`` array over the slot's buffer, grown when needed (contents undefined). One
+    workspace per thread; the arrays it returned are overwritten by the next :meth:`take` of the
+    same slot (tables of several coordinates: one workspace each).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[object, np.ndarray] = {}
+
+    def take(self, slot: object, rows: int, columns: int) -> np.ndarray:
+        size = rows * columns
+        buffer = self._buffers.get(slot)
+        if buffer is None or buffer.size < size:
+            buffer = self._buffers[slot] = np.empty(size)
+        return buffer[:size].reshape(rows, columns)
+
+
 def _evaluate(
-    family: Family, x: np.ndarray, order: int, weight: float, derivatives: bool
+    family: Family,
+    x: np.ndarray,
+    order: int,
+    weight: float,
+    derivatives: bool,
+    out: Workspace | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Tables ``(n, order + 1)`` (Fortran order: each function's column is contiguous).
+    """Tables ``(n, order + 1)`` (Fortran order: each function's column is contiguous),
+    in ``out``'s slots ``"values"`` and ``"derivs"`` when given.
 
     Samples inside :data:`FAST_RANGE` go through the vectorised kernels; the rest (far tails,
     ``x ≤ 0`` for Laguerre, weights below -1) through the rescaled per-sample recurrences.
     """
     n = x.shape[0]
-    values = np.empty((order + 1, n))
-    derivs = np.empty((order + 1 if derivatives else 0, n))
+    rows = order + 1 if derivatives else 0
+    if out is None:
+        values = np.empty((order + 1, n))
+        derivs = np.empty((rows, n))
+    else:
+        values = out.take("values", order + 1, n)
+        derivs = out.take("derivs", rows, n) if rows else np.empty((0, n))
     if isinstance(family, Hermite):
         lo, hi = (-FAST_RANGE, FAST_RANGE) if weight >= -1.0 else (0.0, -1.0)
     else:

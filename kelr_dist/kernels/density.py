@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis
+from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis, Workspace
 from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
@@ -82,10 +82,11 @@ def coefficient_sums(
     total = np.zeros((orders[0] + 1, len(basis.tails)))
     total_sq = np.zeros_like(total)
     first_sq = -start % VARIANCE_STRIDE
+    spaces = [Workspace() for _ in basis.coordinates]  # the tables' memory, reused by blocks
     for rows in row_blocks(x.shape[0], basis.row_block()):
         tables = [
-            c.coefficient_table(x[rows, k], m)
-            for k, (c, m) in enumerate(zip(basis.coordinates, orders, strict=True))
+            c.family.weighted_polynomials(c.mapped(x[rows, k]), m, 1.0 - c.family.beta, space)
+            for k, (c, m, space) in enumerate(zip(basis.coordinates, orders, spaces, strict=True))
         ]
         tails, _ = basis.tail_products(tables)
         total += tables[0].T @ tails
@@ -190,33 +191,40 @@ class KernelDensity:
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
         hessian = np.empty(x.shape) if second else None
+        # the tables and products of every row block in the same memory (see Workspace)
+        spaces = [Workspace() for _ in range(self.basis.dim + 1)]
         for rows in row_blocks(x.shape[0], self.basis.row_block()):
-            out = self._evaluate_block(x[rows], coef, second)
+            out = self._evaluate_block(x[rows], coef, second, spaces)
             density[rows], gradient[rows] = out[0], out[1]
             if hessian is not None:
                 hessian[rows] = out[2]
         return density, gradient, hessian
 
     def _evaluate_block(
-        self, x: np.ndarray, coef: np.ndarray, second: bool
+        self, x: np.ndarray, coef: np.ndarray, second: bool, spaces: list[Workspace]
     ) -> tuple[np.ndarray, ...]:
         basis = self.basis
+        products = spaces[-1]  # the two GEMMs' outputs
         # tables in the mapped coordinates y = (x - loc)/scale; the Jacobian is applied at the end
         mapped = [c.mapped(x[:, k]) for k, c in enumerate(basis.coordinates)]
         values, derivs = zip(
             *(
-                c.family.evaluate(y, m)
-                for c, y, m in zip(basis.coordinates, mapped, basis.max_orders, strict=True)
+                c.family.evaluate(y, m, space)
+                for c, y, m, space in zip(
+                    basis.coordinates, mapped, basis.max_orders, spaces[:-1], strict=True
+                )
             ),
             strict=True,
         )
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
         # function-major (r, n) views: contiguous rows for the GEMM and the row sums
-        first = coef.T @ values[0].T
+        n, r = x.shape[0], coef.shape[1]
+        first = np.matmul(coef.T, values[0].T, out=products.take("first", r, n))
         tails_t = tails.T
         density = np.einsum("rn,rn->n", first, tails_t)
         gradient = np.empty((x.shape[0], basis.dim))
-        gradient[:, 0] = np.einsum("rn,rn->n", coef.T @ derivs[0].T, tails_t)
+        slope = np.matmul(coef.T, derivs[0].T, out=products.take("slope", r, n))
+        gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
         for k, g in enumerate(tail_grads, start=1):
             gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
         jacobian = self.jacobian

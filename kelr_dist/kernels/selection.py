@@ -46,7 +46,7 @@ from functools import partial
 import numba
 import numpy as np
 
-from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.bases import TensorBasis, Workspace
 from kelr_dist.kernels.density import KernelDensity, check_samples, row_blocks
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
@@ -83,16 +83,16 @@ def _bin(bits):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _sweep(first, tails, coef_t, shift, floor, stop, pos, neg, zeros, min_pos, min_val):
+def _sweep(first, tails, coef_t, shift, floor, stop, pos, neg, zeros, min_pos, min_val, acc):
     """Shell sums of one row block, then per-order statistics of the running sums.
 
     first (M1+1, n), tails (R, n): Ψ_1 table and tail products, function-major (each row
     contiguous over samples, so the inner loops run in SIMD); coef_t (R, M1+1). A term
-    (m1, r) has level max(m1 + shift[r], floor[r]); m1 runs to stop[r].
+    (m1, r) has level max(m1 + shift[r], floor[r]); m1 runs to stop[r]. acc (levels,
+    SWEEP_TILE): scratch for the running sums of a tile.
     """  # pragma: no cover - compiled
     n_levels = pos.shape[0]
     n = first.shape[1]
-    acc = np.empty((n_levels, SWEEP_TILE))
     bits = acc.view(np.int64)
     for lo in range(0, n, SWEEP_TILE):
         width = min(SWEEP_TILE, n - lo)
@@ -162,10 +162,15 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
     # threshold and histogram is independent of the data's units
     coef_t = np.ascontiguousarray(density.matrix().T)
     shift, floor, stop = _layout(basis)
+    # every row block's tables (and the tile's running sums) in the same memory (Workspace)
+    spaces = [Workspace() for _ in basis.coordinates]
+    acc = np.empty((levels, SWEEP_TILE))
     for rows in row_blocks(x.shape[0], basis.row_block()):
         values = [
-            c.family.weighted_polynomials(c.mapped(x[rows, k]), m, c.family.beta)
-            for k, (c, m) in enumerate(zip(basis.coordinates, basis.max_orders, strict=True))
+            c.family.weighted_polynomials(c.mapped(x[rows, k]), m, c.family.beta, space)
+            for k, (c, m, space) in enumerate(
+                zip(basis.coordinates, basis.max_orders, spaces, strict=True)
+            )
         ]
         tails, _ = basis.tail_products(values)
         _sweep(
@@ -180,6 +185,7 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
             out["zeros"],
             out["min_pos"],
             out["min_val"],
+            acc,
         )
     return out
 
