@@ -38,7 +38,7 @@ from scipy import fft  # noqa: E402
 
 from kelr_dist.data.models import make_model  # noqa: E402
 from kelr_dist.kernels import kde  # noqa: E402
-from kelr_dist.kernels.bases import TensorBasis  # noqa: E402
+from kelr_dist.kernels.bases import TensorBasis, Workspace  # noqa: E402
 from kelr_dist.kernels.blocking import (  # noqa: E402
     combine_block_partials,
     default_base_block,
@@ -98,6 +98,15 @@ def fft_rate(length: int, threads: int) -> float:
     return threads * batch * fft_flops(length) / _median_time(run, 5)
 
 
+def write_rate(threads: int) -> float:
+    """Bytes/s written when ``threads`` threads each fill a 64 MiB array (the tables' bound: a
+    table is written once, its inputs are a few rows in cache)."""
+    arrays = [np.empty(1 << 23) for _ in range(threads)]
+    run = lambda: parallel(threads, [lambda a=a: a.fill(1.0) for a in arrays])  # noqa: E731
+    run()
+    return threads * arrays[0].nbytes / _median_time(run, 5)
+
+
 def fft_flops(length: int) -> float:
     return 2.5 * length * math.log2(length)
 
@@ -137,13 +146,15 @@ def split_rows(n: int, threads: int) -> list[tuple[int, int]]:
 
 
 def table_stage(basis: TensorBasis, x: np.ndarray, threads: int) -> None:
-    """Values and derivatives of every coordinate's functions (what evaluate needs)."""
+    """Values and derivatives of every coordinate's functions at the mapped samples, row block
+    by row block in reused buffers: the tables ``p_M`` and ``∇p_M`` build."""
 
     def job(lo: int, hi: int) -> None:
+        spaces = [Workspace() for _ in basis.coordinates]
         for rows in row_blocks(hi - lo):
             part = x[lo:hi][rows]
             for k, c in enumerate(basis.coordinates):
-                c.evaluate(part[:, k], basis.max_orders[k])
+                c.family.evaluate(c.mapped(part[:, k]), basis.max_orders[k], spaces[k])
 
     parallel(threads, [lambda a=a, b=b: job(a, b) for a, b in split_rows(len(x), threads)])
 
@@ -201,8 +212,9 @@ def error_bar_stage(a: np.ndarray, b: np.ndarray, threads: int) -> dict:
 def table_flops(n: int, basis: TensorBasis) -> tuple[float, str]:
     entries = n * sum(m + 1 for m in basis.max_orders)
     return (
-        9.0 * entries,
-        "9 flops per (sample, coordinate, degree): recurrence 4, derivative 3, weight 2",
+        16.0 * entries,
+        "16 bytes written per (sample, coordinate, degree): value and derivative (bound: the "
+        "measured fill rate; 6 flops per entry, 1.4 flops/byte, cannot reach the GEMM rate)",
     )
 
 
@@ -346,6 +358,7 @@ def kde_exact_seconds(x: np.ndarray, n_samples: int, n_points: int, threads: int
 def report(title: str, stages: list[Stage], rates: dict[str, float]) -> None:
     print(f"\n{title}")
     print(f"  {'stage':<34} {'seconds':>9} {'Gflop':>9} {'Gflop/s':>8} {'of bound':>8}")
+    print("  (the tables' row is in GB and GB/s written)")
     for s in stages:
         rate = s.flops / s.seconds / 1e9 if s.seconds > 0 else float("nan")
         frac = f"{s.flops / s.seconds / rates[s.bound]:.0%}" if s.bound in rates else "-"
@@ -374,7 +387,7 @@ def bench(n: int, args: argparse.Namespace, rates: dict[str, float]) -> None:
     stages = []
     for name, fn, (flops, model), bound in [
         ("basis tables (values + derivs)", lambda: table_stage(basis, x, threads),
-         table_flops(n, basis), "gemm"),
+         table_flops(n, basis), "write"),
         (f"coefficients M={ORDER} (P={basis.size})", lambda: coefficient_stage(basis, x, threads),
          coefficient_flops(n, basis), "gemm"),
         ("p and grad p at all samples", lambda: evaluate_stage(density, x, threads),
@@ -448,12 +461,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             fft.next_fast_len(default_block_rows(MAX_LAG) + MAX_LAG, real=True), args.threads
         ),
         "fft_k0": fft_rate(fft.next_fast_len(k0 + MAX_LAG, real=True), args.threads),
+        "write": write_rate(args.threads),
     }
     print(
         f"measured on {args.threads} threads: GEMM {rates['gemm'] / 1e9:.1f} Gflop/s "
         f"(1500^3 per thread), real FFT {rates['fft'] / 1e9:.2f} Gflop/s (length "
         f"{fft.next_fast_len(default_block_rows(MAX_LAG) + MAX_LAG, real=True)}, 2.5 F log2 F), "
-        f"{rates['fft_k0'] / 1e9:.2f} Gflop/s (length {fft.next_fast_len(k0 + MAX_LAG, real=True)})"
+        f"{rates['fft_k0'] / 1e9:.2f} Gflop/s (length "
+        f"{fft.next_fast_len(k0 + MAX_LAG, real=True)}), memory fill "
+        f"{rates['write'] / 1e9:.1f} GB/s"
     )
     for n in sizes:
         bench(int(n), args, rates)
