@@ -99,12 +99,18 @@ def fft_rate(length: int, threads: int) -> float:
 
 
 def write_rate(threads: int) -> float:
-    """Bytes/s written when ``threads`` threads each fill a 64 MiB array (the tables' bound: a
-    table is written once, its inputs are a few rows in cache)."""
-    arrays = [np.empty(1 << 23) for _ in range(threads)]
-    run = lambda: parallel(threads, [lambda a=a: a.fill(1.0) for a in arrays])  # noqa: E731
+    """Bytes/s written when ``threads`` threads each fill an 8 MiB array 16 times: the tables'
+    bound (one row block's four tables, 4096 x 61 values and derivatives of two coordinates,
+    are 8 MiB per thread, written once per block; their inputs are a few rows in cache)."""
+    arrays = [np.empty(1 << 20) for _ in range(threads)]
+
+    def fill(a: np.ndarray) -> None:
+        for _ in range(16):
+            a.fill(1.0)
+
+    run = lambda: parallel(threads, [lambda a=a: fill(a) for a in arrays])  # noqa: E731
     run()
-    return threads * arrays[0].nbytes / _median_time(run, 5)
+    return threads * 16 * arrays[0].nbytes / _median_time(run, 7)
 
 
 def fft_flops(length: int) -> float:
