@@ -198,19 +198,30 @@ def _estimator_line(ds: xr.Dataset) -> str:
     return f"{used} (auto: held-out Hyvärinen loss {float(losses[chosen][0]):.4g}{versus})"
 
 
-def stein_rows(ds: xr.Dataset) -> dict[str, tuple[float, float]]:
-    """Per response variable: the largest ``|lag-0 Stein residual|`` and the largest ratio
-    ``|residual| / stderr`` over the entries."""
+def stein_rows(ds: xr.Dataset) -> dict[str, tuple[float, float, float]]:
+    """Per response variable: the largest ``|lag-0 Stein residual|``, the largest ratio
+    ``|residual| / stderr`` over the entries, and that ratio before the affine Stein correction
+    (NaN for an estimate that was not corrected)."""
     out = {}
     for response in response_names(ds):
         name = "stein_residual" + response[len("response") :]
         if name not in ds or f"{name}_stderr" not in ds:
             continue
         residual = np.abs(ds[name].values)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = residual / ds[f"{name}_stderr"].values
-        out[response] = (float(np.nanmax(residual)), float(np.nanmax(ratio)))
+        out[response] = (
+            float(np.nanmax(residual)),
+            _largest_ratio(ds, name),
+            _largest_ratio(ds, f"{name}_uncorrected"),
+        )
     return out
+
+
+def _largest_ratio(ds: xr.Dataset, name: str) -> float:
+    """``max |ds[name]| / ds[name_stderr]`` over the entries (NaN when absent)."""
+    if name not in ds:
+        return math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.nanmax(np.abs(ds[name].values) / ds[f"{name}_stderr"].values))
 
 
 def _order_text(ds: xr.Dataset) -> str:
@@ -229,7 +240,10 @@ def headline(ds: xr.Dataset, name: str) -> str:
     stderr = float(ds["response_stderr"].max()) if "response_stderr" in ds else math.nan
     stein = stein_rows(ds).get("response")
     bias = "-" if stein is None else f"{_number(stein[1])} (the largest lag-0 Stein residual"
-    bias += "" if stein is None else " in standard errors: the estimator's bias at lag 0)"
+    bias += "" if stein is None else " in standard errors: the estimator's bias at lag 0"
+    if stein is not None and math.isfinite(stein[2]):
+        bias += f"; {_number(stein[2])} before the affine Stein correction"
+    bias += "" if stein is None else ")"
     rows = [
         ("wrote", name),
         ("estimator", f"{ds.attrs.get('estimator', '?')}, {_order_text(ds)}"),
@@ -278,13 +292,18 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     stein = stein_rows(ds)
     if stein:
         lines.append(
-            "lag-0 Stein residual k(0) - E[d_j(c_j A_i)] (estimator bias; 0 for the true score):"
+            "lag-0 Stein residual k(0) - E[d_j(c_j A_i)] (estimator bias; 0 for the true score;"
+            " 'uncorrected': in stderr, before the affine Stein correction):"
         )
-        lines.append(f"  {'estimate':<18}{'max |residual|':>16}{'in stderr':>11}")
-        for variable, (residual, ratio) in stein.items():
+        lines.append(
+            f"  {'estimate':<18}{'max |residual|':>16}{'in stderr':>11}{'uncorrected':>13}"
+        )
+        for variable, (residual, ratio, raw) in stein.items():
             flag = "  biased beyond its error bars" if ratio > 3 else ""
+            before = _number(raw) if math.isfinite(raw) else "-"
             lines.append(
-                f"  {label(ds, variable):<18}{_number(residual):>16}{_number(ratio):>11}{flag}"
+                f"  {label(ds, variable):<18}{_number(residual):>16}{_number(ratio):>11}"
+                f"{before:>13}{flag}"
             )
     errors = response_errors(ds)
     if errors:
