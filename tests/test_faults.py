@@ -350,7 +350,8 @@ def test_full_disk_during_write_result_keeps_the_previous_result(writer, referen
     out = tmp_path / "result.zarr"
     write_result(reference, out)
     before = tree_digest(out)
-    largest = max((out / name).stat().st_size for name in before)
+    # the largest data file (the consolidated zarr.json shrinks with the rewritten attribute)
+    largest = max((out / n).stat().st_size for n in before if not n.endswith("zarr.json"))
     rewrite = """
         import importlib
         import xarray as xr
