@@ -220,7 +220,7 @@ def table_flops(n: int, basis: TensorBasis) -> tuple[float, str]:
     return (
         16.0 * entries,
         "16 bytes written per (sample, coordinate, degree): value and derivative (bound: the "
-        "measured fill rate; 6 flops per entry, 1.4 flops/byte, cannot reach the GEMM rate)",
+        "measured fill rate; 6 flops per entry, 0.4 flop/byte, cannot reach the GEMM rate)",
     )
 
 
