@@ -33,7 +33,9 @@ N = 20_000  # samples per chain of the small OU store
 CHAINS = 2
 SMALL = {"max_order": 8, "max_lag": 20}  # fast settings shared by the equality tests
 # attributes that legitimately differ between two runs of the same estimate
-RUN_ATTRS = ("created", "runtime_seconds", "chunking", "store")
+#: attributes of the run, not of the result (store_reads: 1 when the workers kept the store in
+#: memory, else one per pass)
+RUN_ATTRS = ("created", "runtime_seconds", "chunking", "store", "store_reads")
 
 
 # --- module-level callbacks (worker processes import them) -------------------------------------
@@ -239,6 +241,8 @@ def test_same_result_on_one_and_two_worker_processes(
     assert len(process_client.scheduler_info()["workers"]) == 2
     two = estimate_response(stores["chunk3000"], client=process_client, exact=True, **SMALL)
     assert_same_result(two, reference)
+    # the workers kept the small store in memory: one read for all passes
+    assert (two.attrs["store_reads"], two.attrs["passes"]) == (1, reference.attrs["passes"])
     with (
         LocalCluster(
             n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
