@@ -306,14 +306,19 @@ def speed(cache: Path, quick: bool, sizes: tuple[int, ...] | None = None) -> Non
 # --- 4. automatic estimates -----------------------------------------------------------------------
 
 
-def observed_estimate(path: Path, client: Any, **kwargs: Any) -> tuple[xr.Dataset, dict[str, Any]]:
+def observed_estimate(
+    path: Path, client: Any, verbose: bool = False, **kwargs: Any
+) -> tuple[xr.Dataset, dict[str, Any]]:
     """``estimate_response(path, client=client, **kwargs)`` with every pass's graph observed:
     a step's time is from the moment its pass's graph is built to the next one's (the first
-    entry, "open", is everything before the first pass: options, store, keep_in_memory)."""
+    entry, "open", is everything before the first pass: options, store, keep_in_memory).
+    ``verbose``: a line as each pass starts (a long run says how far it got)."""
     marks: list[tuple[str, float, ReductionGraph]] = []
 
     def mark(graph: ReductionGraph) -> None:
         marks.append((", ".join(r.name for r in graph.reductions), time.perf_counter(), graph))
+        if verbose:
+            say(f"    pass {len(marks)} ({marks[-1][0]}) starts; client RSS {rss_mib():.0f} MiB")
 
     before = rss_mib()
     with observe_graphs(mark), peak_memory([os.getpid()]) as peak:
@@ -373,7 +378,7 @@ def large(cache: Path, quick: bool, n: int | None = None) -> None:
         pids = list(client.run(os.getpid).values())
         with peak_memory(pids) as workers:
             ds, run = observed_estimate(
-                path, client, estimator="kernel-embedding", max_order=8, max_lag=200
+                path, client, True, estimator="kernel-embedding", max_order=8, max_lag=200
             )
     finally:
         shutil.rmtree(path, ignore_errors=True)
