@@ -118,6 +118,7 @@ def _run_blocks(
 
 
 _MASK64 = (1 << 64) - 1
+_NO_NORMALS = np.zeros((0, 4))  # the normals a kernel drawing its own does not read
 
 
 def _run_pcg64(
@@ -367,17 +368,19 @@ class TripleWell:
             return _run_pcg64(state, n_samples, rng, 2, self._pcg64_kernel)
 
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
-            return integrators.weak_trapezoidal_triple_well(
-                x0, normals.reshape(-1, 4), out, self.step, self.subsample, self.a,
-                self.gamma, self.kT, self.variant == "radial",
-            )  # fmt: skip
+            return self._kernel(x0, normals.reshape(-1, 4), out)
 
         return _run_blocks(state, n_samples, rng, 4 * self.subsample, kernel, 2)
 
     def _pcg64_kernel(self, x0: np.ndarray, words: np.ndarray, out: np.ndarray) -> np.ndarray:
-        return integrators.weak_trapezoidal_triple_well_pcg64(
-            x0, words, out, self.step, self.subsample, self.a, self.gamma, self.kT,
-            self.variant == "radial",
+        return self._kernel(x0, _NO_NORMALS, out, words)
+
+    def _kernel(
+        self, x0: np.ndarray, normals: np.ndarray, out: np.ndarray, words: np.ndarray | None = None
+    ) -> np.ndarray:
+        return integrators.weak_trapezoidal_triple_well(
+            x0, normals, out, self.step, self.subsample, self.a, self.gamma, self.kT,
+            self.variant == "radial", words,
         )  # fmt: skip
 
     def score(self, x: np.ndarray) -> np.ndarray:

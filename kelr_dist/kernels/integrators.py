@@ -15,8 +15,8 @@ Kernels assume validated input and never allocate per step. The scalar potential
 are plain ``@njit`` functions shared by the kernels and by the vectorised evaluators the models
 use (one implementation of each formula).
 
-The triple-well kernel also comes in a form that draws its normals itself
-(:func:`weak_trapezoidal_triple_well_pcg64`): numpy's PCG64 step and its ziggurat for
+The triple-well kernel can also draw its normals itself (:func:`weak_trapezoidal_triple_well`
+given ``words``): numpy's PCG64 step and its ziggurat for
 ``standard_normal``, compiled into the integrator loop, give the very numbers
 ``Generator(PCG64).standard_normal`` gives, in the same order, and leave the generator in the
 same state (checked bit for bit in ``tests/test_simulate.py``), with no buffer of normals and
@@ -146,55 +146,6 @@ def triple_well_gradient(x: np.ndarray, a: float, gamma: float, radial: bool) ->
     return out
 
 
-@njit(cache=True, nogil=True)
-def weak_trapezoidal_triple_well(
-    x0: np.ndarray,
-    normals: np.ndarray,
-    out: np.ndarray,
-    step: float,
-    subsample: int,
-    a: float,
-    gamma: float,
-    kT: float,
-    radial: bool,
-) -> np.ndarray:
-    """Weak trapezoidal scheme (Anderson & Mattingly 2011, theta = 1/2) for eq. 59.
-
-    For ``dx = b(x) dt + sigma dW`` with ``b = -grad V`` and additive ``sigma = sqrt(2 kT)``:
-
-        y   = x + b(x) h/2 + sigma sqrt(h/2) z1
-        x'  = y + (2 b(y) - b(x)) h/2 + sigma sqrt(h/2) z2
-
-    (weak order 2; for additive noise the scheme's ``sqrt(2 sigma(y)^2 - sigma(x)^2)`` is
-    ``sigma``). Two drift evaluations per step.
-
-    Parameters
-    ----------
-    x0 : (2,) state before the block.
-    normals : (k * subsample, 4) rows ``(z1_1, z1_2, z2_1, z2_2)``, one per step.
-    out : (k, 2) written with the state after every ``subsample`` steps.
-    step : integrator step ``h``.
-    """
-    half = 0.5 * step
-    noise = math.sqrt(2.0 * kT) * math.sqrt(half)
-    x1 = x0[0]
-    x2 = x0[1]
-    _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
-    row = 0
-    for n in range(out.shape[0]):
-        for _ in range(subsample):
-            y1 = x1 - g1 * half + noise * normals[row, 0]
-            y2 = x2 - g2 * half + noise * normals[row, 1]
-            _, h1, h2 = triple_well_point(y1, y2, a, gamma, radial)
-            x1 = y1 + (g1 - 2.0 * h1) * half + noise * normals[row, 2]
-            x2 = y2 + (g2 - 2.0 * h2) * half + noise * normals[row, 3]
-            _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
-            row += 1
-        out[n, 0] = x1
-        out[n, 1] = x2
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # numpy's PCG64 and standard_normal, compiled into the kernels
 # --------------------------------------------------------------------------------------------
@@ -289,9 +240,9 @@ def pcg64_fill_normals(state: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def weak_trapezoidal_triple_well_pcg64(
+def weak_trapezoidal_triple_well(
     x0: np.ndarray,
-    state: np.ndarray,
+    normals: np.ndarray,
     out: np.ndarray,
     step: float,
     subsample: int,
@@ -299,23 +250,50 @@ def weak_trapezoidal_triple_well_pcg64(
     gamma: float,
     kT: float,
     radial: bool,
+    words: np.ndarray | None = None,
 ) -> np.ndarray:
-    """:func:`weak_trapezoidal_triple_well` drawing its normals from the PCG64 ``state``
-    (``[high, low, inc high, inc low]`` uint64, advanced in place) in the order
-    ``(z1_1, z1_2, z2_1, z2_2)`` per step: the same trajectory, bit for bit, as that kernel
-    fed with ``Generator(PCG64).standard_normal`` of the same generator."""
+    """Weak trapezoidal scheme (Anderson & Mattingly 2011, theta = 1/2) for eq. 59.
+
+    For ``dx = b(x) dt + sigma dW`` with ``b = -grad V`` and additive ``sigma = sqrt(2 kT)``:
+
+        y   = x + b(x) h/2 + sigma sqrt(h/2) z1
+        x'  = y + (2 b(y) - b(x)) h/2 + sigma sqrt(h/2) z2
+
+    (weak order 2; for additive noise the scheme's ``sqrt(2 sigma(y)^2 - sigma(x)^2)`` is
+    ``sigma``). Two drift evaluations per step.
+
+    Parameters
+    ----------
+    x0 : (2,) state before the block.
+    normals : (k * subsample, 4) rows ``(z1_1, z1_2, z2_1, z2_2)``, one per step (not read,
+        and may be empty, when ``words`` is given).
+    out : (k, 2) written with the state after every ``subsample`` steps.
+    step : integrator step ``h``.
+    words : None, or (4,) uint64 PCG64 state ``[high, low, inc high, inc low]``, advanced in
+        place: the normals are then drawn from it inside the loop (:func:`pcg64_standard_normal`),
+        in the order of a row of ``normals``, instead of read from ``normals``; the trajectory is
+        the same, bit for bit, as with ``normals`` filled by ``Generator(PCG64).standard_normal``
+        of the same generator. ``words is None`` is known when numba compiles, so each form
+        compiles only its own branch.
+    """
     half = 0.5 * step
     noise = math.sqrt(2.0 * kT) * math.sqrt(half)
-    high, low, inc_high, inc_low = state[0], state[1], state[2], state[3]
+    if words is not None:
+        high, low, inc_high, inc_low = words[0], words[1], words[2], words[3]
     x1 = x0[0]
     x2 = x0[1]
     _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
+    row = 0
     for n in range(out.shape[0]):
         for _ in range(subsample):
-            z1, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-            z2, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-            z3, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-            z4, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+            if words is not None:
+                z1, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+                z2, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+                z3, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+                z4, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
+            else:
+                z1, z2, z3, z4 = normals[row, 0], normals[row, 1], normals[row, 2], normals[row, 3]
+                row += 1
             y1 = x1 - g1 * half + noise * z1
             y2 = x2 - g2 * half + noise * z2
             _, h1, h2 = triple_well_point(y1, y2, a, gamma, radial)
@@ -324,8 +302,9 @@ def weak_trapezoidal_triple_well_pcg64(
             _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
         out[n, 0] = x1
         out[n, 1] = x2
-    state[0] = high
-    state[1] = low
+    if words is not None:
+        words[0] = high
+        words[1] = low
     return out
 
 
@@ -345,21 +324,22 @@ def morse_point(x: float, epsilon: float, a: float, x0: float) -> tuple[float, f
 
 
 @njit(cache=True, nogil=True)
+def _morse_points(x: np.ndarray, epsilon: float, a: float, x0: float, which: int) -> np.ndarray:
+    """Entry ``which`` (0: ``U``, 1: ``U'``) of :func:`morse_point` at ``x (n,)``: ``(n,)``."""
+    out = np.empty(x.shape[0])
+    for n in range(x.shape[0]):
+        out[n] = morse_point(x[n], epsilon, a, x0)[which]
+    return out
+
+
 def morse_potential(x: np.ndarray, epsilon: float, a: float, x0: float) -> np.ndarray:
     """``U`` at ``x (n,)``, shape ``(n,)``."""
-    out = np.empty(x.shape[0])
-    for n in range(x.shape[0]):
-        out[n] = morse_point(x[n], epsilon, a, x0)[0]
-    return out
+    return _morse_points(x, epsilon, a, x0, 0)
 
 
-@njit(cache=True, nogil=True)
 def morse_slope(x: np.ndarray, epsilon: float, a: float, x0: float) -> np.ndarray:
     """``U'`` at ``x (n,)``, shape ``(n,)``."""
-    out = np.empty(x.shape[0])
-    for n in range(x.shape[0]):
-        out[n] = morse_point(x[n], epsilon, a, x0)[1]
-    return out
+    return _morse_points(x, epsilon, a, x0, 1)
 
 
 @njit(cache=True, nogil=True)
