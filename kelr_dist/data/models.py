@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from scipy.linalg import cholesky, expm, solve_continuous_lyapunov
 
+from kelr_dist.data.parametrised import Parametrised
 from kelr_dist.kernels import integrators
 
 # standard normals drawn per sub-block (bounds the simulator's scratch memory: 512 KiB)
@@ -189,7 +190,7 @@ _OU_GAMMA = ((1.0, 0.6), (-0.4, 0.8))
 _OU_SIGMA = ((math.sqrt(2.0), 0.0), (0.0, math.sqrt(2.0)))
 
 
-class OrnsteinUhlenbeck:
+class OrnsteinUhlenbeck(Parametrised):
     """``dX = -Gamma X dt + Sigma dW``, sampled exactly (not in the paper; a Gaussian check).
 
     The default ``Gamma`` is non-symmetric (eigenvalues ``0.9 +- 0.48i``), so the response
@@ -240,9 +241,6 @@ class OrnsteinUhlenbeck:
             ) from None
         self._stationary_factor = cholesky(self._covariance, lower=True)
 
-    def params(self) -> dict[str, Any]:
-        return {"gamma": self.gamma.tolist(), "sigma": self.sigma.tolist(), "dt": self.dt}
-
     def stationary_covariance(self) -> np.ndarray:
         """``C`` solving ``Gamma C + C Gamma^T = Sigma Sigma^T``, shape ``(d, d)``."""
         return self._covariance.copy()
@@ -291,7 +289,7 @@ class OrnsteinUhlenbeck:
 TRIPLE_WELL_VARIANTS = ("paper", "radial")
 
 
-class TripleWell:
+class TripleWell(Parametrised):
     """Gradient system ``dx = -grad V dt + sqrt(2 kT) dW`` (eq. 59, eq. 60).
 
     ``p_eq ∝ exp(-V / kT)`` (eq. 61). The well profile ``v`` is applied to squared
@@ -339,16 +337,6 @@ class TripleWell:
     def _shape(self) -> tuple[float, float, bool]:
         return self.a, self.gamma, self.variant == "radial"
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "a": self.a,
-            "kT": self.kT,
-            "gamma": self.gamma,
-            "step": self.step,
-            "subsample": self.subsample,
-            "variant": self.variant,
-        }
-
     def potential(self, x: np.ndarray) -> np.ndarray:
         """``V`` of eq. 60 at ``x (n, 2)``, shape ``(n,)``."""
         return integrators.triple_well_potential(_points(x, 2), *self._shape())
@@ -395,7 +383,7 @@ class TripleWell:
 # --------------------------------------------------------------------------------------------
 
 
-class LangevinMorse:
+class LangevinMorse(Parametrised):
     """``dx = v dt, dv = -U'(x) dt - gamma v dt + sqrt(2 gamma kT) dW`` (eq. 64).
 
     ``U(x) = U0(a (x - x0))``, ``U0(y) = epsilon (e^{-2y} - 2 e^{-y} + 0.03 y^2)``;
@@ -433,17 +421,6 @@ class LangevinMorse:
         self.step = _positive("step", step)
         self.subsample = _subsample(subsample)
         self.dt = self.step * self.subsample
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "gamma": self.gamma,
-            "kT": self.kT,
-            "epsilon": self.epsilon,
-            "a": self.a,
-            "x0": self.x0,
-            "step": self.step,
-            "subsample": self.subsample,
-        }
 
     def potential(self, x: np.ndarray) -> np.ndarray:
         """Morse potential ``U`` at positions ``x (n,)``, shape ``(n,)``."""

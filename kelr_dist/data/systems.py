@@ -56,6 +56,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from kelr_dist.data.parametrised import Parametrised
+
 # --------------------------------------------------------------------------------------------
 # numba kernels: densities and scores at one point (``grad`` is written with grad log p)
 # --------------------------------------------------------------------------------------------
@@ -306,7 +308,7 @@ def cir_gaussian(
 # --------------------------------------------------------------------------------------------
 
 
-class _MalaSystem:
+class _MalaSystem(Parametrised):
     """Shared sampler and evaluators of the MALA systems (subclasses set ``_system, _theta``)."""
 
     name: str
@@ -432,20 +434,6 @@ class CurvedWells(_MalaSystem):
             self.center[0], self.center[1], 1.0 / self.kT,
         ])  # fmt: skip
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "barrier": self.barrier,
-            "spacing": self.spacing,
-            "tilt": self.tilt,
-            "curvature": self.curvature,
-            "stiffness": self.stiffness,
-            "angle": self.angle,
-            "center": self.center.tolist(),
-            "kT": self.kT,
-            "step": self.step,
-            "subsample": self.subsample,
-        }
-
     def to_local(self, x: np.ndarray) -> np.ndarray:
         """Valley coordinates ``(u, v) = R(-angle) (x - center)`` of ``x (n, 2)``: ``(n, 2)``."""
         radians = math.radians(self.angle)
@@ -517,20 +505,6 @@ class Coupled3D(_MalaSystem):
             1.0 / self.kT,
         ])  # fmt: skip
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "barrier": self.barrier,
-            "tilt": self.tilt,
-            "a": self.a,
-            "b": self.b,
-            "quartic2": self.quartic2,
-            "cubic3": self.cubic3,
-            "quartic3": self.quartic3,
-            "kT": self.kT,
-            "step": self.step,
-            "subsample": self.subsample,
-        }
-
     def factors(self, x: np.ndarray) -> np.ndarray:
         """The independent coordinates ``(x1, y2, y3)`` of ``x (n, 3)``, shape ``(n, 3)``."""
         x = _points(x, 3)
@@ -585,18 +559,6 @@ class AnharmonicChain(_MalaSystem):
         self._theta = np.array([
             self.barrier, self.tilt, self.coupling, self.cubic, self.quartic, 1.0 / self.kT,
         ])  # fmt: skip
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "barrier": self.barrier,
-            "tilt": self.tilt,
-            "coupling": self.coupling,
-            "cubic": self.cubic,
-            "quartic": self.quartic,
-            "kT": self.kT,
-            "step": self.step,
-            "subsample": self.subsample,
-        }
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """``x1 = 1`` (right well), the rest 0, plus ``0.1 N(0, I)``: ``(d,)``."""
@@ -673,15 +635,6 @@ class HeavyTail(_MalaSystem):
         self.precision = np.linalg.inv(self.scale)
         self._theta = np.concatenate([[self.nu], self.loc, self.precision.ravel()])
 
-    def params(self) -> dict[str, Any]:
-        return {
-            "nu": self.nu,
-            "scale": self.scale.tolist(),
-            "loc": self.loc.tolist(),
-            "step": self.step,
-            "subsample": self.subsample,
-        }
-
     def covariance(self) -> np.ndarray:
         """Exact covariance ``nu / (nu - 2) scale``, shape ``(d, d)``."""
         return self.nu / (self.nu - 2.0) * self.scale
@@ -696,7 +649,7 @@ class HeavyTail(_MalaSystem):
 # --------------------------------------------------------------------------------------------
 
 
-class Wall:
+class Wall(Parametrised):
     """A skewed density with a hard wall at ``x1 = 0`` (d = 2), sampled exactly.
 
     ``x1`` is the CIR process ``dx1 = kappa (mean - x1) dt + sigma sqrt(x1) dW1`` with
@@ -750,17 +703,6 @@ class Wall:
         self._kick = self.sigma_w * math.sqrt(-math.expm1(-2.0 * self.gamma * self.dt))
         if self._spread == 0.0 or self._kick == 0.0:
             raise ValueError(f"dt={dt!r} is too small for the transition to be resolved")
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "shape": self.shape,
-            "mean": self.mean,
-            "kappa": self.kappa,
-            "coupling": self.coupling,
-            "gamma": self.gamma,
-            "sigma_w": self.sigma_w,
-            "dt": self.dt,
-        }
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """A draw from ``p_eq``: ``(2,)``."""
