@@ -26,7 +26,7 @@ import os
 import shutil
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -153,16 +153,8 @@ def replacement(path: str | os.PathLike[str]) -> Iterator[Path]:
 
     The folder is not created. On error it is removed and ``path`` is left as it was.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _sibling(target, "tmp")
-    try:
+    with _filled_sibling(path, replace_atomically) as tmp:
         yield tmp
-        _fsync_tree(tmp)
-        replace_atomically(tmp, target)
-    except BaseException:
-        _remove(tmp)
-        raise
 
 
 @contextmanager
@@ -173,16 +165,30 @@ def new_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     On success it is flushed and renamed to ``path``, which must not exist (else
     ``FileExistsError``); on error it is removed and ``path`` is left as it was.
     """
+
+    def rename_new(tmp: Path, target: Path) -> None:
+        if target.exists():
+            raise FileExistsError(errno.EEXIST, "path appeared while it was being created", path)
+        os.rename(tmp, target)
+        _fsync_dir(target.parent)
+
+    with _filled_sibling(path, rename_new) as tmp:
+        yield tmp
+
+
+@contextmanager
+def _filled_sibling(
+    path: str | os.PathLike[str], install: Callable[[Path, Path], None]
+) -> Iterator[Path]:
+    """A temporary sibling folder of ``path`` to fill; when the block succeeds it is flushed and
+    ``install(tmp, target)`` puts it in place. On any error it is removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(target, "tmp")
     try:
         yield tmp
         _fsync_tree(tmp)
-        if target.exists():
-            raise FileExistsError(errno.EEXIST, "path appeared while it was being created", path)
-        os.rename(tmp, target)
-        _fsync_dir(target.parent)
+        install(tmp, target)
     except BaseException:
         _remove(tmp)
         raise
