@@ -253,23 +253,11 @@ def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> float:
             "finite number (the time coordinate must increase)",
         )
     if isinstance(t, np.ndarray) or n <= TIME_CHECK_ROWS:
-        low, high = _step_range(t, dt)
-        if max(abs(low - dt), abs(high - dt)) > DT_RTOL * dt:
-            raise _error(
-                source,
-                variable,
-                f"time step is not uniform (dt varies from {low:g} to {high:g})",
-            )
+        _check_uniform(t, dt, source, variable)
         return float(dt)
     rows = t.chunks[0]
     for part in (t[: rows[0]], t[n - rows[-1] :]):  # the first and the last chunk in full
-        low, high = _step_range(part, dt)
-        if max(abs(low - dt), abs(high - dt)) > DT_RTOL * dt:
-            raise _error(
-                source,
-                variable,
-                f"time step is not uniform (dt varies from {low:g} to {high:g})",
-            )
+        _check_uniform(part, dt, source, variable)
     probes = np.unique(np.linspace(0, n - 1, TIME_PROBES).astype(np.int64))
     found = _entries(t, probes.tolist())
     expected = first + probes * dt
@@ -293,6 +281,15 @@ def _entries(t: Any, indices: list[int]) -> np.ndarray:
     if not isinstance(picked, np.ndarray):
         picked = picked.compute(scheduler="synchronous")
     return np.asarray(picked, dtype=np.float64)
+
+
+def _check_uniform(t: Any, dt: float, source: str, variable: str) -> None:
+    """An error unless every step of ``t`` is ``dt`` to within ``DT_RTOL``."""
+    low, high = _step_range(t, dt)
+    if max(abs(low - dt), abs(high - dt)) > DT_RTOL * dt:
+        raise _error(
+            source, variable, f"time step is not uniform (dt varies from {low:g} to {high:g})"
+        )
 
 
 def _step_range(t: Any, dt: float) -> tuple[float, float]:
