@@ -227,8 +227,23 @@ def _as_points(x: np.ndarray) -> np.ndarray:
     return x
 
 
+class _Family:
+    """:meth:`evaluate` of :class:`Hermite` and :class:`Laguerre` (one table kernel)."""
+
+    beta: float
+
+    def evaluate(
+        self, x: np.ndarray, order: int, out: Workspace | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
+        (written into ``out``'s buffers when given, see :class:`Workspace`)."""
+        return _evaluate(
+            self, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
+        )
+
+
 @dataclass(frozen=True)
-class Hermite:
+class Hermite(_Family):
     """Hermite functions ``Ψ_m = ψ_m W^β`` (eq. 24), orthonormal in ``L²(W^{1-2β})``.
 
     Parameters
@@ -242,15 +257,6 @@ class Hermite:
     def __post_init__(self) -> None:
         if not (self.beta >= 0.5 and math.isfinite(self.beta)):
             raise ValueError(f"Hermite beta must be a finite number >= 1/2, got {self.beta!r}")
-
-    def evaluate(
-        self, x: np.ndarray, order: int, out: Workspace | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
-        (written into ``out``'s buffers when given, see :class:`Workspace`)."""
-        return _evaluate(
-            self, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
-        )
 
     def second_derivatives(
         self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
@@ -282,7 +288,7 @@ class Hermite:
 
 
 @dataclass(frozen=True)
-class Laguerre:
+class Laguerre(_Family):
     """Laguerre functions ``Ψ_m = ℓ^{(θ)}_m G(·; θ)^β`` (eq. 31) on ``x ≥ 0`` (0 below).
 
     Parameters
@@ -300,15 +306,6 @@ class Laguerre:
             raise ValueError(f"Laguerre theta must be a finite number > -1, got {self.theta!r}")
         if not (self.beta >= 0.5 and math.isfinite(self.beta)):
             raise ValueError(f"Laguerre beta must be a finite number >= 1/2, got {self.beta!r}")
-
-    def evaluate(
-        self, x: np.ndarray, order: int, out: Workspace | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
-        (written into ``out``'s buffers when given, see :class:`Workspace`)."""
-        return _evaluate(
-            self, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
-        )
 
     def second_derivatives(
         self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
