@@ -472,6 +472,7 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     bias = (
         f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein[0]:.2g} "
         f"= {stein[1]:.1f} stderr"
+        + (f" ({stein[2]:.1f} before the affine Stein correction)" if np.isfinite(stein[2]) else "")
         if stein
         else ""
     )
