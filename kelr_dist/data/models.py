@@ -23,6 +23,7 @@ from scipy.linalg import cholesky, expm, solve_continuous_lyapunov
 
 from kelr_dist.data.parametrised import Parametrised
 from kelr_dist.kernels import integrators
+from kelr_dist.kernels.checks import is_whole
 
 # standard normals drawn per sub-block (bounds the simulator's scratch memory: 512 KiB)
 _NORMALS_PER_BLOCK = 1 << 16
@@ -81,7 +82,7 @@ def _start(state: np.ndarray, n_samples: int, d: int) -> np.ndarray:
     x = np.array(state, dtype=np.float64)
     if x.shape != (d,):
         raise ValueError(f"state of shape {x.shape} must have shape ({d},)")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
+    if not is_whole(n_samples):
         raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
     return x
 
@@ -177,7 +178,7 @@ def _positive(name: str, value: Any) -> float:
 
 
 def _subsample(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+    if not is_whole(value, 1):
         raise ValueError(f"subsample={value!r} must be a positive integer")
     return int(value)
 

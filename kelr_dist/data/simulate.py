@@ -39,6 +39,7 @@ from kelr_dist.data.writer import (
     write_progress,
     write_samples,
 )
+from kelr_dist.kernels.checks import is_whole
 
 # progress record: [samples written, PCG64 state (hi, lo), inc (hi, lo), has_uint32,
 #                   uinteger, model state as float64 bits (d)]
@@ -113,7 +114,7 @@ class _Run:
 
 
 def _positive_int(name: str, value: Any, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+    if not is_whole(value, least):
         raise ValueError(f"{name}={value!r} must be an integer >= {least}")
     return int(value)
 

@@ -57,6 +57,7 @@ import numpy as np
 from numba import njit
 
 from kelr_dist.data.parametrised import Parametrised
+from kelr_dist.kernels.checks import is_whole
 
 # --------------------------------------------------------------------------------------------
 # numba kernels: densities and scores at one point (``grad`` is written with grad log p)
@@ -366,7 +367,7 @@ class _MalaSystem(Parametrised):
 
 def _check_count(n_samples: Any) -> None:
     """A ValueError naming ``n_samples`` unless it is a non-negative integer (checked first)."""
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int | np.integer) or n_samples < 0:
+    if not is_whole(n_samples):
         raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
 
 

@@ -36,6 +36,7 @@ from distributed import Client, LocalCluster, WorkerPlugin
 from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
+from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 
 __all__ = [
@@ -129,7 +130,7 @@ def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
 def _parse_workers(n_workers: int | None) -> int:
     if n_workers is None:
         return dask.system.CPU_COUNT
-    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
+    if not is_whole(n_workers, 1):
         raise ValueError(f"n_workers={n_workers!r} must be a positive integer")
     return n_workers
 

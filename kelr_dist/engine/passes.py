@@ -61,6 +61,7 @@ from tqdm.auto import tqdm
 
 from kelr_dist.engine.allocator import release_free_memory, tune_allocator
 from kelr_dist.engine.cluster import ClusterError, thread_share
+from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
 __all__ = [
@@ -286,9 +287,9 @@ def _validate(trajectory: Any, reductions: Sequence[Reduction], split_every: int
     if not reductions or not all(isinstance(r, Reduction) for r in reductions):
         raise ValueError(f"reductions must be a non-empty sequence of Reduction, got {reductions}")
     for r in reductions:
-        if isinstance(r.halo, bool) or not isinstance(r.halo, int | np.integer) or r.halo < 0:
+        if not is_whole(r.halo):
             raise ValueError(f"reduction {r.name!r} has halo={r.halo!r}; need an integer >= 0")
-    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+    if not is_whole(split_every, 2):
         raise ValueError(f"split_every={split_every!r} must be an integer >= 2")
     return trajectory.data.rechunk({0: 1, 2: -1})
 

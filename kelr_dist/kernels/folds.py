@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import BlockInfo
 
 #: default number of folds
@@ -35,7 +36,7 @@ class Folds:
     chain_length: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 2:
+        if not is_whole(self.count, 2):
             raise ValueError(f"folds must be an integer >= 2, got {self.count!r}")
         smallest = self.sizes()
         if min(smallest) < MIN_FOLD_SAMPLES:

@@ -27,6 +27,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import fft
 
+from kelr_dist.kernels.checks import is_whole
+
 #: complex numbers held per group of sub-blocks (32 MiB of complex128): bounds the memory
 _SPECTRUM_BUDGET = 1 << 21
 
@@ -46,7 +48,7 @@ def check_lagged_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.nd
     Raises ``ValueError`` for a negative or non-integer ``max_lag``, inputs that are not 2-D and
     ``L_a < L_b``.
     """
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
+    if not is_whole(max_lag):
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -65,7 +67,7 @@ def check_lagged_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.nd
 
 
 def _check_block(block: int) -> int:
-    if isinstance(block, bool) or not isinstance(block, int | np.integer) or block < 1:
+    if not is_whole(block, 1):
         raise ValueError(f"block length must be a positive integer, got {block!r}")
     return int(block)
 
@@ -186,7 +188,7 @@ def lag_counts(chain_lengths: int | list[int] | np.ndarray, max_lag: int) -> np.
 
     The denominators ``N - s`` of eq. 6, pooled over independent chains.
     """
-    if isinstance(max_lag, bool) or not isinstance(max_lag, int | np.integer) or max_lag < 0:
+    if not is_whole(max_lag):
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
     lengths = np.atleast_1d(np.asarray(chain_lengths))
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():

@@ -35,6 +35,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from kelr_dist.kernels.basis_spec import parse_basis_spec, split_entries
+from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.folds import DEFAULT_FOLDS
 from kelr_dist.kernels.heldout import ESTIMATORS
 from kelr_dist.kernels.observables import linear_forcing, square, square_derivative
@@ -84,7 +85,7 @@ def whole_number(value: Any, minimum: int = 0) -> int | None:
             value = int(value.strip())
         except ValueError:
             return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+    if not is_whole(value, minimum):
         return None
     return int(value)
 
