@@ -97,18 +97,24 @@ def test_corrected_response_equals_the_response_of_the_refitted_score(forcing):
     assert np.all(result.stderr >= 0.9 * direct.stderr)
 
 
-def test_correction_restores_the_lag0_identity_and_reports_the_raw_residual():
-    """A = x, c = 1: k̂(0) = I after the correction; the uncorrected residual is kept."""
-    model, x = triple_well_samples(20000, 4)
-    reduction = response_reduction(
+def corrected_biased(model, x: np.ndarray, max_lag: int, **options):
+    """The response pass of the biased score ``"estimate"`` with the affine correction, for
+    ``A = x`` and a constant forcing."""
+    return response_reduction(
         {"estimate": FunctionScore(biased_score(model))},
         identity_observable(NAMES),
         constant_forcing(NAMES),
-        10,
+        max_lag,
         corrected=["estimate"],
         origin=x.mean(axis=0),
+        **options,
     )
-    result = reduce_in_memory(reduction, x)["estimate"]
+
+
+def test_correction_restores_the_lag0_identity_and_reports_the_raw_residual():
+    """A = x, c = 1: k̂(0) = I after the correction; the uncorrected residual is kept."""
+    model, x = triple_well_samples(20000, 4)
+    result = reduce_in_memory(corrected_biased(model, x, 10), x)["estimate"]
     np.testing.assert_allclose(result.mean[0], np.eye(2), atol=1e-12)
     np.testing.assert_allclose(result.stein_residual, 0.0, atol=1e-12)
     raw = result.uncorrected_stein_residual
@@ -117,15 +123,7 @@ def test_correction_restores_the_lag0_identity_and_reports_the_raw_residual():
 
 def test_correction_is_the_same_over_any_chunking():
     model, x = triple_well_samples(5000, 5)
-    reduction = response_reduction(
-        {"estimate": FunctionScore(biased_score(model))},
-        identity_observable(NAMES),
-        constant_forcing(NAMES),
-        25,
-        base_block=64,
-        corrected=["estimate"],
-        origin=x.mean(axis=0),
-    )
+    reduction = corrected_biased(model, x, 25, base_block=64)
     whole = reduce_in_memory(reduction, x)["estimate"]
     split = reduce_in_memory(reduction, x, [700, 1300, 999, 2001])["estimate"]
     np.testing.assert_allclose(split.mean, whole.mean, rtol=1e-11, atol=1e-13)
