@@ -296,14 +296,10 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finalize(partials: dict[str, Any]) -> dict[str, ResponseResult]:
-    shared = partials.get(AFFINE)
-    if shared is not None:
-        lagged = block_standard_error(shared["blocks"])
-        second = shared["moment"] / shared["n"]
+    partials = dict(partials)
+    shared = partials.pop(AFFINE, None)  # present exactly when some score is corrected
     results = {}
     for name, p in partials.items():
-        if name == AFFINE:
-            continue
         result = ResponseResult(
             block_standard_error(p["blocks"]),
             p["kept"],
@@ -311,7 +307,8 @@ def _finalize(partials: dict[str, Any]) -> dict[str, ResponseResult]:
             block_standard_error(p["stein"]),
         )
         if "moment" in p:
-            result = _corrected(result, affine_fit(p["moment"] / p["n"], second), lagged)
+            weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"])
+            result = _corrected(result, weights, block_standard_error(shared["blocks"]))
         results[name] = result
     return results
 

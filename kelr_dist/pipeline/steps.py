@@ -301,28 +301,14 @@ def respond(
     forcing: Forcing,
     max_lag: int,
     *,
-    centre: np.ndarray | None = None,
-    scales: np.ndarray | None = None,
     held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
-    corrected: Sequence[str] = (),
-    origin: np.ndarray | None = None,
+    **options: Any,
 ) -> Responses:
     """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6), the lag-0
-    Stein residuals, the affine Stein correction of the scores named in ``corrected`` (features
-    centred at ``origin``, :mod:`kelr_dist.kernels.stein_correction`) and the kernel
-    embedding's held-out loss, in the same read."""
-    reductions = [
-        response_reduction(
-            scores,
-            observable,
-            forcing,
-            max_lag,
-            centre,
-            scales,
-            corrected=corrected,
-            origin=origin,
-        )
-    ]
+    Stein residuals, the affine Stein correction of the scores named in ``corrected`` and the
+    kernel embedding's held-out loss, in the same read. ``options`` (``centre``, ``scales``,
+    ``corrected``, ``origin``) go to :func:`kelr_dist.kernels.response.response_reduction`."""
+    reductions = [response_reduction(scores, observable, forcing, max_lag, **options)]
     if held_out is not None:
         choice, folds = held_out
         reductions.append(density_loss_reduction(choice.density, choice.order, choice.delta, folds))
