@@ -21,7 +21,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from scipy.linalg import cholesky, expm, solve_continuous_lyapunov
 
-from kelr_dist.data.parametrised import Parametrised
+from kelr_dist.data.parametrised import (
+    Parameter,
+    Parametrised,
+    fraction,
+    integration,
+    matrix,
+    positive,
+    real,
+)
 from kelr_dist.kernels import integrators
 from kelr_dist.kernels.checks import is_whole
 
@@ -150,39 +158,6 @@ def _run_pcg64(
     return out, out[-1].copy()
 
 
-def _real(name: str, value: Any) -> float:
-    """``value`` as a finite float, or a ValueError naming the parameter."""
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        result = math.nan
-    if not math.isfinite(result):
-        raise ValueError(f"{name}={value!r} must be a finite real number")
-    return result
-
-
-def _matrix(name: str, value: Any) -> np.ndarray:
-    """``value`` as a float64 array, or a ValueError naming the parameter."""
-    try:
-        return np.array(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} must be a matrix of real numbers") from None
-
-
-def _positive(name: str, value: Any) -> float:
-    """``value`` as a finite positive float, or a ValueError naming the parameter."""
-    result = _real(name, value)
-    if result <= 0:
-        raise ValueError(f"{name}={value!r} must be positive")
-    return result
-
-
-def _subsample(value: Any) -> int:
-    if not is_whole(value, 1):
-        raise ValueError(f"subsample={value!r} must be a positive integer")
-    return int(value)
-
-
 # --------------------------------------------------------------------------------------------
 # Ornstein-Uhlenbeck
 # --------------------------------------------------------------------------------------------
@@ -213,7 +188,7 @@ class OrnsteinUhlenbeck(Parametrised):
         sigma: Any = _OU_SIGMA,
         dt: float = 0.05,
     ) -> None:
-        self.gamma = _matrix("gamma", gamma)
+        self.gamma = matrix("gamma", gamma)
         if self.gamma.ndim != 2 or self.gamma.shape[0] != self.gamma.shape[1]:
             raise ValueError(f"gamma={gamma!r} must be a square (d, d) matrix")
         d = self.gamma.shape[0]
@@ -221,13 +196,13 @@ class OrnsteinUhlenbeck(Parametrised):
             raise ValueError(
                 f"gamma={gamma!r} must be finite with eigenvalues of positive real part"
             )
-        self.sigma = _matrix("sigma", sigma)
+        self.sigma = matrix("sigma", sigma)
         if self.sigma.shape != (d, d) or not np.all(np.isfinite(self.sigma)):
             raise ValueError(f"sigma={sigma!r} must be a finite ({d}, {d}) matrix")
         diffusion = self.sigma @ self.sigma.T
         if np.linalg.eigvalsh(diffusion).min() <= 0:
             raise ValueError(f"sigma={sigma!r} must have full rank (Sigma Sigma^T > 0)")
-        self.dt = _positive("dt", dt)
+        self.dt = positive("dt", dt)
         self.components = tuple(f"x{i + 1}" for i in range(d))
         covariance = solve_continuous_lyapunov(self.gamma, diffusion)
         self._covariance = 0.5 * (covariance + covariance.T)
@@ -290,6 +265,13 @@ class OrnsteinUhlenbeck(Parametrised):
 TRIPLE_WELL_VARIANTS = ("paper", "radial")
 
 
+def _variant(name: str, value: Any) -> str:
+    """One of :data:`TRIPLE_WELL_VARIANTS`, or a ValueError naming the parameter."""
+    if value not in TRIPLE_WELL_VARIANTS:
+        raise ValueError(f"{name}={value!r} must be one of {TRIPLE_WELL_VARIANTS}")
+    return value
+
+
 class TripleWell(Parametrised):
     """Gradient system ``dx = -grad V dt + sqrt(2 kT) dW`` (eq. 59, eq. 60).
 
@@ -314,25 +296,15 @@ class TripleWell(Parametrised):
     components = ("x1", "x2")
     default_burn_in = 2000  # 10 time units at dt = 5e-3: many well-hopping times at kT = 1.5
 
-    def __init__(
-        self,
-        a: float = 1.0,
-        kT: float = 1.5,
-        gamma: float = 0.25,
-        step: float = 1e-3,
-        subsample: int = 5,
-        variant: str = "paper",
-    ) -> None:
-        self.a = _positive("a", a)
-        self.kT = _positive("kT", kT)
-        self.gamma = _real("gamma", gamma)
-        if not 0.0 < self.gamma < 1.0:
-            raise ValueError(f"gamma={gamma!r} must lie in (0, 1)")
-        self.step = _positive("step", step)
-        self.subsample = _subsample(subsample)
-        if variant not in TRIPLE_WELL_VARIANTS:
-            raise ValueError(f"variant={variant!r} must be one of {TRIPLE_WELL_VARIANTS}")
-        self.variant = variant
+    parameters = {
+        "a": Parameter(1.0, positive),
+        "kT": Parameter(1.5, positive),
+        "gamma": Parameter(0.25, fraction),
+        **integration(step=1e-3, subsample=5),
+        "variant": Parameter("paper", _variant),
+    }
+
+    def _derive(self) -> None:
         self.dt = self.step * self.subsample
 
     def _shape(self) -> tuple[float, float, bool]:
@@ -404,23 +376,16 @@ class LangevinMorse(Parametrised):
     components = ("x", "v")
     default_burn_in = 2000  # 20 time units at dt = 1e-2: ten velocity relaxation times 1/gamma
 
-    def __init__(
-        self,
-        gamma: float = 0.5,
-        kT: float = 1.0,
-        epsilon: float = 0.2,
-        a: float = 10.0,
-        x0: float = 0.0,
-        step: float = 1e-3,
-        subsample: int = 10,
-    ) -> None:
-        self.gamma = _positive("gamma", gamma)
-        self.kT = _positive("kT", kT)
-        self.epsilon = _positive("epsilon", epsilon)
-        self.a = _positive("a", a)
-        self.x0 = _real("x0", x0)
-        self.step = _positive("step", step)
-        self.subsample = _subsample(subsample)
+    parameters = {
+        "gamma": Parameter(0.5, positive),
+        "kT": Parameter(1.0, positive),
+        "epsilon": Parameter(0.2, positive),
+        "a": Parameter(10.0, positive),
+        "x0": Parameter(0.0, real),
+        **integration(step=1e-3, subsample=10),
+    }
+
+    def _derive(self) -> None:
         self.dt = self.step * self.subsample
 
     def potential(self, x: np.ndarray) -> np.ndarray:

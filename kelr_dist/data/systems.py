@@ -51,12 +51,22 @@ variance). An unadjusted Langevin chain (no Metropolis step) diverges on coupled
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 from numba import njit
 
-from kelr_dist.data.parametrised import Parametrised
+from kelr_dist.data.parametrised import (
+    Parameter,
+    Parametrised,
+    count,
+    integration,
+    matrix,
+    positive,
+    real,
+    vector,
+)
 from kelr_dist.kernels.checks import is_whole
 
 # --------------------------------------------------------------------------------------------
@@ -317,14 +327,13 @@ class _MalaSystem(Parametrised):
     default_burn_in: int
     step: float
     subsample: int
-    dt: float
     _system: int
     _theta: np.ndarray
 
-    def _set_steps(self, step: Any, subsample: Any) -> None:
-        self.step = _positive("step", step)
-        self.subsample = _subsample(subsample)
-        self.dt = self.step * self.subsample
+    @property
+    def dt(self) -> float:
+        """Time between stored samples, ``step * subsample``."""
+        return self.step * self.subsample
 
     def advance_with_acceptance(
         self, state: np.ndarray, n_samples: int, rng: np.random.Generator
@@ -371,17 +380,6 @@ def _check_count(n_samples: Any) -> None:
         raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
 
 
-def _vector(name: str, value: Any, d: int) -> np.ndarray:
-    """``value`` as a finite float64 ``(d,)`` array, or a ValueError naming the parameter."""
-    try:
-        result = np.array(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} must be {d} real numbers") from None
-    if result.shape != (d,) or not np.all(np.isfinite(result)):
-        raise ValueError(f"{name}={value!r} must be {d} finite real numbers")
-    return result
-
-
 class CurvedWells(_MalaSystem):
     """Three wells in a curved, rotated valley (d = 2): ``p_eq ∝ exp(-V / kT)``, MALA-sampled.
 
@@ -406,28 +404,19 @@ class CurvedWells(_MalaSystem):
     default_burn_in = 20_000
     _system = CURVED_WELLS
 
-    def __init__(
-        self,
-        barrier: float = 2.5,
-        spacing: float = 2.0,
-        tilt: float = 0.15,
-        curvature: float = 0.5,
-        stiffness: float = 4.0,
-        angle: float = 30.0,
-        center: Any = (1.0, -0.5),
-        kT: float = 1.0,
-        step: float = 0.03,
-        subsample: int = 10,
-    ) -> None:
-        self.barrier = _positive("barrier", barrier)
-        self.spacing = _positive("spacing", spacing)
-        self.tilt = _real("tilt", tilt)
-        self.curvature = _real("curvature", curvature)
-        self.stiffness = _positive("stiffness", stiffness)
-        self.angle = _real("angle", angle)
-        self.center = _vector("center", center, 2)
-        self.kT = _positive("kT", kT)
-        self._set_steps(step, subsample)
+    parameters = {
+        "barrier": Parameter(2.5, positive),
+        "spacing": Parameter(2.0, positive),
+        "tilt": Parameter(0.15, real),
+        "curvature": Parameter(0.5, real),
+        "stiffness": Parameter(4.0, positive),
+        "angle": Parameter(30.0, real),
+        "center": Parameter((1.0, -0.5), partial(vector, d=2)),
+        "kT": Parameter(1.0, positive),
+        **integration(step=0.03, subsample=10),
+    }
+
+    def _derive(self) -> None:
         radians = math.radians(self.angle)
         self._theta = np.array([
             27.0 * self.barrier / (4.0 * self.spacing**6), self.spacing**2, self.tilt,
@@ -479,28 +468,19 @@ class Coupled3D(_MalaSystem):
     default_burn_in = 20_000
     _system = COUPLED_3D
 
-    def __init__(
-        self,
-        barrier: float = 3.0,
-        tilt: float = 0.25,
-        a: float = 1.0,
-        b: float = 0.8,
-        quartic2: float = 1.0,
-        cubic3: float = 0.6,
-        quartic3: float = 0.5,
-        kT: float = 1.0,
-        step: float = 0.04,
-        subsample: int = 10,
-    ) -> None:
-        self.barrier = _positive("barrier", barrier)
-        self.tilt = _real("tilt", tilt)
-        self.a = _real("a", a)
-        self.b = _real("b", b)
-        self.quartic2 = _positive("quartic2", quartic2)
-        self.cubic3 = _real("cubic3", cubic3)
-        self.quartic3 = _positive("quartic3", quartic3)
-        self.kT = _positive("kT", kT)
-        self._set_steps(step, subsample)
+    parameters = {
+        "barrier": Parameter(3.0, positive),
+        "tilt": Parameter(0.25, real),
+        "a": Parameter(1.0, real),
+        "b": Parameter(0.8, real),
+        "quartic2": Parameter(1.0, positive),
+        "cubic3": Parameter(0.6, real),
+        "quartic3": Parameter(0.5, positive),
+        "kT": Parameter(1.0, positive),
+        **integration(step=0.04, subsample=10),
+    }
+
+    def _derive(self) -> None:
         self._theta = np.array([
             self.barrier, self.tilt, self.a, self.b, self.quartic2, self.cubic3, self.quartic3,
             1.0 / self.kT,
@@ -538,24 +518,17 @@ class AnharmonicChain(_MalaSystem):
     default_burn_in = 20_000
     _system = CHAIN
 
-    def __init__(
-        self,
-        barrier: float = 3.0,
-        tilt: float = 0.2,
-        coupling: float = 1.0,
-        cubic: float = 0.5,
-        quartic: float = 0.5,
-        kT: float = 1.0,
-        step: float = 0.04,
-        subsample: int = 5,
-    ) -> None:
-        self.barrier = _positive("barrier", barrier)
-        self.tilt = _real("tilt", tilt)
-        self.coupling = _real("coupling", coupling)
-        self.cubic = _real("cubic", cubic)
-        self.quartic = _positive("quartic", quartic)
-        self.kT = _positive("kT", kT)
-        self._set_steps(step, subsample)
+    parameters = {
+        "barrier": Parameter(3.0, positive),
+        "tilt": Parameter(0.2, real),
+        "coupling": Parameter(1.0, real),
+        "cubic": Parameter(0.5, real),
+        "quartic": Parameter(0.5, positive),
+        "kT": Parameter(1.0, positive),
+        **integration(step=0.04, subsample=5),
+    }
+
+    def _derive(self) -> None:
         self.components = tuple(f"x{i + 1}" for i in range(self.dimension))
         self._theta = np.array([
             self.barrier, self.tilt, self.coupling, self.cubic, self.quartic, 1.0 / self.kT,
@@ -605,6 +578,7 @@ class HeavyTail(_MalaSystem):
     default_burn_in = 20_000
     _system = STUDENT
 
+    # a constructor of its own, not a table of parameters: the length of loc follows from scale
     def __init__(
         self,
         nu: float = 5.0,
@@ -613,13 +587,10 @@ class HeavyTail(_MalaSystem):
         step: float = 0.3,
         subsample: int = 2,
     ) -> None:
-        self.nu = _positive("nu", nu)
+        self.nu = positive("nu", nu)
         if self.nu <= 2.0:
             raise ValueError(f"nu={nu!r} must exceed 2 (finite variance)")
-        try:
-            self.scale = np.array(scale, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"scale={scale!r} must be a matrix of real numbers") from None
+        self.scale = matrix("scale", scale)
         if self.scale.ndim != 2 or self.scale.shape[0] != self.scale.shape[1]:
             raise ValueError(f"scale={scale!r} must be a square (d, d) matrix")
         d = self.scale.shape[0]
@@ -630,8 +601,9 @@ class HeavyTail(_MalaSystem):
             or np.linalg.eigvalsh(self.scale).min() <= 0
         ):
             raise ValueError(f"scale={scale!r} must be symmetric positive definite")
-        self.loc = _vector("loc", loc, d)
-        self._set_steps(step, subsample)
+        self.loc = vector("loc", loc, d)
+        self.step = positive("step", step)
+        self.subsample = count("subsample", subsample)
         self.components = tuple(f"x{i + 1}" for i in range(d))
         self.precision = np.linalg.inv(self.scale)
         self._theta = np.concatenate([[self.nu], self.loc, self.precision.ravel()])
@@ -648,6 +620,14 @@ class HeavyTail(_MalaSystem):
 # --------------------------------------------------------------------------------------------
 # hard wall: exactly sampled CIR coordinate and a Gaussian coordinate riding on it
 # --------------------------------------------------------------------------------------------
+
+
+def _gamma_shape(name: str, value: Any) -> float:
+    """A real multiple of 1/2 that is at least 1, or a ValueError naming the parameter."""
+    result = real(name, value)
+    if result < 1.0 or 2.0 * result != round(2.0 * result):
+        raise ValueError(f"{name}={value!r} must be a multiple of 1/2 and at least 1")
+    return result
 
 
 class Wall(Parametrised):
@@ -678,32 +658,24 @@ class Wall(Parametrised):
     components = ("x1", "x2")
     default_burn_in = 0  # initial_state draws from p_eq
 
-    def __init__(
-        self,
-        shape: float = 2.5,
-        mean: float = 1.0,
-        kappa: float = 1.0,
-        coupling: float = 0.8,
-        gamma: float = 2.0,
-        sigma_w: float = 0.5,
-        dt: float = 0.05,
-    ) -> None:
-        self.shape = _real("shape", shape)
-        if self.shape < 1.0 or 2.0 * self.shape != round(2.0 * self.shape):
-            raise ValueError(f"shape={shape!r} must be a multiple of 1/2 and at least 1")
-        self.mean = _positive("mean", mean)
-        self.kappa = _positive("kappa", kappa)
-        self.coupling = _real("coupling", coupling)
-        self.gamma = _positive("gamma", gamma)
-        self.sigma_w = _positive("sigma_w", sigma_w)
-        self.dt = _positive("dt", dt)
+    parameters = {
+        "shape": Parameter(2.5, _gamma_shape),
+        "mean": Parameter(1.0, positive),
+        "kappa": Parameter(1.0, positive),
+        "coupling": Parameter(0.8, real),
+        "gamma": Parameter(2.0, positive),
+        "sigma_w": Parameter(0.5, positive),
+        "dt": Parameter(0.05, positive),
+    }
+
+    def _derive(self) -> None:
         self._dof = int(round(2.0 * self.shape))
         self._decay = math.exp(-0.5 * self.kappa * self.dt)
         self._spread = math.sqrt(self.mean / self._dof * -math.expm1(-self.kappa * self.dt))
         self._rho = math.exp(-self.gamma * self.dt)
         self._kick = self.sigma_w * math.sqrt(-math.expm1(-2.0 * self.gamma * self.dt))
         if self._spread == 0.0 or self._kick == 0.0:
-            raise ValueError(f"dt={dt!r} is too small for the transition to be resolved")
+            raise ValueError(f"dt={self.dt!r} is too small for the transition to be resolved")
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """A draw from ``p_eq``: ``(2,)``."""
@@ -754,10 +726,4 @@ SYSTEMS: tuple[type, ...] = (CurvedWells, Coupled3D, Coupled4D, Coupled6D, Heavy
 
 # Imported last: kelr_dist.data.models imports this module for its registry, after defining these
 # helpers; importing them here, after the classes, works whichever module is imported first.
-from kelr_dist.data.models import (  # noqa: E402
-    _points,
-    _positive,
-    _real,
-    _run_blocks,
-    _subsample,
-)
+from kelr_dist.data.models import _points, _run_blocks  # noqa: E402
