@@ -127,6 +127,17 @@ def _options_from(model: type[Any], exclude: Sequence[str] = ()) -> Callable[[An
     return decorate
 
 
+def _whole_option(flag: str, minimum: int, default: int | None, text: str) -> Callable[[Any], Any]:
+    """A click option for a whole number ``>= minimum``, its default shown unless ``None``."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=minimum),
+        default=default,
+        show_default=default is not None,
+        help=text,
+    )
+
+
 def _validated(model: type[Any], given: dict[str, Any], name: Name = cli_name) -> Any:
     """The ``model`` of the options given on the command line (``None``: not given); a bad value
     is an :class:`~kelr_dist.pipeline.options.OptionsError` naming the option."""
@@ -178,28 +189,11 @@ def main() -> None:
 @click.argument("model", type=click.Choice(MODEL_NAMES), metavar="MODEL")
 @click.argument("store", type=click.Path(dir_okay=True, file_okay=False))
 @click.option("--samples", type=click.IntRange(min=1), required=True, help="Samples per chain.")
-@click.option(
-    "--chains", type=click.IntRange(min=1), default=1, show_default=True, help="Independent chains."
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Random seed (chain c uses SeedSequence(seed).spawn(chains)[c]).",
-)
-@click.option(
-    "--chunk",
-    type=click.IntRange(min=1),
-    default=262144,
-    show_default=True,
-    help="Samples per time chunk of the store (and per task).",
-)
-@click.option(
-    "--burn-in",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Samples discarded at the start of each chain [default: the model's].",
+@_whole_option("--chains", 1, 1, "Independent chains.")
+@_whole_option("--seed", 0, 0, "Random seed (chain c uses SeedSequence(seed).spawn(chains)[c]).")
+@_whole_option("--chunk", 1, 262144, "Samples per time chunk of the store (and per task).")
+@_whole_option(
+    "--burn-in", 0, None, "Samples discarded at the start of each chain [default: the model's]."
 )
 @click.option(
     "--param",
