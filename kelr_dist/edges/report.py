@@ -498,20 +498,18 @@ def plot_selection(ds: xr.Dataset) -> Figure:
     sm = (estimators == "score-matching") & finite
     ke = (estimators == "kernel-embedding") & finite
     shown = list(losses[ke])
+
+    def errorbars(rows: np.ndarray | list[int], **style: Any) -> None:
+        """The candidates ``rows`` (indices or a mask): loss against order, ± its stderr."""
+        ax.errorbar(orders[rows], losses[rows], yerr=errors[rows], **style)
+
     if sm.any():
-        degrees = np.unique(orders[sm])
         best_rows = [
             np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
-            for q in degrees
+            for q in np.unique(orders[sm])
         ]
-        ax.errorbar(
-            degrees,
-            losses[best_rows],
-            yerr=errors[best_rows],
-            fmt="o-",
-            ms=4,
-            color="C2",
-            label="score matching, degree q (best ridge)",
+        errorbars(
+            best_rows, fmt="o-", ms=4, color="C2", label="score matching, degree q (best ridge)"
         )
         shown += list(losses[best_rows])
     if shown:
@@ -521,15 +519,7 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         pad = 0.1 * max(high - low, 1e-3 * max(abs(low), 1.0))
         ax.set_ylim(low - pad, high + pad)
     if ke.any():
-        ax.errorbar(
-            orders[ke],
-            losses[ke],
-            yerr=errors[ke],
-            fmt="s",
-            ms=7,
-            color="C4",
-            label="kernel embedding, order M (paper's rules)",
-        )
+        errorbars(ke, fmt="s", ms=7, color="C4", label="kernel embedding, order M (paper's rules)")
     if chosen.any():
         ax.plot(orders[chosen], losses[chosen], "*", ms=16, color="red", label="chosen")
     ax.set_xlabel("order M / degree q (dimensionless)")
