@@ -149,6 +149,27 @@ def test_lower_order_evaluation_equals_fit_at_that_order(case):
     np.testing.assert_allclose(g_high, g_low, rtol=1e-12, atol=1e-14 * np.abs(g_low).max())
 
 
+@pytest.mark.parametrize(
+    ("order", "index_set", "low"), [(9, "total", 4), ((12, 2), "box", 5), ((12, 2), "box", (6, 1))]
+)
+def test_truncation_is_the_same_function_on_a_smaller_basis(order, index_set, low):
+    density = KernelDensity.fit(
+        make_basis("hh", order, index_set), samples("hh", 400, np.random.default_rng(5))
+    )
+    small = density.truncated(low)
+    assert small.basis.size == int(density.mask(low).sum()) < density.basis.size
+    assert density.truncated(None) is density
+    points = samples("hh", 60, np.random.default_rng(6))
+    full = KernelDensity(
+        density.basis,
+        np.where(density.mask(low), density.coefficients, 0.0),
+        density.variances,
+        density.n,
+    )
+    for got, want in zip(small.derivatives(points), full.derivatives(points), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_evaluate_equals_brute_force_loop(case):
     families, order, index_set = case

@@ -160,6 +160,24 @@ class KernelDensity:
             raise ValueError(f"order {order} is outside the fitted range 0..{self.basis.max_level}")
         return self.basis.levels() <= order
 
+    def truncated(self, order: Order) -> KernelDensity:
+        """The order-``order`` truncation (eq. 38) on its own, smaller basis: the same function
+        as :meth:`matrix` ``(order)`` describes, evaluated at the cost of its own order."""
+        if order is None:
+            return self
+        keep = self.mask(order)
+        if keep.all():
+            return self
+        fitted = self.basis
+        if fitted.index_set == "box":  # per coordinate, never above the fitted degree
+            tops = order if isinstance(order, tuple | list) else (order,) * fitted.dim
+            order = tuple(min(int(t), m) for t, m in zip(tops, fitted.max_orders, strict=True))
+        basis = TensorBasis(fitted.coordinates, order, fitted.index_set)
+        # the smaller set's multi-indices in its own layout order, looked up in ours
+        position = {tuple(m): i for i, m in enumerate(fitted.indices)}
+        rows = np.array([position[tuple(m)] for m in basis.indices])
+        return KernelDensity(basis, self.coefficients[rows], self.variances[rows], self.n)
+
     def matrix(self, order: Order = None) -> np.ndarray:
         """Coefficients of the order-``order`` truncation in the basis layout ``(M_1+1, |R|)``."""
         return self.basis.to_matrix(np.where(self.mask(order), self.coefficients, 0.0))
@@ -187,7 +205,10 @@ class KernelDensity:
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.basis.dim:
             raise ValueError(f"x must have shape (n, {self.basis.dim}), got {x.shape}")
-        coef = self.matrix(order)
+        truncated = self.truncated(order)
+        if truncated is not self:  # the tables and products of the smaller basis only
+            return truncated._evaluate(x, None, second)
+        coef = self.matrix()
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
         hessian = np.empty(x.shape) if second else None
