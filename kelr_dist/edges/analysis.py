@@ -36,7 +36,7 @@ converged error bars; where it is False the error bar is too small.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -50,6 +50,8 @@ RESPONSE_DIMS = ("lag", "i", "j")
 #: block averaging behind it (not estimates themselves)
 COMPANION_SUFFIXES = ("_stderr", "_block_size", "_converged")
 _GRID_RTOL = 1e-6  # relative tolerance when matching a forcing's time step to the response's dt
+ForcedComponents = Hashable | Sequence[Hashable] | None
+"""The ``j`` of a forcing history: the forced component's name, the names of several, or None."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,9 +59,7 @@ _GRID_RTOL = 1e-6  # relative tolerance when matching a forcing's time step to t
 # --------------------------------------------------------------------------------------------
 
 
-def sampled(
-    values: ArrayLike, times: ArrayLike, *, j: Hashable | Sequence[Hashable] | None = None
-) -> xr.DataArray:
+def sampled(values: ArrayLike, times: ArrayLike, *, j: ForcedComponents = None) -> xr.DataArray:
     """A forcing history ``δf(t)`` sampled at ``times``, as a labelled DataArray.
 
     Parameters
@@ -102,22 +102,24 @@ def sampled(
 
 
 def _profile_forcing(
-    profile: np.ndarray, amplitude: ArrayLike, times: np.ndarray, j: object
+    profile: Callable[[np.ndarray], np.ndarray],
+    amplitude: ArrayLike,
+    times: ArrayLike,
+    j: ForcedComponents,
 ) -> xr.DataArray:
-    """``profile(t) * amplitude`` for a scalar amplitude or one per component ``(q,)``."""
+    """``profile(t) * amplitude`` at ``times``, for a scalar amplitude or one per component
+    ``(q,)``."""
+    t = np.asarray(times, dtype=float)
+    p = profile(t)
     a = np.asarray(amplitude, dtype=float)
     if a.ndim > 1:
         raise ValueError(f"amplitude must be a number or a 1-D array, got shape {a.shape}")
-    values = profile * a if a.ndim == 0 else profile[:, None] * a[None, :]
-    return sampled(values, times, j=j)
+    values = p * a if a.ndim == 0 else p[:, None] * a[None, :]
+    return sampled(values, t, j=j)
 
 
 def step(
-    amplitude: ArrayLike,
-    times: ArrayLike,
-    *,
-    j: Hashable | Sequence[Hashable] | None = None,
-    onset: float = 0.0,
+    amplitude: ArrayLike, times: ArrayLike, *, j: ForcedComponents = None, onset: float = 0.0
 ) -> xr.DataArray:
     """Step forcing ``δf(t) = amplitude · H(t - onset)`` sampled at ``times``.
 
@@ -130,24 +132,18 @@ def step(
     onset : switch-on time; samples at ``t >= onset`` carry the amplitude. An onset between
         grid points is resolved only to within one time step by the trapezoid rule.
     """
-    t = np.asarray(times, dtype=float)
-    return _profile_forcing((t >= onset).astype(float), amplitude, t, j)
+    return _profile_forcing(lambda t: (t >= onset).astype(float), amplitude, times, j)
 
 
 def ramp(
-    rate: ArrayLike,
-    times: ArrayLike,
-    *,
-    j: Hashable | Sequence[Hashable] | None = None,
-    onset: float = 0.0,
+    rate: ArrayLike, times: ArrayLike, *, j: ForcedComponents = None, onset: float = 0.0
 ) -> xr.DataArray:
     """Ramp forcing ``δf(t) = rate · max(t - onset, 0)`` sampled at ``times``.
 
     Parameters are those of :func:`step`, with ``rate`` (forcing per unit time) in place of
     the amplitude.
     """
-    t = np.asarray(times, dtype=float)
-    return _profile_forcing(np.maximum(t - onset, 0.0), rate, t, j)
+    return _profile_forcing(lambda t: np.maximum(t - onset, 0.0), rate, times, j)
 
 
 # --------------------------------------------------------------------------------------------
