@@ -458,6 +458,79 @@ class Coordinate:
         return f"{inner},loc={self.loc:.17g},scale={self.scale:.17g})"
 
 
+def _stack_tables(tables: list[np.ndarray]) -> np.ndarray:
+    """Per-coordinate tables ``(n, M_k + 1)`` as one zero-padded ``(d', n, max M_k + 1)``."""
+    width = max(t.shape[1] for t in tables)
+    out = np.zeros((len(tables), tables[0].shape[0], width))
+    for k, t in enumerate(tables):
+        out[k, :, : t.shape[1]] = t
+    return out
+
+
+def _tail_runs(tails: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of consecutive tails that differ only in the last coordinate, which counts up by
+    one: the run heads ``(runs, d' + 1)`` = (first row, its tail) and lengths ``(runs,)``."""
+    if tails.shape[0] == 0:
+        return np.zeros((0, tails.shape[1] + 1), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    new_run = np.ones(tails.shape[0], dtype=bool)
+    new_run[1:] = np.any(tails[1:, :-1] != tails[:-1, :-1], axis=1) | (
+        tails[1:, -1] != tails[:-1, -1] + 1
+    )
+    first = np.flatnonzero(new_run)
+    lengths = np.diff(np.r_[first, tails.shape[0]])
+    return np.column_stack([first, tails[first]]).astype(np.int64), lengths.astype(np.int64)
+
+
+def _tail_products(
+    values: np.ndarray,
+    derivatives: np.ndarray,
+    runs: tuple[np.ndarray, np.ndarray],
+    size: int,
+    with_gradients: bool,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``H[n, r] = Π_k values[k, n, R[r, k]]`` ``(n, |R|)`` and, with gradients, each ``∂_k H``
+    (one factor replaced by its derivative); ``values``, ``derivatives`` ``(d', n, W)``, the
+    tails given by their runs (:func:`_tail_runs`)."""
+    n, m = values.shape[1], values.shape[0]
+    product = np.empty((n, size))
+    grads = np.empty((m if with_gradients else 0, n, size))
+    _fill_tail_products(values, derivatives, runs[0], runs[1], product, grads)
+    return product, list(grads)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_tail_products(values, derivatives, heads, lengths, product, grads):  # pragma: no cover
+    """Row by row and run by run: the run's fixed leading factors are multiplied once, and the
+    last coordinate's table, contiguous within a run, is scaled by them (one SIMD loop)."""
+    m = values.shape[0]
+    last = m - 1
+    gradients = grads.shape[0] > 0
+    lead = np.empty(m)  # lead[k]: the fixed factors with the k-th replaced by its derivative
+    for i in range(values.shape[1]):
+        for run in range(heads.shape[0]):
+            first, offset, count = heads[run, 0], heads[run, m], lengths[run]
+            fixed = 1.0
+            for k in range(last):
+                fixed *= values[k, i, heads[run, 1 + k]]
+            row = values[last, i, offset : offset + count]
+            out = product[i, first : first + count]
+            for j in range(count):
+                out[j] = fixed * row[j]
+            if gradients:
+                for k in range(last):
+                    lead[k] = derivatives[k, i, heads[run, 1 + k]]
+                    for j in range(last):
+                        if j != k:
+                            lead[k] *= values[j, i, heads[run, 1 + j]]
+                    g = grads[k, i, first : first + count]
+                    for j in range(count):
+                        g[j] = lead[k] * row[j]
+                slope = derivatives[last, i, offset : offset + count]
+                g = grads[last, i, first : first + count]
+                for j in range(count):
+                    g[j] = fixed * slope[j]
+
+
 @dataclass(frozen=True)
 class TensorBasis:
     """Tensor products of per-coordinate families over an index set (eq. 17, eq. 38).
@@ -595,28 +668,14 @@ class TensorBasis:
         if self.dim == 2:
             grads = [] if derivative_tables is None else [derivative_tables[1]]
             return tables[1], grads
-        factors = [t[:, self.tails[:, k]] for k, t in enumerate(tables[1:])]
-        # prefix[k] = Π_{j<k} factors[j], suffix[k] = Π_{j>=k} factors[j]: the product and each
-        # gradient (one factor replaced by its derivative) in O(d) multiplications, not O(d²)
-        m = len(factors)
-        prefix = [None] * (m + 1)
-        prefix[1] = factors[0]
-        for k in range(1, m):
-            prefix[k + 1] = prefix[k] * factors[k]
-        product = prefix[m]
-        grads = []
-        if derivative_tables is not None:
-            suffix = [None] * (m + 1)
-            for k in range(m - 1, 0, -1):
-                suffix[k] = factors[k] if suffix[k + 1] is None else suffix[k + 1] * factors[k]
-            for k, dt in enumerate(derivative_tables[1:]):
-                grad = dt[:, self.tails[:, k]]
-                if prefix[k] is not None:
-                    grad *= prefix[k]
-                if suffix[k + 1] is not None:
-                    grad *= suffix[k + 1]
-                grads.append(grad)
-        return product, grads
+        rest, runs, size = _stack_tables(tables[1:]), self._runs, len(self.tails)
+        if derivative_tables is None:
+            return _tail_products(rest, rest[:0], runs, size, with_gradients=False)
+        return _tail_products(rest, _stack_tables(derivative_tables[1:]), runs, size, True)
+
+    @cached_property
+    def _runs(self) -> tuple[np.ndarray, np.ndarray]:
+        return _tail_runs(self.tails)
 
     @property
     def row_bytes(self) -> int:
