@@ -55,7 +55,6 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from kelr_dist.data.parametrised import (
     Parameter,
@@ -68,6 +67,7 @@ from kelr_dist.data.parametrised import (
     vector,
 )
 from kelr_dist.kernels.checks import is_whole
+from kelr_dist.kernels.compiled import compiled
 
 # --------------------------------------------------------------------------------------------
 # numba kernels: densities and scores at one point (``grad`` is written with grad log p)
@@ -77,7 +77,7 @@ CURVED_WELLS, COUPLED_3D, CHAIN, STUDENT = 0, 1, 2, 3
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _curved_wells_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``-V / kT`` of :class:`CurvedWells` and its gradient at one point ``x (2,)``.
 
@@ -102,7 +102,7 @@ def _curved_wells_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> f
     return -beta * potential
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _coupled_3d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``-V / kT`` of :class:`Coupled3D` and its gradient at one point ``x (3,)``.
 
@@ -130,7 +130,7 @@ def _coupled_3d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> flo
     return -beta * potential
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _chain_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``-V / kT`` of :class:`AnharmonicChain` and its gradient at one point ``x (d,)``.
 
@@ -157,7 +157,7 @@ def _chain_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     return -beta * potential
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _student_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``log p`` of :class:`HeavyTail` and its gradient at one point ``x (d,)``.
 
@@ -178,7 +178,7 @@ def _student_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     return -0.5 * (nu + d) * math.log1p(quad / nu)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """Unnormalised ``log p_eq(x)`` of ``system``; writes ``grad log p_eq(x)`` into ``grad``."""
     if system == CURVED_WELLS:
@@ -190,26 +190,20 @@ def _point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> f
     return _student_point(x, theta, grad)
 
 
-@njit(cache=True, nogil=True)
-def log_density_points(system: int, x: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """Unnormalised ``log p_eq`` of ``system`` at ``x (n, d)``, shape ``(n,)``."""
-    out = np.empty(x.shape[0])
-    grad = np.empty(x.shape[1])
+@compiled
+def log_density_and_score(
+    system: int, x: np.ndarray, theta: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unnormalised ``log p_eq`` ``(n,)`` and ``grad log p_eq`` ``(n, d)`` of ``system`` at
+    ``x (n, d)``."""
+    log_p = np.empty(x.shape[0])
+    score = np.empty(x.shape)
     for n in range(x.shape[0]):
-        out[n] = _point(system, x[n], theta, grad)
-    return out
+        log_p[n] = _point(system, x[n], theta, score[n])
+    return log_p, score
 
 
-@njit(cache=True, nogil=True)
-def score_points(system: int, x: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """``grad log p_eq`` of ``system`` at ``x (n, d)``, shape ``(n, d)``."""
-    out = np.empty(x.shape)
-    for n in range(x.shape[0]):
-        _point(system, x[n], theta, out[n])
-    return out
-
-
-@njit(cache=True, nogil=True)
+@compiled
 def mala(
     x0: np.ndarray,
     normals: np.ndarray,
@@ -271,7 +265,7 @@ def mala(
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def cir_gaussian(
     x0: np.ndarray,
     normals: np.ndarray,
@@ -324,7 +318,7 @@ class _MalaSystem(Parametrised):
 
     name: str
     components: tuple[str, ...]
-    default_burn_in: int
+    default_burn_in = 20_000  # stored samples, for every MALA system
     step: float
     subsample: int
     _system: int
@@ -367,11 +361,11 @@ class _MalaSystem(Parametrised):
 
     def score(self, x: np.ndarray) -> np.ndarray:
         """Exact ``grad log p_eq`` at ``x (n, d)``, shape ``(n, d)``."""
-        return score_points(self._system, _points(x, len(self.components)), self._theta)
+        return log_density_and_score(self._system, _points(x, len(self.components)), self._theta)[1]
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
         """Unnormalised ``log p_eq`` at ``x (n, d)``, shape ``(n,)``."""
-        return log_density_points(self._system, _points(x, len(self.components)), self._theta)
+        return log_density_and_score(self._system, _points(x, len(self.components)), self._theta)[0]
 
 
 def _check_count(n_samples: Any) -> None:
@@ -401,7 +395,6 @@ class CurvedWells(_MalaSystem):
 
     name = "curved-wells"
     components = ("x1", "x2")
-    default_burn_in = 20_000
     _system = CURVED_WELLS
 
     parameters = {
@@ -465,7 +458,6 @@ class Coupled3D(_MalaSystem):
 
     name = "coupled-3d"
     components = ("x1", "x2", "x3")
-    default_burn_in = 20_000
     _system = COUPLED_3D
 
     parameters = {
@@ -515,7 +507,6 @@ class AnharmonicChain(_MalaSystem):
     """
 
     dimension: int
-    default_burn_in = 20_000
     _system = CHAIN
 
     parameters = {
@@ -575,7 +566,6 @@ class HeavyTail(_MalaSystem):
     """
 
     name = "heavy-tail"
-    default_burn_in = 20_000
     _system = STUDENT
 
     # a constructor of its own, not a table of parameters: the length of loc follows from scale

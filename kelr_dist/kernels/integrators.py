@@ -12,7 +12,7 @@ numpy ``Generator`` stream drawn in order, splitting a run into blocks anywhere 
 trajectory bit for bit (the models' ``advance`` relies on this).
 
 Kernels assume validated input and never allocate per step. The scalar potentials and forces
-are plain ``@njit`` functions shared by the kernels and by the vectorised evaluators the models
+are plain ``@compiled`` functions shared by the kernels and by the vectorised evaluators the models
 use (one implementation of each formula).
 
 The triple-well kernel can also draw its normals itself (:func:`weak_trapezoidal_triple_well`
@@ -37,12 +37,14 @@ from numba.np.random._constants import (  # numpy's ziggurat tables, as numba's 
     ziggurat_nor_r,
 )
 
+from kelr_dist.kernels.compiled import compiled
+
 # --------------------------------------------------------------------------------------------
 # Ornstein-Uhlenbeck: exact Gaussian transition
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def linear_gaussian(
     x0: np.ndarray, normals: np.ndarray, out: np.ndarray, transition: np.ndarray, noise: np.ndarray
 ) -> np.ndarray:
@@ -79,7 +81,7 @@ def linear_gaussian(
 _EXP_FLOOR = -700.0
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def well_bump(s: float, a: float, radial: bool) -> tuple[float, float]:
     """The well profile ``v`` of eq. 60 at squared distance ``s``, and ``dv/ds``.
 
@@ -98,7 +100,7 @@ def well_bump(s: float, a: float, radial: bool) -> tuple[float, float]:
     return value, dvalue_dt if radial else dvalue_dt * 2.0 * s
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def triple_well_point(
     x1: float, x2: float, a: float, gamma: float, radial: bool
 ) -> tuple[float, float, float]:
@@ -128,7 +130,7 @@ def triple_well_point(
     return potential, g1, g2
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def triple_well_potential(x: np.ndarray, a: float, gamma: float, radial: bool) -> np.ndarray:
     """``V`` at ``x (n, 2)``, shape ``(n,)``."""
     out = np.empty(x.shape[0])
@@ -137,7 +139,7 @@ def triple_well_potential(x: np.ndarray, a: float, gamma: float, radial: bool) -
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def triple_well_gradient(x: np.ndarray, a: float, gamma: float, radial: bool) -> np.ndarray:
     """``grad V`` at ``x (n, 2)``, shape ``(n, 2)``."""
     out = np.empty((x.shape[0], 2))
@@ -226,7 +228,7 @@ def pcg64_standard_normal(
                 return x, high, low
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def pcg64_fill_normals(state: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``out[:] = Generator(PCG64).standard_normal(out.size)`` with the PCG64 state held in
     ``state`` (``[high, low, inc high, inc low]`` uint64, advanced in place)."""
@@ -239,7 +241,7 @@ def pcg64_fill_normals(state: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def weak_trapezoidal_triple_well(
     x0: np.ndarray,
     normals: np.ndarray,
@@ -313,7 +315,7 @@ def weak_trapezoidal_triple_well(
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def morse_point(x: float, epsilon: float, a: float, x0: float) -> tuple[float, float]:
     """``U(x) = U0(a (x - x0))``, ``U0(y) = eps (e^{-2y} - 2 e^{-y} + 0.03 y^2)``, and ``U'(x)``."""
     y = a * (x - x0)
@@ -323,7 +325,7 @@ def morse_point(x: float, epsilon: float, a: float, x0: float) -> tuple[float, f
     return potential, slope
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _morse_points(x: np.ndarray, epsilon: float, a: float, x0: float, which: int) -> np.ndarray:
     """Entry ``which`` (0: ``U``, 1: ``U'``) of :func:`morse_point` at ``x (n,)``: ``(n,)``."""
     out = np.empty(x.shape[0])
@@ -342,7 +344,7 @@ def morse_slope(x: np.ndarray, epsilon: float, a: float, x0: float) -> np.ndarra
     return _morse_points(x, epsilon, a, x0, 1)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def baoab_morse(
     x0: np.ndarray,
     normals: np.ndarray,

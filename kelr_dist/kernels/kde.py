@@ -53,8 +53,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
+from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
 
 DEFAULT_PAD = 4.0
@@ -128,7 +128,7 @@ def silverman_bandwidth(std: np.ndarray, n: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- exact KDE
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _kernel_sums(
     samples: np.ndarray, points: np.ndarray, inv_h: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -314,7 +314,7 @@ def default_grid(
     return make_grid(lower, upper, shape, max_bytes)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _strides(shape: np.ndarray) -> np.ndarray:
     """C-order strides, in elements, of a grid of ``shape``."""
     d = shape.shape[0]
@@ -326,7 +326,7 @@ def _strides(shape: np.ndarray) -> np.ndarray:
     return strides
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _inside(row: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> bool:
     for k in range(row.shape[0]):
         if not lower[k] <= row[k] <= upper[k]:
@@ -334,7 +334,7 @@ def _inside(row: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _locate(
     row: np.ndarray,
     lower: np.ndarray,
@@ -351,7 +351,7 @@ def _locate(
         frac[k] = min(t - j, 1.0)
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _corner(
     corner: int, base: np.ndarray, frac: np.ndarray, strides: np.ndarray
 ) -> tuple[int, float]:
@@ -368,7 +368,7 @@ def _corner(
     return index, weight
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _linear_binning(
     x: np.ndarray,
     lower: np.ndarray,
@@ -396,7 +396,7 @@ def _linear_binning(
     return -1
 
 
-@njit(cache=True, nogil=True)
+@compiled
 def _multilinear(
     points: np.ndarray,
     lower: np.ndarray,

@@ -43,10 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-import numba
 import numpy as np
 
 from kelr_dist.kernels.bases import TensorBasis, Workspace
+from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.density import KernelDensity, check_samples, row_blocks
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
@@ -73,7 +73,7 @@ _MANTISSA = (1 << 52) - 1
 SWEEP_TILE = 512
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _bin(bits):  # pragma: no cover - compiled
     """Histogram bin of |v| from the IEEE bits of v: t = 4 (exponent) + quarter, clamped."""
     expo = ((bits >> 52) & 0x7FF) - 1023
@@ -82,7 +82,7 @@ def _bin(bits):  # pragma: no cover - compiled
     return min(max(t, T_MIN), T_MAX) - T_MIN
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _sweep(first, tails, coef_t, shift, floor, stop, pos, neg, zeros, min_pos, min_val, acc):
     """Shell sums of one row block, then per-order statistics of the running sums.
 
