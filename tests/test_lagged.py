@@ -44,10 +44,11 @@ def test_lagged_sums_matches_brute_force(len_a, len_b, max_lag, block_rows):
     assert_close(out, brute_lagged_sums(a, b, max_lag))
 
 
+@pytest.mark.parametrize("max_lag", [6, 0])  # S = 0: block sums of products, no transform
 @pytest.mark.parametrize("offset", [0, 1, 9])
-def test_blockwise_lagged_sums_are_the_sums_of_each_block(offset):
+def test_blockwise_lagged_sums_are_the_sums_of_each_block(offset, max_lag):
     rng = np.random.default_rng(offset)
-    block, max_lag = 10, 6
+    block = 10
     a, b = rng.normal(size=(58, 2)), rng.normal(size=(55, 2))
     out = blockwise_lagged_sums(a, b, max_lag, block, offset=offset)
     assert out.shape == (-(-(offset + 55) // block), max_lag + 1, 2, 2)

@@ -45,7 +45,7 @@ Choice of the block size (per entry)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -301,6 +301,22 @@ class BlockingResult:
     n_blocks: np.ndarray
     sigma: np.ndarray
     sigma_error: np.ndarray
+
+    def columns(self, index: slice, axis: int = -1) -> BlockingResult:
+        """The result of the entries ``index`` along ``axis`` of ``(S+1, q, d)`` (-1: ``j``,
+        -2: ``i``) alone: every entry's statistics are its own, so this is what the entries'
+        own pass would give."""
+        entries = (slice(None),) * (axis % 3) + (index,)
+        levels = (slice(None), *entries)
+        return replace(
+            self,
+            mean=self.mean[entries],
+            stderr=self.stderr[entries],
+            block_size=self.block_size[entries],
+            converged=self.converged[entries],
+            sigma=self.sigma[levels],
+            sigma_error=self.sigma_error[levels],
+        )
 
 
 def _sigma(m2: np.ndarray, n: np.ndarray) -> np.ndarray:

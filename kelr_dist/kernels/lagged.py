@@ -144,6 +144,8 @@ def lagged_sums(
     block = default_block_rows(max_lag) if block_rows is None else _check_block(block_rows)
     if b.shape[0] == 0:
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
+    if max_lag == 0:  # one product sum, no transform
+        return (a[: b.shape[0]].T @ b)[None]
     total = 0.0
     for spec in _spectra(a, b, block, max_lag, offset=0):
         total = total + np.einsum("ikf,jkf->ijf", spec.a, spec.b.conj())
@@ -174,6 +176,13 @@ def blockwise_lagged_sums(
     block = _check_block(block)
     if not 0 <= offset < block:
         raise ValueError(f"offset must be in [0, block = {block}), got {offset}")
+    if max_lag == 0:  # block sums of the products, no transform
+        starts = np.arange(-offset, b.shape[0], block).clip(0)
+        if b.shape[0] == 0:
+            return np.zeros((len(starts), 1, a.shape[1], b.shape[1]))
+        products = (a[: b.shape[0], :, None] * b[:, None, :]).reshape(b.shape[0], -1)
+        sums = np.add.reduceat(products, starts, axis=0)
+        return sums.reshape(len(starts), 1, a.shape[1], b.shape[1])
     parts = [
         _to_lags(spec.a[:, None] * spec.b.conj()[None, :], spec.length, max_lag)
         for spec in _spectra(a, b, block, max_lag, offset)

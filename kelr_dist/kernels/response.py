@@ -258,64 +258,76 @@ class _ResponseKernel:
     base_block: int | None = None
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
+        """Every score's ``B`` side by side (then the correction's columns), so one transform
+        of ``A`` serves them all: ``blocks`` holds the lagged sums of all the columns, ``stein``
+        every score's lag-0 residual products, ``parts`` per score what is not lagged."""
         x_ext = x if halo is None or len(halo) == 0 else np.concatenate([x, halo])
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: x.shape[0]]
         target = stein_target(self.observable, self.forcing, x, a, self.steps)
-        ones = np.ones((x.shape[0], 1))
-        out: dict[str, Any] = {}
         z = augmented(x, self.origin)
+        columns, residuals, parts = [], [], {}
         for name, score in self.scores.items():
             s, kept = score(x)
             b = self.forcing.conjugate(x, s, kept)
-            part = response_block_partial(a_ext, b, self.max_lag, info, self.base_block)
-            residual = (a[:, :, None] * b[:, None, :] - target).reshape(x.shape[0], -1)
-            stein = response_block_partial(residual, ones, 0, info)
-            out[name] = {"blocks": part, "stein": stein, "kept": int(kept.sum()), "n": x.shape[0]}
+            columns.append(b)
+            residuals.append((a[:, :, None] * b[:, None, :] - target).reshape(x.shape[0], -1))
+            parts[name] = {"kept": int(kept.sum()), "n": x.shape[0]}
             if name in self.corrected:
-                out[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
+                parts[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
         if self.corrected:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
-            columns = correction_columns(x, self.origin, profile)
-            part = response_block_partial(a_ext, columns, self.max_lag, info, self.base_block)
-            out[AFFINE] = {"blocks": part, "moment": z.T @ z, "n": x.shape[0]}
-        return out
+            columns.append(correction_columns(x, self.origin, profile))
+            parts[AFFINE] = {"moment": z.T @ z, "n": x.shape[0]}
+        return {
+            "blocks": response_block_partial(
+                a_ext, np.hstack(columns), self.max_lag, info, self.base_block
+            ),
+            "stein": response_block_partial(
+                np.hstack(residuals), np.ones((x.shape[0], 1)), 0, info
+            ),
+            "parts": parts,
+        }
 
 
 def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    parts = {
+        name: {key: value + b["parts"][name][key] for key, value in part.items()}
+        for name, part in a["parts"].items()
+    }
     return {
-        name: {
-            key: combine_block_partials(value, b[name][key])
-            if key in ("blocks", "stein")
-            else value + b[name][key]
-            for key, value in part.items()
-        }
-        for name, part in a.items()
+        "blocks": combine_block_partials(a["blocks"], b["blocks"]),
+        "stein": combine_block_partials(a["stein"], b["stein"]),
+        "parts": parts,
     }
 
 
-def _finalize(partials: dict[str, Any]) -> dict[str, ResponseResult]:
-    partials = dict(partials)
-    shared = partials.pop(AFFINE, None)  # present exactly when some score is corrected
+def _finalize(width: int, partials: dict[str, Any]) -> dict[str, ResponseResult]:
+    """Each score's ``width`` columns of the shared lagged sums (in the chunk's order), the
+    correction's after them."""
+    blocks = block_standard_error(partials["blocks"])
+    stein = block_standard_error(partials["stein"])
+    parts = dict(partials["parts"])
+    shared = parts.pop(AFFINE, None)  # present exactly when some score is corrected
+    q = blocks.mean.shape[1]
     results = {}
-    for name, p in partials.items():
+    for k, (name, p) in enumerate(parts.items()):
         result = ResponseResult(
-            block_standard_error(p["blocks"]),
+            blocks.columns(slice(k * width, (k + 1) * width)),
             p["kept"],
             p["n"],
-            block_standard_error(p["stein"]),
+            stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2),
         )
         if "moment" in p:
             weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"])
-            result = _corrected(result, weights, block_standard_error(shared["blocks"]))
+            lagged = blocks.columns(slice(len(parts) * width, None))
+            result = _corrected(result, weights, lagged)
         results[name] = result
     return results
 
 
-def _corrected(
-    raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult
-) -> ResponseResult:
+def _corrected(raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult) -> ResponseResult:
     """``raw`` with the affine Stein correction ``V`` applied to its response and its lag-0
     Stein residual (:func:`kelr_dist.kernels.stein_correction.corrected_response`)."""
     shape = raw.mean.shape + (weights.shape[1],)
@@ -387,7 +399,7 @@ def response_reduction(
         name="response",
         chunk=kernel.chunk,
         combine=_combine,
-        finalize=_finalize,
+        finalize=partial(_finalize, d),
         halo=int(max_lag),
     )
 
