@@ -395,7 +395,6 @@ class CurvedWells(_MalaSystem):
 
     name = "curved-wells"
     components = ("x1", "x2")
-    _system = CURVED_WELLS
 
     parameters = {
         "barrier": Parameter(2.5, positive),
@@ -416,6 +415,8 @@ class CurvedWells(_MalaSystem):
             self.curvature, self.stiffness, math.cos(radians), math.sin(radians),
             self.center[0], self.center[1], 1.0 / self.kT,
         ])  # fmt: skip
+
+    _system = CURVED_WELLS  # the kernels' potential; _theta (from _derive) holds its parameters
 
     def to_local(self, x: np.ndarray) -> np.ndarray:
         """Valley coordinates ``(u, v) = R(-angle) (x - center)`` of ``x (n, 2)``: ``(n, 2)``."""
@@ -458,7 +459,6 @@ class Coupled3D(_MalaSystem):
 
     name = "coupled-3d"
     components = ("x1", "x2", "x3")
-    _system = COUPLED_3D
 
     parameters = {
         "barrier": Parameter(3.0, positive),
@@ -477,6 +477,8 @@ class Coupled3D(_MalaSystem):
             self.barrier, self.tilt, self.a, self.b, self.quartic2, self.cubic3, self.quartic3,
             1.0 / self.kT,
         ])  # fmt: skip
+
+    _system = COUPLED_3D  # the kernels' potential; _theta (from _derive) holds its parameters
 
     def factors(self, x: np.ndarray) -> np.ndarray:
         """The independent coordinates ``(x1, y2, y3)`` of ``x (n, 3)``, shape ``(n, 3)``."""
@@ -507,7 +509,6 @@ class AnharmonicChain(_MalaSystem):
     """
 
     dimension: int
-    _system = CHAIN
 
     parameters = {
         "barrier": Parameter(3.0, positive),
@@ -524,6 +525,8 @@ class AnharmonicChain(_MalaSystem):
         self._theta = np.array([
             self.barrier, self.tilt, self.coupling, self.cubic, self.quartic, 1.0 / self.kT,
         ])  # fmt: skip
+
+    _system = CHAIN  # the kernels' potential; _theta (from _derive) holds its parameters
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """``x1 = 1`` (right well), the rest 0, plus ``0.1 N(0, I)``: ``(d,)``."""
