@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-import numba
 import numpy as np
+
+from kelr_dist.kernels.compiled import compiled
 
 IndexSet = Literal["total", "box"]
 
@@ -46,7 +47,7 @@ _LOG_RESCALE = 64.0 * math.log(2.0)
 FAST_RANGE = 30.0
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compiled
     """Ψ_m = ψ_m W^β, Ψ_m' = √m Ψ_{m-1} - β x Ψ_m; ψ_m = (x ψ_{m-1} - √(m-1) ψ_{m-2}) / √m."""
     inv_root = np.empty(order + 1)  # 1/√m
@@ -77,7 +78,7 @@ def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compi
                 derivs[n, m] = math.sqrt(float(m)) * values[n, m - 1] - beta * xn * values[n, m]
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover - compiled
     """Ψ_m = ℓ_m G^β with √((m+1)(m+θ+1)) ℓ_{m+1} = (2m+1+θ-x) ℓ_m - √(m(m+θ)) ℓ_{m-1}.
 
@@ -153,7 +154,7 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
             # θβ > 1: (G^β)' -> 0 and G^β -> 0, nothing to add
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _hermite_columns(x, order, beta, values, derivs):  # pragma: no cover - compiled
     """Vectorised twin of :func:`_hermite_kernel` for moderate ``|x|``: outputs ``(order+1, n)``.
 
@@ -181,7 +182,7 @@ def _hermite_columns(x, order, beta, values, derivs):  # pragma: no cover - comp
                 out[i] = root * low[i] - beta * x[i] * cur[i]
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _laguerre_columns(x, order, theta, beta, values, derivs):  # pragma: no cover - compiled
     """Vectorised twin of :func:`_laguerre_kernel` for ``0 < x`` of moderate size."""
     n = x.shape[0]
@@ -461,7 +462,7 @@ class Coordinate:
 def _stack_tables(tables: list[np.ndarray]) -> np.ndarray:
     """Per-coordinate tables ``(n, M_k + 1)`` as one zero-padded ``(d', n, max M_k + 1)``."""
     width = max(t.shape[1] for t in tables)
-    out = np.zeros((len(tables), tables[0].shape[0], width))
+    out = np.empty((len(tables), tables[0].shape[0], width))  # padding is never read
     for k, t in enumerate(tables):
         out[k, :, : t.shape[1]] = t
     return out
@@ -498,7 +499,7 @@ def _tail_products(
     return product, list(grads)
 
 
-@numba.njit(cache=True, nogil=True)
+@compiled
 def _fill_tail_products(values, derivatives, heads, lengths, product, grads):  # pragma: no cover
     """Row by row and run by run: the run's fixed leading factors are multiplied once, and the
     last coordinate's table, contiguous within a run, is scaled by them (one SIMD loop)."""
