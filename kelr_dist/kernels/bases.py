@@ -460,11 +460,12 @@ class Coordinate:
 
 
 def _stack_tables(tables: list[np.ndarray]) -> np.ndarray:
-    """Per-coordinate tables ``(n, M_k + 1)`` as one zero-padded ``(d', n, max M_k + 1)``."""
-    width = max(t.shape[1] for t in tables)
-    out = np.empty((len(tables), tables[0].shape[0], width))  # padding is never read
+    """Per-coordinate tables ``(n, M_k + 1)`` as one function-major ``(d', max M_k + 1, n)``
+    (a copy without transposing when the tables are Fortran-ordered, as the families give them;
+    the padding is never read)."""
+    out = np.empty((len(tables), max(t.shape[1] for t in tables), tables[0].shape[0]))
     for k, t in enumerate(tables):
-        out[k, :, : t.shape[1]] = t
+        out[k, : t.shape[1]] = t.T
     return out
 
 
@@ -489,47 +490,66 @@ def _tail_products(
     size: int,
     with_gradients: bool,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``H[n, r] = Π_k values[k, n, R[r, k]]`` ``(n, |R|)`` and, with gradients, each ``∂_k H``
-    (one factor replaced by its derivative); ``values``, ``derivatives`` ``(d', n, W)``, the
-    tails given by their runs (:func:`_tail_runs`)."""
-    n, m = values.shape[1], values.shape[0]
-    product = np.empty((n, size))
-    grads = np.empty((m if with_gradients else 0, n, size))
+    """``H[n, r] = Π_k values[k, R[r, k], n]`` ``(n, |R|)`` and, with gradients, each ``∂_k H``
+    (one factor replaced by its derivative); ``values``, ``derivatives`` function-major
+    ``(d', W, n)`` (:func:`_stack_tables`), the tails given by their runs (:func:`_tail_runs`).
+    The outputs are Fortran-ordered like the tables: each function's column is contiguous."""
+    m, n = values.shape[0], values.shape[2]
+    product = np.empty((size, n))
+    grads = np.empty((m if with_gradients else 0, size, n))
     _fill_tail_products(values, derivatives, runs[0], runs[1], product, grads)
-    return product, list(grads)
+    return product.T, [g.T for g in grads]
 
 
 @compiled
 def _fill_tail_products(values, derivatives, heads, lengths, product, grads):  # pragma: no cover
-    """Row by row and run by run: the run's fixed leading factors are multiplied once, and the
-    last coordinate's table, contiguous within a run, is scaled by them (one SIMD loop)."""
-    m = values.shape[0]
+    """Run by run: the run's fixed leading factors are multiplied once per sample, then each of
+    the run's functions is the last coordinate's contiguous table row scaled by them."""
+    m, n = values.shape[0], values.shape[2]
     last = m - 1
     gradients = grads.shape[0] > 0
-    lead = np.empty(m)  # lead[k]: the fixed factors with the k-th replaced by its derivative
-    for i in range(values.shape[1]):
-        for run in range(heads.shape[0]):
-            first, offset, count = heads[run, 0], heads[run, m], lengths[run]
-            fixed = 1.0
+    fixed = np.empty(n)
+    lead = np.empty((m, n))  # lead[k]: the fixed factors with the k-th replaced by its derivative
+    for run in range(heads.shape[0]):
+        first, offset, count = heads[run, 0], heads[run, m], lengths[run]
+        fixed[:] = 1.0
+        for k in range(last):
+            fixed *= values[k, heads[run, 1 + k]]
+        if gradients:
             for k in range(last):
-                fixed *= values[k, i, heads[run, 1 + k]]
-            row = values[last, i, offset : offset + count]
-            out = product[i, first : first + count]
-            for j in range(count):
-                out[j] = fixed * row[j]
+                lead[k] = derivatives[k, heads[run, 1 + k]]
+                for j in range(last):
+                    if j != k:
+                        lead[k] *= values[j, heads[run, 1 + j]]
+        for j in range(count):
+            row = values[last, offset + j]
+            out = product[first + j]
+            for i in range(n):
+                out[i] = fixed[i] * row[i]
             if gradients:
                 for k in range(last):
-                    lead[k] = derivatives[k, i, heads[run, 1 + k]]
-                    for j in range(last):
-                        if j != k:
-                            lead[k] *= values[j, i, heads[run, 1 + j]]
-                    g = grads[k, i, first : first + count]
-                    for j in range(count):
-                        g[j] = lead[k] * row[j]
-                slope = derivatives[last, i, offset : offset + count]
-                g = grads[last, i, first : first + count]
-                for j in range(count):
-                    g[j] = fixed * slope[j]
+                    g = grads[k, first + j]
+                    for i in range(n):
+                        g[i] = lead[k, i] * row[i]
+                slope = derivatives[last, offset + j]
+                g = grads[last, first + j]
+                for i in range(n):
+                    g[i] = fixed[i] * slope[i]
+
+
+@compiled
+def _fill_columns(first, tails, stops, out):  # pragma: no cover - compiled
+    """``out[p] = first[m_1] * tails[r]`` for the functions ``p`` of each tail ``r`` in layout
+    order (``m_1 = 0..stops[r]``); all arrays function-major ``(functions, n)``."""
+    p = 0
+    for r in range(tails.shape[0]):
+        tail = tails[r]
+        for m1 in range(stops[r] + 1):
+            row = first[m1]
+            target = out[p]
+            for i in range(row.shape[0]):
+                target[i] = row[i] * tail[i]
+            p += 1
 
 
 @dataclass(frozen=True)
@@ -654,8 +674,12 @@ class TensorBasis:
 
     def columns(self, first: np.ndarray, tails: np.ndarray) -> np.ndarray:
         """Every basis function at the rows of a first-coordinate table ``(n, M_1 + 1)`` and tail
-        products ``(n, |R|)`` (:meth:`tail_products`): ``(n, P)`` in :attr:`indices` order."""
-        return first[:, self.indices[:, 0]] * tails[:, self._tail_positions()]
+        products ``(n, |R|)`` (:meth:`tail_products`): ``(n, P)`` in :attr:`indices` order,
+        Fortran-ordered like the tables."""
+        out = np.empty((self.size, first.shape[0]))
+        stops = np.asarray([self.first_stop(t) for t in self.tails], dtype=np.int64)
+        _fill_columns(np.ascontiguousarray(first.T), np.ascontiguousarray(tails.T), stops, out)
+        return out.T
 
     def tail_products(
         self, tables: list[np.ndarray], derivative_tables: list[np.ndarray] | None = None
