@@ -670,15 +670,21 @@ class TensorBasis:
         return matrix[self.indices[:, 0], self._tail_positions()]
 
     def _tail_positions(self) -> np.ndarray:
-        return np.repeat(np.arange(len(self.tails)), [self.first_stop(t) + 1 for t in self.tails])
+        return np.repeat(np.arange(len(self.tails)), self.first_stops + 1)
+
+    @cached_property
+    def first_stops(self) -> np.ndarray:
+        """:meth:`first_stop` of every tail, ``(|R|,)`` int64."""
+        return np.asarray([self.first_stop(t) for t in self.tails], dtype=np.int64)
 
     def columns(self, first: np.ndarray, tails: np.ndarray) -> np.ndarray:
         """Every basis function at the rows of a first-coordinate table ``(n, M_1 + 1)`` and tail
         products ``(n, |R|)`` (:meth:`tail_products`): ``(n, P)`` in :attr:`indices` order,
         Fortran-ordered like the tables."""
         out = np.empty((self.size, first.shape[0]))
-        stops = np.asarray([self.first_stop(t) for t in self.tails], dtype=np.int64)
-        _fill_columns(np.ascontiguousarray(first.T), np.ascontiguousarray(tails.T), stops, out)
+        _fill_columns(
+            np.ascontiguousarray(first.T), np.ascontiguousarray(tails.T), self.first_stops, out
+        )
         return out.T
 
     def tail_products(

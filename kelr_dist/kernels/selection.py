@@ -137,7 +137,7 @@ def _layout(basis: TensorBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     else:
         shift = np.zeros(len(tails), dtype=np.int64)
         floor = tails.max(axis=1, initial=0)
-    stop = np.asarray([basis.first_stop(t) for t in tails], dtype=np.int64)
+    stop = basis.first_stops
     return shift.astype(np.int64), floor.astype(np.int64), stop
 
 
