@@ -86,6 +86,10 @@ def main() -> None:
             started = time.perf_counter()
             make_store(Path(store), int(args.samples))
             print(f"store: {int(args.samples):.0e} samples ({time.perf_counter() - started:.0f} s)")
+        else:  # the figures below name the store's own size
+            from kelr_dist.data.store import open_trajectory
+
+            args.samples = open_trajectory(store).shape[0] * open_trajectory(store).shape[1]
         clean = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
         clean.pop("DASK_SCHEDULER_ADDRESS", None)
         environments = {
