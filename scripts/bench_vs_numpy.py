@@ -89,7 +89,8 @@ def main() -> None:
         else:  # the figures below name the store's own size
             from kelr_dist.data.store import open_trajectory
 
-            args.samples = open_trajectory(store).shape[0] * open_trajectory(store).shape[1]
+            chains, length, _ = open_trajectory(store).shape
+            args.samples = chains * length
         clean = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
         clean.pop("DASK_SCHEDULER_ADDRESS", None)
         environments = {
