@@ -142,3 +142,27 @@ def test_bad_parameters_are_named():
         TensorBasis((Coordinate(),) * 4, 400)
     with pytest.raises(ValueError, match="order"):
         TensorBasis((Coordinate(),) * 2, -1)
+
+
+@pytest.mark.parametrize(
+    ("order", "index_set", "d"),
+    [(20, "total", 3), (7, "total", 4), (4, "total", 6), ((3, 5, 0, 2), "box", 4)],
+)
+def test_tail_products_and_columns_equal_the_products_of_gathered_factors(order, index_set, d):
+    # the compiled kernels against the definition: gather each factor's table, multiply
+    basis = TensorBasis(tuple(Coordinate() for _ in range(d)), order, index_set)
+    rng = np.random.default_rng(d)
+    tables = [np.asfortranarray(rng.normal(size=(300, m + 1))) for m in basis.max_orders]
+    slopes = [np.asfortranarray(rng.normal(size=(300, m + 1))) for m in basis.max_orders]
+    product, grads = basis.tail_products(tables, slopes)
+    gathered = [t[:, basis.tails[:, k - 1]] for k, t in enumerate(tables) if k > 0]
+    np.testing.assert_allclose(product, np.prod(gathered, axis=0), rtol=1e-14)
+    for k, grad in enumerate(grads, start=1):
+        factors = list(gathered)
+        factors[k - 1] = slopes[k][:, basis.tails[:, k - 1]]
+        np.testing.assert_allclose(grad, np.prod(factors, axis=0), rtol=1e-14)
+    columns = basis.columns(tables[0], product)
+    expected = tables[0][:, basis.indices[:, 0]] * np.prod(
+        [t[:, basis.indices[:, k]] for k, t in enumerate(tables) if k > 0], axis=0
+    )
+    np.testing.assert_allclose(columns, expected, rtol=1e-14)

@@ -197,3 +197,18 @@ def test_rejects_bad_input():
         combine_block_partials(part, other)
     with pytest.raises(ValueError, match="min_blocks"):
         block_standard_error(part, min_blocks=1)
+
+
+def test_columns_of_a_wide_result_are_the_result_of_those_columns_alone():
+    # one partial for several scores side by side, sliced per score, is each score's own pass
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1, 3000, 5))
+    info = BlockInfo(0, 0, 3000, 3000)
+    wide = block_standard_error(response_block_partial(x[0, :, :2], x[0, :, 2:], 8, info, 16))
+    for cols in (slice(0, 1), slice(1, 3)):
+        alone = block_standard_error(
+            response_block_partial(x[0, :, :2], x[0, :, 2:][:, cols], 8, info, 16)
+        )
+        part = wide.columns(cols)
+        for field in ("mean", "stderr", "block_size", "converged", "sigma", "sigma_error"):
+            np.testing.assert_allclose(getattr(part, field), getattr(alone, field), rtol=1e-12)
