@@ -518,9 +518,9 @@ def _fill_tail_products(values, derivatives, heads, lengths, product, grads):  #
         if gradients:
             for k in range(last):
                 lead[k] = derivatives[k, heads[run, 1 + k]]
-                for j in range(last):
-                    if j != k:
-                        lead[k] *= values[j, heads[run, 1 + j]]
+                for other in range(last):
+                    if other != k:
+                        lead[k] *= values[other, heads[run, 1 + other]]
         for j in range(count):
             row = values[last, offset + j]
             out = product[first + j]
