@@ -207,6 +207,23 @@ def fmt_passes(graphs: list[tuple[str, int, int, int]]) -> str:
     return "; ".join(f"{n} {b / 1024:.0f} KiB {k} blocks/{t} tasks" for n, b, k, t in graphs)
 
 
+def fmt_run(n: int, run: dict[str, Any]) -> str:
+    """Wall time, rate, the client's RSS and the largest graph of one observed estimate."""
+    name, nbytes = max(run["graphs"], key=lambda g: g[1])[:2]
+    return (
+        f"{run['wall']:.1f} s, {n / run['wall']:.3g} samples/s; client RSS "
+        f"{run['rss_before']:.0f} MiB before, peak {run['rss_peak']:.0f} MiB; largest graph "
+        f"{nbytes / 1024:.0f} KiB ({name})"
+    )
+
+
+def say_run(line: str, run: dict[str, Any]) -> None:
+    """``line`` (with the load), then the estimate's time per step and its passes."""
+    say(line)
+    print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
+    print("      passes: " + fmt_passes(run["graphs"]))
+
+
 def steps_estimate(path: Path, client: Any, order: int, max_lag: int) -> dict[str, Any]:
     """The kernel-embedding estimate of ``path`` at a fixed order, step by step through the
     public steps of :mod:`kelr_dist.pipeline.steps` (as ``estimate_response(...,
@@ -279,15 +296,11 @@ def speed(cache: Path, quick: bool, sizes: tuple[int, ...] | None = None) -> Non
         path = cached_store(cache, "triple-well", n, client=client)
         say(f"  N = {n:.0e}: starting")
         run = runs[n] = steps_estimate(path, client, order, max_lag)
-        largest = max(run["graphs"], key=lambda g: g[1])
-        say(
-            f"  N = {n:.0e}: {run['wall']:.1f} s, {n / run['wall']:.3g} samples/s; client RSS "
-            f"{run['rss_before']:.0f} MiB before, peak {run['rss_peak']:.0f} MiB; largest graph "
-            f"{largest[1] / 1024:.0f} KiB ({largest[0]}); passes {run['passes']}, store reads "
-            f"{run['store_reads']} (kept in memory: {run['in_memory']})"
+        say_run(
+            f"  N = {n:.0e}: {fmt_run(n, run)}; passes {run['passes']}, store reads "
+            f"{run['store_reads']} (kept in memory: {run['in_memory']})",
+            run,
         )
-        print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
-        print("      passes: " + fmt_passes(run["graphs"]))
     if 10**7 in runs and PAPER_SECONDS:
         say(
             f"  paper (MATLAB, N = 1e7): {PAPER_SECONDS:.3g} s; this: {runs[10**7]['wall']:.1f} "
@@ -348,13 +361,12 @@ def automatic(cache: Path, quick: bool) -> None:
     for model, n, target in runs:
         path = cached_store(cache, model, n, client=client)
         ds, run = observed_estimate(path, client, estimator="auto")
-        say(
+        say_run(
             f"  {model} N = {n:.0e}: {run['wall']:.1f} s (target <= {target:.0f} s), chosen "
             f"{ds.attrs['estimator']}; passes {ds.attrs['passes']}, store reads "
-            f"{ds.attrs['store_reads']}; client peak RSS {run['rss_peak']:.0f} MiB"
+            f"{ds.attrs['store_reads']}; client peak RSS {run['rss_peak']:.0f} MiB",
+            run,
         )
-        print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
-        print("      passes: " + fmt_passes(run["graphs"]))
 
 
 # --- 5. one large store ---------------------------------------------------------------------------
@@ -382,16 +394,12 @@ def large(cache: Path, quick: bool, n: int | None = None) -> None:
             )
     finally:
         shutil.rmtree(path, ignore_errors=True)
-    largest = max(run["graphs"], key=lambda g: g[1])
-    say(
-        f"  estimate: {run['wall']:.0f} s, {n / run['wall']:.3g} samples/s; client RSS "
-        f"{run['rss_before']:.0f} MiB before, peak {run['rss_peak']:.0f} MiB; worker peak RSS "
-        f"{[round(v / 2**20) for v in workers.values()]} MiB; largest graph "
-        f"{largest[1] / 1024:.0f} KiB; passes {ds.attrs['passes']}, store reads "
-        f"{ds.attrs['store_reads']}"
+    say_run(
+        f"  estimate: {fmt_run(n, run)}; worker peak RSS "
+        f"{[round(v / 2**20) for v in workers.values()]} MiB; passes {ds.attrs['passes']}, "
+        f"store reads {ds.attrs['store_reads']}",
+        run,
     )
-    print("      steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in run["steps"].items()))
-    print("      passes: " + fmt_passes(run["graphs"]))
 
 
 SECTIONS = {
