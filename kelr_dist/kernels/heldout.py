@@ -85,7 +85,6 @@ def smooth_density_loss(
 
 def _density_loss_chunk(
     densities: tuple[KernelDensity, ...],
-    order: Order,
     delta: float,
     folds: Folds,
     stride: int,
@@ -101,7 +100,7 @@ def _density_loss_chunk(
         if points.shape[0] == 0:
             continue
         density = densities[fold]
-        p, gradient, hessian = density.derivatives(points, order)
+        p, gradient, hessian = density.derivatives(points)
         scale = HELDOUT_SMOOTHING * delta * density.jacobian
         loss[fold] += smooth_density_loss(p, gradient, hessian, scale).sum()
         count[fold] += points.shape[0]
@@ -136,10 +135,11 @@ def density_loss_reduction(
     """Held-out Hyvärinen loss of the kernel embedding's smooth score ``ŝ_δ`` (module docstring):
     each fold's rows (every ``stride``-th) scored with the coefficients of the other folds.
     ``density`` must have been fitted by fold; ``delta`` is in standardized units."""
-    held_out = tuple(density.held_out(f) for f in range(folds.count))
+    # each fold's estimate truncated to ``order`` once, on its own basis
+    held_out = tuple(density.held_out(f).truncated(order) for f in range(folds.count))
     return Reduction(
         name="heldout",
-        chunk=partial(_density_loss_chunk, held_out, order, float(delta), folds, stride),
+        chunk=partial(_density_loss_chunk, held_out, float(delta), folds, stride),
         finalize=_fold_means,
     )
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -73,8 +73,13 @@ class DensityScore:
     order: Order
     delta: float
 
+    @cached_property
+    def truncated(self) -> KernelDensity:
+        """``p_M`` on its own basis (:meth:`KernelDensity.truncated`), built once per score."""
+        return self.density.truncated(self.order)
+
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        p, grad = self.density.evaluate(x, self.order)
+        p, grad = self.truncated.evaluate(x)
         kept = p >= self.delta * self.density.jacobian
         score = np.zeros_like(grad)
         np.divide(grad, p[:, None], out=score, where=kept[:, None])
