@@ -6,9 +6,10 @@ For every system (all with a closed-form ``p_eq``, so the exact score is known) 
 exact-FDT response on the same samples and the baselines (Gaussian KDE for d <= 2, the
 quasi-Gaussian FDT). "Stein/se" is the largest lag-0 Stein residual of the reported (affinely
 corrected) estimate in standard errors, "raw/se" the uncorrected estimate's: the size of the
-correction. Errors are ``max over lags and entries of |k̂ - k_exact|``, diagonal and
-off-diagonal entries apart. Printed: one table, and (``--figure``) the response curves of the two
-systems where the automatic estimate is furthest from the exact response.
+correction; "KE-SM/se" the two families' largest difference in standard errors ("!": a
+DisagreementWarning was raised). Errors are ``max over lags and entries of |k̂ - k_exact|``,
+diagonal and off-diagonal entries apart. Printed: one table, and (``--figure``) the response
+curves of the two systems where the automatic estimate is furthest from the exact response.
 
     python scripts/accuracy_suite.py                      # N = 1e7, every system (~15 min)
     python scripts/accuracy_suite.py --samples 1e6 --systems ou curved-wells
@@ -86,12 +87,14 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
         "sm": single.get("score-matching", (np.nan, np.nan)),
         **{k: errors(ds, v) for k, v in BASELINES.items()},
         "chosen": ds.attrs["estimator"],
-        "order": ds.attrs["order"]
-        if ds.attrs["estimator"] == "kernel-embedding"
-        else (f"q={ds.attrs['degree']}"),
+        "order": f"{ds.attrs['order']}/{ds.attrs['degree']}",
         "stein": stein[1],
         "raw_stein": stein[2],
         "warned": any("Stein" in str(w.message) for w in caught),
+        "disagreement": ds.attrs.get("estimator_disagreement", np.nan),
+        "disagreement_warned": any(
+            isinstance(w.message, kelr_dist.DisagreementWarning) for w in caught
+        ),
         "seconds": seconds,
     }
     return row, ds
@@ -105,7 +108,8 @@ def print_table(rows: list[dict], samples: int) -> None:
     print(f"\nN = {samples:.0e} per system; error = max_t,entries |k - k_exact|, diag / off-diag")
     head = (
         f"{'system':15} {'d':>1}  {'auto':>13}  {'kernel-emb.':>13}  {'score-match.':>13}  "
-        f"{'KDE':>13}  {'quasi-Gauss':>13}  {'chosen':>17} {'M/q':>5} {'Stein/se':>8} {'time s':>6}"
+        f"{'KDE':>13}  {'quasi-Gauss':>13}  {'chosen':>17} {'M/q':>5} {'Stein/se':>8} "
+        f"{'KE-SM/se':>9} {'time s':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -114,6 +118,7 @@ def print_table(rows: list[dict], samples: int) -> None:
             f"{r['system']:15} {r['d']:>1}  {pair(r['auto']):>13}  {pair(r['ke']):>13}  "
             f"{pair(r['sm']):>13}  {pair(r['kde']):>13}  {pair(r['gaussian']):>13}  "
             f"{r['chosen']:>17} {r['order']:>5} {r['stein']:>8.1f} {r['raw_stein']:>6.1f} "
+            f"{r['disagreement']:>8.1f}{'!' if r['disagreement_warned'] else ' '} "
             f"{r['seconds']:>6.1f}"
         )
 

@@ -1,6 +1,8 @@
 """Order and threshold selection (eqs. 52–54): the one-pass sweep against a
 brute-force evaluation at every order, chunking invariance, eta, and the automatic choices."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,7 +10,8 @@ from hypothesis import strategies as st
 
 from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
 from kelr_dist.kernels.coordinates import fit_basis
-from kelr_dist.kernels.density import KernelDensity
+from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.selection import (
     N_BINS,
@@ -18,6 +21,7 @@ from kelr_dist.kernels.selection import (
     choose_order,
     combine_sweeps,
     criteria_reduction,
+    least_adequate_order,
     sweep_sums,
 )
 
@@ -268,3 +272,45 @@ def test_automatic_choices_on_data_gaussian_low_bimodal_high():
         assert criteria.rejection(delta)[order] == pytest.approx((p < delta).mean(), abs=1e-5)
     assert chosen["gauss"] <= 8
     assert chosen["bimodal"] >= 2 * chosen["gauss"] and chosen["bimodal"] >= 12
+
+
+def test_held_out_l2_is_the_brute_force_cross_validated_risk():
+    # with beta = 1/2 the basis is orthonormal in plain L2 of the standardized coordinates, so
+    # for fold k: L_k(M) = ||p_M^(-k)||^2 - 2 mean_{x in fold k} p_M^(-k)(x), the density of y
+    rng = np.random.default_rng(7)
+    x = bimodal(4_000, rng)
+    coords = (Coordinate(Hermite(beta=0.5), 0.0, 1.6), Coordinate(Hermite(beta=0.5), 0.2, 0.8))
+    basis = TensorBasis(coords, 10, "total")
+    folds = Folds(4, 1, len(x))
+    density = reduce_in_memory(coefficient_reduction(basis, folds), x, 700)
+    loss, spread = density.held_out_l2()
+    levels = basis.indices.sum(axis=1)
+    brute = np.empty((folds.count, basis.max_level + 1))
+    for k in range(folds.count):
+        rest = density.held_out(k)
+        own = x[folds.edge(k) : folds.edge(k + 1)]
+        for order in range(basis.max_level + 1):
+            kept = rest.coefficients[levels <= order]
+            p_y = rest.pdf(own, order) / rest.jacobian
+            brute[k, order] = kept @ kept - 2.0 * p_y.mean()
+    np.testing.assert_allclose(loss, brute.mean(axis=0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(spread, brute.std(axis=0, ddof=1) / 2.0, rtol=1e-8, atol=1e-12)
+    assert np.argmin(loss) > 2  # two separated modes need more than the weight's first shells
+
+
+def test_held_out_floor_keeps_the_order_rule_from_underfitting():
+    # the weight and its first shells are positive everywhere: eps = 0 there certifies nothing,
+    # and without held-out losses the rule takes order 0; the floor (smallest order within one
+    # standard error of the least held-out loss) moves it to the first order the data support
+    eta = [0.4] * 12 + [np.nan]
+    eps = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5e-3, 3e-3, 2e-3, 2e-3, 2e-3, 2e-3]
+    criteria = constructed(eta, eps)
+    assert choose_order(criteria) == 0
+    loss = np.array(
+        [-1.0, -1.1, -1.3, -1.5, -1.6, -1.64, -1.66, -1.67, -1.67, -1.66, -1.6, -1.5, -1]
+    )
+    floored = replace(criteria, held_out_loss=loss, held_out_loss_stderr=np.full(13, 0.02))
+    assert least_adequate_order(floored) == 6  # -1.66 <= -1.67 + 0.02 < -1.64
+    assert choose_order(floored) == 10  # eps~ within twice its least (2e-3) among orders >= 6
+    assert choose_order(floored, min_order=11) == 11
+    assert least_adequate_order(criteria) == 0  # no folds: no floor

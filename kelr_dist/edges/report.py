@@ -358,7 +358,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     the smallest order after which ``η`` stays below the convergence line whose ``ε̃_M`` is in
     the band (:func:`kelr_dist.kernels.selection.choose_order`).
     """
-    from kelr_dist.kernels.selection import ERROR_WINDOW
+    from kelr_dist.kernels.selection import ERROR_WINDOW, one_standard_error_floor
 
     orders = ds["order"].values
     order = chosen_order(ds)
@@ -366,7 +366,14 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     eta = np.nan_to_num(np.asarray(ds["eta"].values, dtype=float), nan=0.0)
     later_max = np.maximum.accumulate(eta[::-1])[::-1]
     eta_line = 2.0 * (later_max[-2] if later_max.size > 1 else later_max[-1])
-    converged = later_max <= eta_line
+    floor = (
+        one_standard_error_floor(
+            ds["held_out_l2_loss"].values, ds["held_out_l2_loss_stderr"].values
+        )
+        if "held_out_l2_loss" in ds
+        else 0
+    )
+    converged = (later_max <= eta_line) & (orders >= floor)
     bound = _error_bound(ds["negative_excursion"].values, ERROR_WINDOW)
     band = 2.0 * bound[converged].min() if converged.any() else math.nan
 
@@ -389,6 +396,8 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
         ax.axhline(band, color="grey", lw=0.9, ls=":", label="2 x least ε̃ among converged M")
     if converged.any():
         ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
+    if floor > 0:
+        ax.axvline(floor, color="grey", lw=0.9, ls="--", label=f"held-out L² floor M = {floor}")
     ax.set_ylim(bottom=_log_floor(bound[1:]))  # p_0 (the weight) is never negative
     ax.set_title("ε̃_M: largest |p_M| where p_M < 0 (within 2 orders)")
     ax.set_ylabel("lower bound of sup |p_M - p_eq|\n(density, standardized coordinates)")
@@ -422,6 +431,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
         reason = (
             f"chosen M = {marked} (automatic): the smallest order after which η_M stays below "
             f"{eta_line:.2g} (converged, green) whose ε̃_M is within 2x the least ({band:.2g})"
+            + (f", at least the held-out L² floor {floor}" if floor > 0 else "")
         )
     else:
         reason = f"M = {order} ({selection}: given, not chosen by these criteria)"

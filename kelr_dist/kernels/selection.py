@@ -35,7 +35,9 @@ minimum balances bias and variance. Among orders after which every ``η`` stays 
 final level (the series has converged, eq. 54), we take the smallest order whose ``ε_M`` is
 within a factor 2 of the smallest (once η is at its noise floor, ε̃ fluctuates with the noise,
 so a tighter tolerance would pick an arbitrary high order); the rejection rate at the resulting
-δ is reported.
+δ is reported. Orders below the smallest one whose held-out L² loss is within one standard
+error of the least (:func:`least_adequate_order`) are not considered: at low orders ``p_M`` is
+positive everywhere and ``ε̃_M = 0`` certifies nothing.
 """
 
 from __future__ import annotations
@@ -207,6 +209,9 @@ class Criteria:
     eta : ``η_M`` (eq. 54); ``nan`` at the last order (needs order M+1).
     eta_noise : the independent-sample noise level of ``η_M``.
     n : number of samples; ``pos``/``neg``/``zeros``: the histograms of ``p_M(X_n)``.
+    held_out_loss, held_out_loss_stderr : the held-out L² loss of each order and its standard
+        error over folds (:meth:`~kelr_dist.kernels.density.KernelDensity.held_out_l2`);
+        ``None`` when the estimate was not fitted by fold.
     """
 
     orders: np.ndarray
@@ -218,6 +223,8 @@ class Criteria:
     pos: np.ndarray
     neg: np.ndarray
     zeros: np.ndarray
+    held_out_loss: np.ndarray | None = None
+    held_out_loss_stderr: np.ndarray | None = None
 
     @classmethod
     def from_sums(cls, density: KernelDensity, sums: dict[str, np.ndarray]) -> Criteria:
@@ -226,6 +233,7 @@ class Criteria:
         noise = np.full(levels, np.nan)
         eta[:-1] = density.eta()
         noise[:-1] = density.eta_noise()
+        loss, loss_se = density.held_out_l2() if density.fold_sums is not None else (None, None)
         return cls(
             orders=np.arange(levels),
             delta_paper=np.where(np.isfinite(sums["min_pos"]), sums["min_pos"], np.nan),
@@ -236,6 +244,8 @@ class Criteria:
             pos=sums["pos"],
             neg=sums["neg"],
             zeros=sums["zeros"],
+            held_out_loss=loss,
+            held_out_loss_stderr=loss_se,
         )
 
     def rejection(self, delta: float | np.ndarray) -> np.ndarray:
@@ -303,10 +313,38 @@ def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray
     return round_up_to_edge(raw)
 
 
+def least_adequate_order(criteria: Criteria) -> int:
+    """The smallest order whose held-out L² loss is within one standard error of the least
+    (the one-standard-error rule); 0 when the estimate was not fitted by fold.
+
+    A floor for :func:`choose_order`: ``ε̃_M`` certifies nothing at low orders, whose estimates
+    (the Gaussian weight and its first shells) are positive everywhere — ``ε̃ = 0`` there means
+    no evidence, not no error. The held-out loss sees what they miss. Measured on a
+    1e6-sample, two-chain triple-well store: without the floor the rule took M = 0 (the
+    quasi-Gaussian, response error 0.36 against the exact FDT); the floor is 7 and the rule
+    then takes 50 (error 0.011). At N = 1e7 it raised the kernel embedding's order on curved
+    wells (21 → 69) and the coupled 3-, 4- and 6-D systems (8 → 20, 2 → 11, 0 → 6), lowering
+    its error on each (0.35 → 0.21, 0.53 → 0.39, 0.70 → 0.41, 0.69 → 0.59), and left the
+    other five systems' orders unchanged.
+    """
+    loss, spread = criteria.held_out_loss, criteria.held_out_loss_stderr
+    if loss is None or spread is None:
+        return 0
+    return one_standard_error_floor(loss, spread)
+
+
+def one_standard_error_floor(loss: np.ndarray, stderr: np.ndarray) -> int:
+    """Index of the first ``loss`` within one standard error (``stderr`` at the least) of the
+    least ``loss``."""
+    best = int(np.nanargmin(loss))
+    return int(np.argmax(loss <= loss[best] + stderr[best]))
+
+
 def choose_order(
     criteria: Criteria, min_order: int = 0, max_order: int | None = None, tolerance: float = 1.0
 ) -> int:
-    """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε̃_M``.
+    """Automatic order: smallest converged order within ``1 + tolerance`` of the least ``ε̃_M``,
+    at least :func:`least_adequate_order` (when held-out losses are known) and ``min_order``.
 
     Converged (eq. 54): every later ``η_{M'}`` (M' ≥ M) is at most twice the level the scan ends
     at — shells beyond M carry no more than sampling noise. Taking the maximum over later orders
@@ -317,6 +355,7 @@ def choose_order(
         raise ValueError(
             f"order range {min_order}..{top} is outside the scanned 0..{criteria.orders[-1]}"
         )
+    min_order = min(max(min_order, least_adequate_order(criteria)), top)
     eta = np.nan_to_num(criteria.eta[min_order : top + 1], nan=0.0)
     later_max = np.maximum.accumulate(eta[::-1])[::-1]
     floor = later_max[-2] if len(later_max) > 1 else later_max[-1]

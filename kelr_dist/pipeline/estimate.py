@@ -45,7 +45,7 @@ from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
-from kelr_dist.kernels.heldout import candidate_table, used_estimator
+from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.response import (
     DensityScore,
@@ -56,7 +56,7 @@ from kelr_dist.kernels.response import (
     ResponseResult,
     Score,
 )
-from kelr_dist.kernels.score_matching import PolynomialFeatures, feature_count
+from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
 from kelr_dist.kernels.selection import active_coordinates
 from kelr_dist.pipeline.options import EstimateOptions, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
@@ -85,6 +85,10 @@ DEFAULT_MAX_LAG = 2000
 MAX_GRAM_BYTES = 2 * 1024**3
 #: a lag-0 Stein residual beyond this many standard errors is reported as a bias
 STEIN_TOLERANCE = 3.0
+#: the two families' responses differing by more than this many standard errors of their
+#: difference, while their held-out losses are within LOSS_TIE standard errors, is reported
+DISAGREEMENT_TOLERANCE = 5.0
+LOSS_TIE = 2.0
 #: fewest samples per chain, and most components, an estimate accepts
 MIN_SAMPLES = 1000
 MAX_COMPONENTS = 64
@@ -95,6 +99,11 @@ MAX_LAG_FRACTION = 0.25
 class BiasWarning(UserWarning):
     """The lag-0 Stein residual of an estimate exceeds its error bars: the estimate is biased
     beyond its standard errors."""
+
+
+class DisagreementWarning(UserWarning):
+    """The two score estimators' responses differ by many standard errors while the held-out
+    criterion cannot tell which is better: at least one is biased, and which is not known."""
 
 
 class ConvergenceWarning(UserWarning):
@@ -297,6 +306,10 @@ def estimate_response(
     -----
     BiasWarning
         when the chosen estimate's Stein residual exceeds 3 standard errors.
+    DisagreementWarning
+        (``estimator="auto"``) when the two families' responses differ by more than 5 standard
+        errors of their difference (attribute ``estimator_disagreement``) while their held-out
+        losses are within 2 standard errors of each other.
     ConvergenceWarning
         when the block averaging of some entries of the chosen estimate reached no plateau
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
@@ -321,7 +334,8 @@ def estimate_response(
         raise ValueError(f"kde=True: the Gaussian-KDE baseline supports d <= 3, the data have {d}")
     use_ke = estimator in ("auto", "kernel-embedding")
     use_sm = estimator in ("auto", "score-matching")
-    fold_plan = Folds(folds, chains, n) if use_sm else None
+    # folds: score matching's held-out choice and the kernel embedding's order floor
+    fold_plan = Folds(folds, chains, n)
     parse_basis_spec(basis, d)  # fail on a bad spec before any pass
     exact_fn = _exact_score(traj, options.score) if (options.exact or options.score) else None
     observable = options.observable_for(components)
@@ -394,7 +408,7 @@ def estimate_response(
             lag,
             centre=survey.centre,
             scales=survey.moments.std,
-            held_out=(ke, fold_plan) if (ke is not None and fold_plan is not None) else None,
+            held_out=(ke, fold_plan) if (ke is not None and use_sm) else None,
             corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
             origin=survey.moments.mean,
         )
@@ -409,12 +423,13 @@ def estimate_response(
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
     _warn_bias(main)
+    disagreement = _warn_disagreement(responses, candidates, sm.pick if sm is not None else None)
     _warn_unconverged(main)
 
     attrs: dict[str, Any] = {
         "estimator": used,
         "estimator_selection": estimator,
-        "folds": int(folds) if fold_plan is not None else 0,
+        "folds": int(folds),
         "n_samples": int(chains * n),
         "chains": int(chains),
         "chain_length": int(n),
@@ -444,6 +459,8 @@ def estimate_response(
     if sm is not None:
         assert features is not None
         attrs.update(degree=sm.degree, ridge=sm.ridge, max_degree=features.degree)
+    if disagreement is not None:
+        attrs["estimator_disagreement"] = disagreement
     attrs["runtime_seconds"] = time.perf_counter() - started
     return assemble_result(
         responses=responses,
@@ -470,6 +487,45 @@ def _warn_bias(result: ResponseResult) -> None:
             BiasWarning,
             stacklevel=3,
         )
+
+
+def _warn_disagreement(
+    responses: dict[str, ResponseResult], rows: list[Choice], pick: Candidate | None
+) -> float | None:
+    """The largest ``|k̂_KE - k̂_SM|`` over lags and entries in standard errors of the difference
+    (``None`` unless both families ran; ``pick`` is score matching's own choice); a one-line
+    :class:`DisagreementWarning` when it exceeds :data:`DISAGREEMENT_TOLERANCE` while the
+    held-out losses are within :data:`LOSS_TIE` standard errors. Standard errors are added in
+    quadrature, which overstates the spread of a difference of two estimates from the same
+    samples: the check errs towards silence."""
+    if pick is None or not rows or rows[0].estimator != "kernel-embedding":
+        return None
+    ke = rows[0]
+    sm = next(
+        r
+        for r in rows
+        if r.estimator == "score-matching" and r.order == pick.degree and r.ridge == pick.ridge
+    )
+    used, rival = (ke, sm) if ke.chosen else (sm, ke)
+    other = responses[f"response_{rival.estimator.replace('-', '_')}"]
+    main = responses["response"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.abs(main.mean - other.mean) / np.hypot(main.stderr, other.stderr)
+        gap = abs(used.loss - rival.loss) / float(np.hypot(used.loss_stderr, rival.loss_stderr))
+    z = np.where(np.isfinite(z), z, 0.0)
+    worst = float(z.max())
+    if worst > DISAGREEMENT_TOLERANCE and not gap > LOSS_TIE:
+        lag, i, j = (int(v) for v in np.unravel_index(int(np.argmax(z)), z.shape))
+        warnings.warn(
+            f"the kernel-embedding and score-matching responses differ by {worst:.1f} standard "
+            f"errors (lag {lag}, entry ({i}, {j})) while their held-out losses are only "
+            f"{gap:.1f} standard errors apart: one of them is biased and the held-out choice "
+            f"({used.estimator}) is not decisive; compare response_kernel_embedding with "
+            "response_score_matching, or use more data",
+            DisagreementWarning,
+            stacklevel=3,
+        )
+    return worst
 
 
 def _warn_unconverged(result: ResponseResult) -> None:

@@ -98,6 +98,14 @@ def assemble_result(
             negative_median=("order", typical_error(criteria)),
             eta=("order", criteria.eta),
             eta_noise=("order", criteria.eta_noise),
+            **(
+                {}
+                if criteria.held_out_loss is None
+                else {
+                    "held_out_l2_loss": ("order", criteria.held_out_loss),
+                    "held_out_l2_loss_stderr": ("order", criteria.held_out_loss_stderr),
+                }
+            ),
             coefficients=("basis_function", density.coefficients),
             coefficient_variance=("basis_function", density.variances),
             multi_index=(("basis_function", "component"), density.basis.indices),
