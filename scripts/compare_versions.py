@@ -64,6 +64,14 @@ def run(tree: Path, *job: str) -> None:
     subprocess.run([sys.executable, __file__, "--worker", *job], env=env, check=True)
 
 
+def _same_attr(a: object, b: object) -> bool:
+    """Equal, or (floats computed from the results, e.g. ``estimator_disagreement``) within
+    the tolerance of the variables."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= TOLERANCE * max(abs(a), abs(b))
+    return bool(np.array_equal(a, b))
+
+
 def compare(old: xr.Dataset, new: xr.Dataset) -> list[tuple[str, float, str]]:
     """``(variable, difference, scale)`` for each variable (data or coordinate) both results
     hold, then one row for the attributes both hold (but a run's own), naming those that differ."""
@@ -80,7 +88,7 @@ def compare(old: xr.Dataset, new: xr.Dataset) -> list[tuple[str, float, str]]:
             scale, kind = np.nanmax(np.abs(old[stderr].values)), "vs stderr"
         rows.append((name, float(np.max(diff, initial=0.0) / (scale or 1.0)), kind))
     keys = (set(old.attrs) & set(new.attrs)) - RUN_ATTRS
-    differ = sorted(k for k in keys if not np.array_equal(old.attrs[k], new.attrs[k]))
+    differ = sorted(k for k in keys if not _same_attr(old.attrs[k], new.attrs[k]))
     label = f"attrs ({len(keys)} shared{': ' if differ else ''}{', '.join(differ)})"
     return [*rows, (label, np.inf if differ else 0.0, "equal")]
 
