@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 
 import numpy as np
 
 from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis, Workspace
-from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
@@ -62,54 +61,6 @@ def check_samples(basis: TensorBasis, x: np.ndarray, name: str = "x") -> np.ndar
                     f"shift loc={coord.loc:.6g}; choose a smaller loc"
                 )
     return x
-
-
-#: samples per tile of :func:`_contract` (the per-tail sums of a tile stay in L1)
-CONTRACT_TILE = 1024
-
-
-@compiled
-def _contract(coef_t, stops, first, slopes, tails, tail_grads, out, out_slope, out_grads):
-    """``p`` and ``∇p`` in the factored form of eq. 40, fused per tile of samples.
-
-    With ``f_r = Σ_{m ≤ stops[r]} coef_t[r, m] first[m]`` and ``g_r`` the same sum over
-    ``slopes``: ``out = Σ_r f_r tails[r]``, ``out_slope = Σ_r g_r tails[r]`` (the derivative in
-    the first coordinate) and ``out_grads[k] = Σ_r f_r tail_grads[k, r]`` (in coordinate k + 2).
-    All tables function-major: ``first``, ``slopes`` ``(M_1+1, n)``, ``tails (R, n)``,
-    ``tail_grads (d-1, R, n)``; ``coef_t (R, M_1+1)``. The per-tail sums of a tile never leave
-    the cache, and only the ``stops[r] + 1`` degrees a tail carries are summed (a GEMM sums all
-    ``M_1 + 1``): measured 1.5x faster than two GEMMs and three row sums at d = 2, M = 60.
-    """  # pragma: no cover - compiled
-    n = first.shape[1]
-    f = np.empty(CONTRACT_TILE)
-    g = np.empty(CONTRACT_TILE)
-    for lo in range(0, n, CONTRACT_TILE):
-        width = min(CONTRACT_TILE, n - lo)
-        hi = lo + width
-        out[lo:hi] = 0.0
-        out_slope[lo:hi] = 0.0
-        out_grads[:, lo:hi] = 0.0
-        for r in range(tails.shape[0]):
-            f[:width] = 0.0
-            g[:width] = 0.0
-            for m in range(stops[r] + 1):
-                c = coef_t[r, m]
-                row = first[m, lo:hi]
-                slope = slopes[m, lo:hi]
-                for i in range(width):
-                    f[i] += c * row[i]
-                    g[i] += c * slope[i]
-            tail = tails[r, lo:hi]
-            target = out[lo:hi]
-            target_slope = out_slope[lo:hi]
-            for i in range(width):
-                target[i] += f[i] * tail[i]
-                target_slope[i] += g[i] * tail[i]
-            for k in range(tail_grads.shape[0]):
-                grad = tail_grads[k, r, lo:hi]
-                target = out_grads[k, lo:hi]
-                for i in range(width):
-                    target[i] += f[i] * grad[i]
 
 
 #: the coefficients' variances use every VARIANCE_STRIDE-th sample (by global time index)
@@ -257,27 +208,24 @@ class KernelDensity:
         truncated = self.truncated(order)
         if truncated is not self:  # the tables and products of the smaller basis only
             return truncated._evaluate(x, None, second)
+        coef = self.matrix()
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
         hessian = np.empty(x.shape) if second else None
         # the tables and products of every row block in the same memory (see Workspace)
         spaces = [Workspace() for _ in range(self.basis.dim + 1)]
         for rows in row_blocks(x.shape[0], self.basis.row_block()):
-            out = self._evaluate_block(x[rows], second, spaces)
+            out = self._evaluate_block(x[rows], coef, second, spaces)
             density[rows], gradient[rows] = out[0], out[1]
             if hessian is not None:
                 hessian[rows] = out[2]
         return density, gradient, hessian
 
-    @cached_property
-    def _coef_t(self) -> np.ndarray:
-        """The coefficients tail-major ``(|R|, M_1+1)``, as :func:`_contract` reads them."""
-        return np.ascontiguousarray(self.matrix().T)
-
     def _evaluate_block(
-        self, x: np.ndarray, second: bool, spaces: list[Workspace]
+        self, x: np.ndarray, coef: np.ndarray, second: bool, spaces: list[Workspace]
     ) -> tuple[np.ndarray, ...]:
         basis = self.basis
+        products = spaces[-1]  # the two GEMMs' outputs
         # tables in the mapped coordinates y = (x - loc)/scale; the Jacobian is applied at the end
         mapped = [c.mapped(x[:, k]) for k, c in enumerate(basis.coordinates)]
         values, derivs = zip(
@@ -289,46 +237,33 @@ class KernelDensity:
             ),
             strict=True,
         )
-        n, d = x.shape
-        if not second:
-            tails, grads = basis.function_major_tail_products(list(values), list(derivs))
-            density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((d - 1, n))
-            _contract(
-                self._coef_t, basis.first_stops, values[0].T, derivs[0].T, tails, grads,
-                density, slope, tail_slopes,
-            )  # fmt: skip
-            gradient = np.column_stack([slope, tail_slopes.T])
-            return density * self.jacobian, gradient * (self.jacobian / self.scales)
-        # with second derivatives (the held-out loss, on a subsample): GEMMs share Ψ_1 C between
-        # the gradient and the Hessian, which the fused kernel would sum twice (measured at d = 3,
-        # M = 20: 0.9 s against 0.6 s for 1.25e5 samples)
-        products = spaces[-1]  # the GEMMs' outputs
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
-        coef, r = self._coef_t, self._coef_t.shape[0]
-        first = np.matmul(coef, values[0].T, out=products.take("first", r, n))
+        # function-major (r, n) views: contiguous rows for the GEMM and the row sums
+        n, r = x.shape[0], coef.shape[1]
+        first = np.matmul(coef.T, values[0].T, out=products.take("first", r, n))
         tails_t = tails.T
         density = np.einsum("rn,rn->n", first, tails_t)
-        gradient = np.empty((n, d))
-        slope = np.matmul(coef, derivs[0].T, out=products.take("slope", r, n))
+        gradient = np.empty((x.shape[0], basis.dim))
+        slope = np.matmul(coef.T, derivs[0].T, out=products.take("slope", r, n))
         gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
         for k, g in enumerate(tail_grads, start=1):
             gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
+        jacobian = self.jacobian
+        density *= jacobian
+        gradient *= jacobian / self.scales
+        if not second:
+            return density, gradient
         seconds = [
             c.family.second_derivatives(y, v, dv)
             for c, y, v, dv in zip(basis.coordinates, mapped, values, derivs, strict=True)
         ]
         _, tail_seconds = basis.tail_products(list(values), seconds)
-        hessian = np.empty((n, d))
-        curve = np.matmul(coef, seconds[0].T, out=products.take("slope", r, n))
-        hessian[:, 0] = np.einsum("rn,rn->n", curve, tails_t)
+        hessian = np.empty((x.shape[0], basis.dim))
+        hessian[:, 0] = np.einsum("rn,rn->n", coef.T @ seconds[0].T, tails_t)
         for k, g in enumerate(tail_seconds, start=1):
             hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
-        jacobian = self.jacobian
-        return (
-            density * jacobian,
-            gradient * (jacobian / self.scales),
-            hessian * (jacobian / self.scales**2),
-        )
+        hessian *= jacobian / self.scales**2
+        return density, gradient, hessian
 
     @property
     def scales(self) -> np.ndarray:
