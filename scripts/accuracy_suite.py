@@ -87,7 +87,7 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
         "sm": single.get("score-matching", (np.nan, np.nan)),
         **{k: errors(ds, v) for k, v in BASELINES.items()},
         "chosen": ds.attrs["estimator"],
-        "order": f"{ds.attrs['order']}/{ds.attrs['degree']}",
+        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs['order'])))}/{ds.attrs['degree']}",
         "stein": stein[1],
         "raw_stein": stein[2],
         "warned": any("Stein" in str(w.message) for w in caught),
