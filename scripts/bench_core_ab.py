@@ -5,10 +5,11 @@ The stages of ``scripts/bench_core.py`` that ``kernels/bases.py``, ``kernels/den
 functions at the mapped samples, as ``p_M``/``∇p_M`` builds them), coefficient sums, ``p_M`` and
 ``∇p_M`` at every sample, the δ/R/η sweep — on the same triple-well samples, in
 fresh processes that alternate between the revision (a temporary ``git worktree``) and the
-working tree, with ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` unset and
-set to 2. Each process runs the stage on 2 threads (rows split evenly, as ``bench_core.py``)
-and reports its median over ``--repeats``; the table prints the median over ``--rounds``
-processes and the load average. The results of both trees are compared (max relative
+working tree, with ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` unset,
+set to 2 and set to 1 (BLAS capped at one thread, as the engine's workers run: the setting to
+judge a kernel change by). Each process runs the stage on 2 threads (rows split evenly, as
+``bench_core.py``) and reports its median over ``--repeats``; the table prints the median over
+``--rounds`` processes and the load average. The results of both trees are compared (max relative
 difference of coefficients, ``p``, ``∇p`` and equality of the sweep's counts).
 
 Usage::
@@ -31,6 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("tables", "coefficients", "p and grad p", "sweep")
 VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: thread variables unset, at the core count, and at 1: the engine's workers cap BLAS at one
+#: thread each, so "1" is the setting estimates run in (with unset or 2 each of the 2 row
+#: threads' GEMMs may start BLAS threads of its own: an oversubscribed baseline)
+SETTINGS = ("unset", "2", "1")
 
 
 def worker(n: int, repeats: int, save: str) -> None:
@@ -120,7 +125,7 @@ def main() -> None:
         try:
             trees = {f"before ({args.rev})": old, "after (working tree)": ROOT}
             results: dict[tuple[str, str], list[dict]] = {}
-            for setting in ("unset", "2"):
+            for setting in SETTINGS:
                 env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
                 if setting != "unset":
                     env.update(dict.fromkeys(VARIABLES, setting))
@@ -145,10 +150,10 @@ def main() -> None:
 
             before, after = (np.load(Path(tmp) / f"{w}.npz") for w in ("before", "after"))
             print(f"\nN = {args.n:.0e}, 2 threads, median over {args.rounds} processes (s):")
-            print(f"  {'stage':<14}" + "".join(f"{s:>30}" for s in ("unset", "2")))
+            print(f"  {'stage':<14}" + "".join(f"{s:>30}" for s in SETTINGS))
             for stage in STAGES:
                 cells = []
-                for setting in ("unset", "2"):
+                for setting in SETTINGS:
                     b, a = (
                         statistics.median(r[stage] for r in results[(setting, label)])
                         for label in trees
