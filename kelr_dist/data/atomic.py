@@ -216,6 +216,10 @@ def write_dataset(ds: Any, path: str | os.PathLike[str], overwrite: bool = False
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(target, "tmp")
     try:
+        # anything lazy is computed before the first byte is written: a failing task of a
+        # parallel write would otherwise leave others running, and one of them could recreate
+        # the temporary file after it was removed (seen once in CI, netCDF)
+        ds = ds.compute()
         if target.suffix == ".nc":
             ds.to_netcdf(tmp)
         else:
