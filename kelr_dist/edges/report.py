@@ -280,6 +280,14 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         rows.append(
             ("degree q", f"{a['degree']} (ridge {a.get('ridge', 0):g}, max {a.get('max_degree')})")
         )
+    if "estimator_disagreement" in a:
+        rows.append(
+            (
+                "families",
+                f"kernel embedding and score matching differ by up to "
+                f"{float(a['estimator_disagreement']):.1f} stderr (estimator_disagreement)",
+            )
+        )
     rows += [
         ("rejection", _number(a.get("rejection", math.nan))),
         ("lags", f"0..{ds.sizes['lag'] - 1} (t <= {t_max:.4g})"),
