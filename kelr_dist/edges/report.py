@@ -337,13 +337,6 @@ def _positive(values: np.ndarray) -> np.ndarray:
     return np.where(values > 0, values, np.nan)
 
 
-def _error_bound(excursion: np.ndarray, window: int) -> np.ndarray:
-    """``ε̃_M``: the largest ``ε_{M'}`` within ``window`` orders (as the order rule uses it)."""
-    values = np.nan_to_num(np.asarray(excursion, dtype=float), nan=0.0)
-    padded = np.pad(values, window, constant_values=0.0)
-    return np.max([padded[k : k + values.size] for k in range(2 * window + 1)], axis=0)
-
-
 def _log_floor(*curves: np.ndarray) -> float:
     """Bottom of a log axis: below the smallest informative value of the curves, ignoring
     values more than 1e3 below their curve's median (the ``η_0 = 0`` of M = 0 shows as 1e-17)."""
@@ -366,14 +359,13 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     the smallest order after which ``η`` stays below the convergence line whose ``ε̃_M`` is in
     the band (:func:`kelr_dist.kernels.selection.choose_order`).
     """
-    from kelr_dist.kernels.selection import ERROR_WINDOW, one_standard_error_floor
+    from kelr_dist.kernels.selection import convergence, one_standard_error_floor, windowed_max
 
     orders = ds["order"].values
     order = chosen_order(ds)
     marked = max(order) if isinstance(order, tuple) else order
     eta = np.nan_to_num(np.asarray(ds["eta"].values, dtype=float), nan=0.0)
-    later_max = np.maximum.accumulate(eta[::-1])[::-1]
-    eta_line = 2.0 * (later_max[-2] if later_max.size > 1 else later_max[-1])
+    later_max, eta_line = convergence(eta)
     floor = (
         one_standard_error_floor(
             ds["held_out_l2_loss"].values, ds["held_out_l2_loss_stderr"].values
@@ -382,7 +374,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
         else 0
     )
     converged = (later_max <= eta_line) & (orders >= floor)
-    bound = _error_bound(ds["negative_excursion"].values, ERROR_WINDOW)
+    bound = windowed_max(ds["negative_excursion"].values)
     band = 2.0 * bound[converged].min() if converged.any() else math.nan
 
     fig = Figure(figsize=(13, 8.2), layout="constrained")

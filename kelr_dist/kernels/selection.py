@@ -276,7 +276,9 @@ def round_up_to_edge(delta: np.ndarray) -> np.ndarray:
     return edges[idx]
 
 
-def _windowed_max(values: np.ndarray, window: int) -> np.ndarray:
+def windowed_max(values: np.ndarray, window: int = ERROR_WINDOW) -> np.ndarray:
+    """``max_{|M' - M| ≤ window} values[M']`` for every ``M`` (NaN counts as 0)."""
+    values = np.nan_to_num(np.asarray(values, dtype=float), nan=0.0)
     padded = np.pad(values, window, mode="edge")
     return np.lib.stride_tricks.sliding_window_view(padded, 2 * window + 1).max(axis=1)
 
@@ -289,7 +291,7 @@ def error_scale(criteria: Criteria, window: int = ERROR_WINDOW) -> np.ndarray:
     the size of its neighbours'. The error changes slowly with M, so the neighbours' bound
     stands in.
     """
-    return _windowed_max(criteria.negative_excursion, window)
+    return windowed_max(criteria.negative_excursion, window)
 
 
 def typical_error(criteria: Criteria, window: int = ERROR_WINDOW) -> np.ndarray:
@@ -302,7 +304,7 @@ def typical_error(criteria: Criteria, window: int = ERROR_WINDOW) -> np.ndarray:
     median_bin = np.argmax(above >= 0.5 * total[:, None], axis=1)
     upper = 2.0 ** ((np.arange(T_MIN, T_MAX + 1) + 1) / 4.0)
     median = np.where(total > 0, upper[median_bin], 0.0)
-    return np.where(total > 0, median, _windowed_max(median, window))
+    return np.where(total > 0, median, windowed_max(median, window))
 
 
 def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray:
@@ -340,6 +342,15 @@ def one_standard_error_floor(loss: np.ndarray, stderr: np.ndarray) -> int:
     return int(np.argmax(loss <= loss[best] + stderr[best]))
 
 
+def convergence(eta: np.ndarray) -> tuple[np.ndarray, float]:
+    """``(max_{M' ≥ M} η_{M'}`` for every M, the convergence line): twice the level the scan
+    of ``eta`` ends at (its last finite order; eq. 54). Orders whose later maximum is at most
+    the line count as converged."""
+    eta = np.nan_to_num(np.asarray(eta, dtype=float), nan=0.0)
+    later_max = np.maximum.accumulate(eta[::-1])[::-1]
+    return later_max, 2.0 * float(later_max[-2] if later_max.size > 1 else later_max[-1])
+
+
 def choose_order(
     criteria: Criteria, min_order: int = 0, max_order: int | None = None, tolerance: float = 1.0
 ) -> int:
@@ -356,10 +367,8 @@ def choose_order(
             f"order range {min_order}..{top} is outside the scanned 0..{criteria.orders[-1]}"
         )
     min_order = min(max(min_order, least_adequate_order(criteria)), top)
-    eta = np.nan_to_num(criteria.eta[min_order : top + 1], nan=0.0)
-    later_max = np.maximum.accumulate(eta[::-1])[::-1]
-    floor = later_max[-2] if len(later_max) > 1 else later_max[-1]
-    converged = later_max <= 2.0 * floor
+    later_max, line = convergence(criteria.eta[: top + 1])
+    converged = later_max[min_order:] <= line
     eps = error_scale(criteria)[min_order : top + 1]
     candidates = criteria.orders[min_order : top + 1][converged]
     eps_c = eps[converged]

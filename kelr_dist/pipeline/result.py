@@ -98,18 +98,15 @@ def assemble_result(
             negative_median=("order", typical_error(criteria)),
             eta=("order", criteria.eta),
             eta_noise=("order", criteria.eta_noise),
-            **(
-                {}
-                if criteria.held_out_loss is None
-                else {
-                    "held_out_l2_loss": ("order", criteria.held_out_loss),
-                    "held_out_l2_loss_stderr": ("order", criteria.held_out_loss_stderr),
-                }
-            ),
             coefficients=("basis_function", density.coefficients),
             coefficient_variance=("basis_function", density.variances),
             multi_index=(("basis_function", "component"), density.basis.indices),
         )
+        if criteria.held_out_loss is not None:
+            data.update(
+                held_out_l2_loss=("order", criteria.held_out_loss),
+                held_out_l2_loss_stderr=("order", criteria.held_out_loss_stderr),
+            )
         coords["order"] = criteria.orders
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["response"].attrs["long_name"] = f"linear response k(t) ({used})"
