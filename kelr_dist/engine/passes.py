@@ -146,12 +146,14 @@ def _cap_thread_pools(threads: int) -> None:
 def _block_partials(
     loads: list[np.ndarray],
     heads: list[np.ndarray],
-    info: BlockInfo,
+    where: tuple[int, int, int, int],
     halo_rows: int,
     reductions: tuple[Reduction, ...],
 ) -> tuple[Partial, ...]:
     """Partials of every reduction on consecutive ``(1, L_i, d)`` blocks of one chain (joined)
-    and the halo of ``halo_rows`` rows after them."""
+    and the halo of ``halo_rows`` rows after them; ``where`` holds the fields of their
+    :class:`BlockInfo` (a plain tuple is half the bytes in the graph)."""
+    info = BlockInfo(*where)
     worker = _worker()
     if worker is not None:  # allocator and thread pools: on workers only, never the caller's
         tune_allocator(worker.memory_manager.memory_limit)
@@ -339,8 +341,10 @@ def build_graph(
     shared = f"{prefix}-reductions"
     layer: dict[Any, Any] = {shared: reductions}
     blocks = []
+    # one string object per key family: pickle stores it once, not once per task
+    head_name, block_name = f"{prefix}-head", f"{prefix}-block"
     for c in range(data.shape[0]):
-        heads = [(f"{prefix}-head", c, k) for k in range(len(edges) - 1)]
+        heads = [(head_name, c, k) for k in range(len(edges) - 1)]
         for g, (k0, k1) in enumerate(groups):
             start, stop = edges[k0], edges[k1]
             halo_rows = min(max_halo, n - stop)
@@ -349,13 +353,12 @@ def build_graph(
                 if heads[k] not in layer:
                     rows = min(max_halo, edges[k + 1] - edges[k])
                     layer[heads[k]] = (_head, loads[c][k][0], rows)
-            key = (f"{prefix}-block", c, g)
-            info = BlockInfo(c, start, stop, n)
+            key = (block_name, c, g)
             layer[key] = (
                 _block_partials,
                 [loads[c][k][0] for k in range(k0, k1)],
                 heads[k1:last],
-                info,
+                (c, start, stop, n),
                 halo_rows,
                 shared,
             )
