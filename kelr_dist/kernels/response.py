@@ -246,6 +246,9 @@ def stein_target(
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
 
+#: rows per segment of the lag-0 Stein residual products in the response pass
+STEIN_ROWS = 1 << 16
+
 #: key of the lagged sums shared by every corrected score (not a score's name: has a space)
 AFFINE = "affine correction"
 
@@ -269,14 +272,11 @@ class _ResponseKernel:
         x_ext = x if halo is None or len(halo) == 0 else np.concatenate([x, halo])
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: x.shape[0]]
-        target = stein_target(self.observable, self.forcing, x, a, self.steps)
         z = augmented(x, self.origin)
-        columns, residuals, parts = [], [], {}
+        columns, parts = [], {}
         for name, score in self.scores.items():
             s, kept = score(x)
-            b = self.forcing.conjugate(x, s, kept)
-            columns.append(b)
-            residuals.append((a[:, :, None] * b[:, None, :] - target).reshape(x.shape[0], -1))
+            columns.append(self.forcing.conjugate(x, s, kept))
             parts[name] = {"kept": int(kept.sum()), "n": x.shape[0]}
             if name in self.corrected:
                 parts[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
@@ -289,11 +289,29 @@ class _ResponseKernel:
             "blocks": response_block_partial(
                 a_ext, np.hstack(columns), self.max_lag, info, self.base_block
             ),
-            "stein": response_block_partial(
-                np.hstack(residuals), np.ones((x.shape[0], 1)), 0, info
-            ),
+            "stein": self._stein_partial(x, a, columns[: len(self.scores)], info),
             "parts": parts,
         }
+
+    def _stein_partial(
+        self, x: np.ndarray, a: np.ndarray, conjugates: list[np.ndarray], info: BlockInfo
+    ) -> dict[str, Any]:
+        """Blocking partial of every score's lag-0 residual products ``A_i B_j - target_ij``,
+        by row segments of :data:`STEIN_ROWS` (their ``(rows, scores·q·d)`` products stay small
+        and are reused from the heap instead of taking fresh pages for the whole chunk)."""
+        total = None
+        for lo in range(0, x.shape[0], STEIN_ROWS):
+            rows = slice(lo, min(lo + STEIN_ROWS, x.shape[0]))
+            target = stein_target(self.observable, self.forcing, x[rows], a[rows], self.steps)
+            residuals = np.stack(
+                [a[rows, :, None] * b[rows, None, :] - target for b in conjugates], axis=1
+            ).reshape(target.shape[0], -1)  # score-major, as the lagged sums' columns
+            start = info.start + lo
+            piece = BlockInfo(info.chain, start, start + len(target), info.chain_length)
+            part = response_block_partial(residuals, np.ones((target.shape[0], 1)), 0, piece)
+            total = part if total is None else combine_block_partials(total, part)
+        assert total is not None
+        return total
 
 
 def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
