@@ -7,7 +7,9 @@ nanny sets ``MALLOC_TRIM_THRESHOLD_`` in workers, which also switches glibc's ad
 thresholds off.
 
 :func:`tune_allocator` raises both thresholds so one block's working set (about ten tables) is
-reused from the heap (the row blocks are sized for it: 4096 rows, tables of ~2 MiB). The heap
+reused from the heap (the kernels size their blocks for it: basis tables within
+:data:`kelr_dist.kernels.bases.CACHE_BUDGET`, FFT groups and blocking segments below the mmap
+threshold). The heap
 then keeps up to the trim threshold of freed memory, which a Dask worker with a small memory
 limit cannot spare, so the threshold scales with the limit, ``min(64 MiB, limit / 16)``, and the
 engine returns all free heap memory after every task (:func:`release_free_memory`).
