@@ -62,6 +62,13 @@ Partial = dict
 SEGMENT_BYTES = 30 * 2**20
 
 
+def segment_length(max_lag: int, columns: int, base_block: int) -> int:
+    """Rows per segment of a long chunk: the largest power of two of base blocks whose block
+    sums, ``(S+1) x columns`` float64 each, fit in :data:`SEGMENT_BYTES` (at least one)."""
+    blocks = SEGMENT_BYTES // (8 * (max_lag + 1) * max(columns, 1))
+    return base_block << max(int(blocks).bit_length() - 1, 0)
+
+
 def default_base_block(max_lag: int) -> int:
     """Base block length ``K0``: the smallest power of two ``>= max(S, 256)``."""
     return 1 << int(np.ceil(np.log2(max(max_lag, 256))))
@@ -139,7 +146,7 @@ def response_block_partial(
     segment_rows : a long chunk is processed in aligned segments of about this many rows
         (rounded to a multiple of ``K0``), merged like separate chunks: memory stays at
         ``(segment_rows / K0) x (S+1) x q x d`` block sums plus the FFT work space. Default:
-        the largest power of two of base blocks whose block sums fit in :data:`SEGMENT_BYTES`.
+        :func:`segment_length`.
 
     Returns
     -------
@@ -164,8 +171,7 @@ def response_block_partial(
         n_levels += 1
     # long chunks go by aligned segments, merged as separate chunks would be: bounded memory
     if segment_rows is None:
-        blocks = SEGMENT_BYTES // (8 * (max_lag + 1) * a_ext.shape[1] * b.shape[1])
-        segment_rows = k0 << max(int(blocks).bit_length() - 1, 0)  # a power of two of blocks
+        segment_rows = segment_length(max_lag, a_ext.shape[1] * b.shape[1], k0)
     segment = k0 * max(1, segment_rows // k0)
     cuts = range((info.start // segment + 1) * segment, info.stop, segment)
     partial = None
