@@ -93,6 +93,42 @@ def test_response_pass_over_any_chunking_equals_one_chunk(seed, cuts, max_lag):
     assert whole["kme"].kept < 3000  # the threshold rejects some rows
 
 
+@pytest.mark.parametrize("forcing", ["constant", "varying"])
+def test_chunks_by_segments_equal_one_segment(monkeypatch, forcing):
+    """A chunk goes by the blocking's segments, each with its own halo (the last ones running
+    into the chunk's halo at the end of a chain): with segments of one base block the partials
+    equal those of one segment per chunk, corrected scores, Stein residuals and all."""
+    model, x = ou_samples(3000, 11)
+    density = small_density(x)
+    scores = {"kme": DensityScore(density, 5, 0.02), "exact": FunctionScore(model.score)}
+    profile = None if forcing == "constant" else forcing_profile
+    reduction = response_reduction(
+        scores,
+        identity_observable(NAMES),
+        Forcing(NAMES, profile),
+        37,
+        centre=x.mean(axis=0),
+        base_block=64,
+        corrected=("kme", "exact"),
+        origin=x.mean(axis=0),
+    )
+    whole = reduce_in_memory(reduction, x, [1400, 1600])
+    monkeypatch.setattr("kelr_dist.kernels.blocking.SEGMENT_BYTES", 1)  # one base block each
+    split = reduce_in_memory(reduction, x, [1400, 1600])
+    for name in scores:
+        w, s = whole[name], split[name]
+        assert (s.kept, s.n) == (w.kept, w.n)
+        for got, want in [
+            (s.mean, w.mean),
+            (s.stderr, w.stderr),
+            (s.stein_residual, w.stein_residual),
+            (s.stein_residual_stderr, w.stein_residual_stderr),
+            (s.correction, w.correction),
+        ]:
+            # quantities of order one; the corrected Stein residual is zero up to rounding
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
 def test_response_mean_equals_brute_force_and_never_crosses_chains():
     model, x = ou_samples(700, 3, chains=3)
     density = small_density(x)
