@@ -157,7 +157,7 @@ def table_stage(basis: TensorBasis, x: np.ndarray, threads: int) -> None:
 
     def job(lo: int, hi: int) -> None:
         spaces = [Workspace() for _ in basis.coordinates]
-        for rows in row_blocks(hi - lo):
+        for rows in row_blocks(hi - lo, basis.row_block()):  # the package's blocks
             part = x[lo:hi][rows]
             for k, c in enumerate(basis.coordinates):
                 c.family.evaluate(c.mapped(part[:, k]), basis.max_orders[k], spaces[k])
