@@ -45,6 +45,7 @@ Choice of the block size (per entry)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -67,6 +68,19 @@ def segment_length(max_lag: int, columns: int, base_block: int) -> int:
     sums, ``(S+1) x columns`` float64 each, fit in :data:`SEGMENT_BYTES` (at least one)."""
     blocks = SEGMENT_BYTES // (8 * (max_lag + 1) * max(columns, 1))
     return base_block << max(int(blocks).bit_length() - 1, 0)
+
+
+def aligned_segments(info: BlockInfo, size: int, max_lag: int) -> Iterator[tuple[BlockInfo, slice]]:
+    """The pieces of a chunk cut at the multiples of ``size`` rows of its chain, each with the
+    rows it reads of the chunk's array followed by its halo: its own rows and the next
+    ``min(S, rows left in the chain)``. Their partials merge like those of separate chunks."""
+    cuts = range((info.start // size + 1) * size, info.stop, size)
+    for lo, hi in zip([info.start, *cuts], [*cuts, info.stop], strict=True):
+        halo = min(max_lag, info.chain_length - hi)
+        yield (
+            BlockInfo(info.chain, lo, hi, info.chain_length),
+            slice(lo - info.start, hi - info.start + halo),
+        )
 
 
 def default_base_block(max_lag: int) -> int:
@@ -172,13 +186,9 @@ def response_block_partial(
     # long chunks go by aligned segments, merged as separate chunks would be: bounded memory
     if segment_rows is None:
         segment_rows = segment_length(max_lag, a_ext.shape[1] * b.shape[1], k0)
-    segment = k0 * max(1, segment_rows // k0)
-    cuts = range((info.start // segment + 1) * segment, info.stop, segment)
     partial = None
-    for lo, hi in zip([info.start, *cuts], [*cuts, info.stop], strict=True):
-        piece = BlockInfo(info.chain, lo, hi, info.chain_length)
-        rows = slice(lo - info.start, hi - info.start + min(max_lag, info.chain_length - hi))
-        part = _segment_partial(a_ext[rows], b[rows][: hi - lo], max_lag, piece, k0, n_levels)
+    for piece, rows in aligned_segments(info, k0 * max(1, segment_rows // k0), max_lag):
+        part = _segment_partial(a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels)
         partial = part if partial is None else combine_block_partials(partial, part)
     return partial
 

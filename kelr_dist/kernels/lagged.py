@@ -20,6 +20,7 @@ sub-blocks up in the frequency domain, so it needs only ``q d`` inverse transfor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -198,9 +199,10 @@ def blockwise_lagged_sums(
     first = 0
     for spec in _spectra(a, b, block, max_lag, offset):
         shape = (spec.a.shape[0], spec.b.shape[0], *spec.a.shape[1:])
-        if cross.size < np.prod(shape):
-            cross = np.empty(np.prod(shape), dtype=np.complex128)
-        products = cross[: np.prod(shape)].reshape(shape)
+        size = math.prod(shape)
+        if cross.size < size:
+            cross = np.empty(size, dtype=np.complex128)
+        products = cross[:size].reshape(shape)
         np.multiply(spec.a[:, None], np.conjugate(spec.b, out=spec.b)[None, :], out=products)
         count = shape[2]
         out[first : first + count] = _to_lags(products, spec.length, max_lag)

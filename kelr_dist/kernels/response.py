@@ -40,6 +40,7 @@ import numpy as np
 
 from kelr_dist.kernels.blocking import (
     BlockingResult,
+    aligned_segments,
     block_standard_error,
     combine_block_partials,
     default_base_block,
@@ -53,6 +54,7 @@ from kelr_dist.kernels.stein_correction import (
     augmented,
     corrected_response,
     correction_columns,
+    correction_width,
 )
 
 
@@ -275,16 +277,12 @@ class _ResponseKernel:
         halo = np.empty((0, x.shape[1])) if halo is None else halo
         k0 = default_base_block(self.max_lag) if self.base_block is None else self.base_block
         size = segment_length(self.max_lag, len(self.observable.names) * self.columns, k0)
-        cuts = range((info.start // size + 1) * size, info.stop, size)
         total = None
-        for lo, hi in zip([info.start, *cuts], [*cuts, info.stop], strict=True):
-            extra = min(self.max_lag, info.chain_length - hi)  # the segment's own halo
-            rows = slice(lo - info.start, hi - info.start + extra)
+        for piece, rows in aligned_segments(info, size, self.max_lag):
             if rows.stop <= x.shape[0]:
                 x_ext = x[rows]
             else:  # the last segments' halo runs into the chunk's halo
                 x_ext = np.concatenate([x[rows.start :], halo[: rows.stop - x.shape[0]]])
-            piece = BlockInfo(info.chain, lo, hi, info.chain_length)
             part = self._segment(x_ext, piece)
             total = part if total is None else _combine(total, part)
         assert total is not None
@@ -295,8 +293,8 @@ class _ResponseKernel:
         """Lagged columns of ``B``: every score's ``d``, then the correction's (``d + 1``, or
         ``d (d + 1)`` for a varying forcing)."""
         d = len(self.forcing.names)
-        correction = (d + 1) * (1 if self.forcing.function is None else d)
-        return len(self.scores) * d + (correction if self.corrected else 0)
+        correction = correction_width(d, self.forcing.function is None) if self.corrected else 0
+        return len(self.scores) * d + correction
 
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
         """Every score's ``B`` side by side (then the correction's columns), so one transform

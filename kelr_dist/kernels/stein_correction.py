@@ -51,6 +51,12 @@ def correction_columns(x: np.ndarray, origin: np.ndarray, c: np.ndarray | None) 
     return (c[:, :, None] * z[:, None, :]).reshape(x.shape[0], -1)
 
 
+def correction_width(d: int, constant: bool) -> int:
+    """Columns of :func:`correction_columns` in ``d`` dimensions: ``d + 1`` for a constant
+    forcing, ``d (d + 1)`` otherwise."""
+    return (d + 1) * (1 if constant else d)
+
+
 def affine_fit(score_moment: np.ndarray, second_moment: np.ndarray) -> np.ndarray:
     """``V (d, d + 1)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, d + 1)`` and ``Ê[z̃ z̃ᵀ] (d + 1, d + 1)``."""
     d = score_moment.shape[0]
