@@ -291,7 +291,7 @@ def test_store_kept_in_memory_is_read_once_with_the_same_result(
     """A store that fits in the workers' memory is persisted: several passes, one read of the
     store (the store is deleted after the first passes), results identical to the plain reads."""
     x = make_trajectory(np.random.default_rng(21), chains=2, n=2000)
-    data = write_zarr(tmp_path / "t.zarr", x, time_chunk=128)
+    data = write_zarr(tmp_path / "t.zarr", x, time_chunk=128)  # 16 blocks a chain, 1 short
     kept, in_memory = keep_in_memory(data, process_client)
     assert in_memory and kept.attrs == data.attrs
     plain = [run_reduction(data, r, process_client) for r in (LAGGED, MOMENTS)]
@@ -300,6 +300,13 @@ def test_store_kept_in_memory_is_read_once_with_the_same_result(
         assert_partials_close(b, a, 1e-12)
     shutil.rmtree(tmp_path / "t.zarr")  # later passes need no store at all
     assert_partials_close(run_reduction(kept, LAGGED, process_client), plain[0], 1e-12)
+    # its blocks spread so that every worker holds the same rows to within one block
+    layer = kept.data.dask.layers[kept.data.name]
+    held: dict[str, int] = {}
+    for key, future in layer.items():
+        (worker,) = process_client.who_has([future])[future.key]
+        held[worker] = held.get(worker, 0) + kept.data.chunks[1][key[2]]
+    assert len(held) == 2 and abs(np.subtract(*held.values())) <= max(kept.data.chunks[1])
     too_big, kept_flag = keep_in_memory(data, process_client, fraction=1e-9)
     assert not kept_flag and too_big is data
     assert keep_in_memory(data, "synchronous") == (data, False)

@@ -212,12 +212,38 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
     blocks = [layer.get(key) for key in keys]
     if not all(isinstance(block, np.ndarray) for block in blocks):
         return trajectory
-    futures = client.scatter(blocks, hash=False)
-    name = f"kelr-scattered-{uuid.uuid4().hex[:12]}"
-    mapping = {(name, *key[1:]): future for key, future in zip(keys, futures, strict=True)}
+    futures = {}
+    for worker, run in _spread([b.shape[1] for b in blocks], client).items():
+        sent = client.scatter([blocks[i] for i in run], workers=[worker], hash=False)
+        futures.update(zip(run, sent, strict=True))
+    return trajectory.copy(data=_array_of_futures(data, "kelr-scattered", futures))
+
+
+def _spread(rows: Sequence[int], client: Client) -> dict[str, list[int]]:
+    """Blocks (their rows, in chain, time order) per worker: each block in turn goes to the worker
+    thread with the fewest rows so far, so every thread gets the same rows to within a block
+    and each pass's tasks, which run where their blocks are, keep both cores busy to the end
+    (measured: dask's own placement of a 1e7-row store's ten blocks left one worker with both
+    short chain ends and the other idle for 2 s of a 10.7 s pass; spread, the estimate took
+    16.7-18.2 s against 19.9-22.3 s, alternating fresh runs)."""
+    threads = [w for w, k in sorted(client.nthreads().items()) for _ in range(k)]
+    load = [0] * len(threads)
+    placed: dict[str, list[int]] = {}
+    for i, n in enumerate(rows):
+        t = load.index(min(load))
+        load[t] += int(n)
+        placed.setdefault(threads[t], []).append(i)
+    return placed
+
+
+def _array_of_futures(data: da.Array, prefix: str, futures: dict[int, Any]) -> da.Array:
+    """``data``'s layout backed by the futures of its blocks (position in
+    ``data.__dask_keys__()`` order -> future): a graph built from it holds keys only."""
+    keys = list(dask.core.flatten(data.__dask_keys__()))
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    mapping = {(name, *key[1:]): futures[i] for i, key in enumerate(keys)}
     graph = HighLevelGraph.from_collections(name, mapping, dependencies=[])
-    scattered = da.Array(graph, name, data.chunks, dtype=data.dtype, meta=data._meta)
-    return trajectory.copy(data=scattered)
+    return da.Array(graph, name, data.chunks, dtype=data.dtype, meta=data._meta)
 
 
 #: a store-backed trajectory is kept in the workers' memory after its first read when its
@@ -241,7 +267,8 @@ def keep_in_memory(
     float64) take at most ``fraction`` of the cluster's memory, this returns it backed by
     futures of its blocks (about :data:`TASK_BYTES` each, one chain each), which the workers
     start loading at once: the store is read once for all passes, and the blocks are released
-    with the returned object.
+    with the returned object. The blocks are spread evenly over the worker threads
+    (:func:`_spread`).
     Larger trajectories, numpy input already scattered, and ``client="synchronous"`` are
     returned unchanged (``False``): each pass reads the store again, out of core.
     """
@@ -256,7 +283,15 @@ def keep_in_memory(
     chunk = max(data.chunks[1])
     rows = max(1, _task_target(None, nbytes) // (data.shape[2] * 8) // chunk) * chunk
     blocks = data.astype(np.float64).rechunk({0: 1, 1: rows, 2: -1})
-    return trajectory.copy(data=client.persist(blocks)), True
+    keys = list(dask.core.flatten(blocks.__dask_keys__()))
+    futures = {}
+    lengths = [blocks.chunks[1][key[2]] for key in keys]
+    for worker, run in _spread(lengths, client).items():
+        # loose restrictions: a block lost with its worker is loaded again elsewhere
+        loads = [blocks.blocks[keys[i][1:]] for i in run]
+        loaded = client.compute(loads, workers=[worker], allow_other_workers=True)
+        futures.update(zip(run, loaded, strict=True))
+    return trajectory.copy(data=_array_of_futures(blocks, "kelr-kept", futures)), True
 
 
 def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:
