@@ -294,19 +294,20 @@ def test_store_kept_in_memory_is_read_once_with_the_same_result(
     data = write_zarr(tmp_path / "t.zarr", x, time_chunk=128)  # 16 blocks a chain, 1 short
     kept, in_memory = keep_in_memory(data, process_client)
     assert in_memory and kept.attrs == data.attrs
+    # its blocks spread so that every worker holds the same rows to within one block
+    layer = kept.data.dask.layers[kept.data.name]
+    process_client.gather(list(layer.values()))  # loaded
+    held: dict[str, int] = {}
+    for key, future in layer.items():
+        (worker,) = process_client.who_has([future])[future.key]
+        held[worker] = held.get(worker, 0) + kept.data.chunks[1][key[2]]
+    assert len(held) == 2 and abs(np.subtract(*held.values())) <= max(kept.data.chunks[1])
     plain = [run_reduction(data, r, process_client) for r in (LAGGED, MOMENTS)]
     again = [run_reduction(kept, r, process_client) for r in (LAGGED, MOMENTS)]
     for a, b in zip(plain, again, strict=True):
         assert_partials_close(b, a, 1e-12)
     shutil.rmtree(tmp_path / "t.zarr")  # later passes need no store at all
     assert_partials_close(run_reduction(kept, LAGGED, process_client), plain[0], 1e-12)
-    # its blocks spread so that every worker holds the same rows to within one block
-    layer = kept.data.dask.layers[kept.data.name]
-    held: dict[str, int] = {}
-    for key, future in layer.items():
-        (worker,) = process_client.who_has([future])[future.key]
-        held[worker] = held.get(worker, 0) + kept.data.chunks[1][key[2]]
-    assert len(held) == 2 and abs(np.subtract(*held.values())) <= max(kept.data.chunks[1])
     too_big, kept_flag = keep_in_memory(data, process_client, fraction=1e-9)
     assert not kept_flag and too_big is data
     assert keep_in_memory(data, "synchronous") == (data, False)

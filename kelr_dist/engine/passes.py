@@ -216,7 +216,8 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
     for worker, run in _spread([b.shape[1] for b in blocks], client).items():
         sent = client.scatter([blocks[i] for i in run], workers=[worker], hash=False)
         futures.update(zip(run, sent, strict=True))
-    return trajectory.copy(data=_array_of_futures(data, "kelr-scattered", futures))
+    name = f"kelr-scattered-{uuid.uuid4().hex[:12]}"
+    return trajectory.copy(data=_array_of_futures(data, name, futures))
 
 
 def _spread(rows: Sequence[int], client: Client) -> dict[str, list[int]]:
@@ -236,11 +237,10 @@ def _spread(rows: Sequence[int], client: Client) -> dict[str, list[int]]:
     return placed
 
 
-def _array_of_futures(data: da.Array, prefix: str, futures: dict[int, Any]) -> da.Array:
-    """``data``'s layout backed by the futures of its blocks (position in
+def _array_of_futures(data: da.Array, name: str, futures: dict[int, Any]) -> da.Array:
+    """``data``'s layout, named ``name``, backed by the futures of its blocks (position in
     ``data.__dask_keys__()`` order -> future): a graph built from it holds keys only."""
     keys = list(dask.core.flatten(data.__dask_keys__()))
-    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
     mapping = {(name, *key[1:]): futures[i] for i, key in enumerate(keys)}
     graph = HighLevelGraph.from_collections(name, mapping, dependencies=[])
     return da.Array(graph, name, data.chunks, dtype=data.dtype, meta=data._meta)
@@ -288,10 +288,16 @@ def keep_in_memory(
     lengths = [blocks.chunks[1][key[2]] for key in keys]
     for worker, run in _spread(lengths, client).items():
         # loose restrictions: a block lost with its worker is loaded again elsewhere
-        loads = [blocks.blocks[keys[i][1:]] for i in run]
-        loaded = client.compute(loads, workers=[worker], allow_other_workers=True)
+        wanted = [keys[i] for i in run]
+        loaded = client.get(
+            blocks.__dask_graph__().cull(set(wanted)),
+            wanted,
+            sync=False,
+            workers=[worker],
+            allow_other_workers=True,
+        )
         futures.update(zip(run, loaded, strict=True))
-    return trajectory.copy(data=_array_of_futures(blocks, "kelr-kept", futures)), True
+    return trajectory.copy(data=_array_of_futures(blocks, blocks.name, futures)), True
 
 
 def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:
