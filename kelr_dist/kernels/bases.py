@@ -495,16 +495,16 @@ def _tail_products(
     runs: tuple[np.ndarray, np.ndarray],
     size: int,
     with_gradients: bool,
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """``H[n, r] = Π_k values[k, R[r, k], n]`` ``(n, |R|)`` and, with gradients, each ``∂_k H``
-    (one factor replaced by its derivative); ``values``, ``derivatives`` function-major
-    ``(d', W, n)`` (:func:`_stack_tables`), the tails given by their runs (:func:`_tail_runs`).
-    The outputs are Fortran-ordered like the tables: each function's column is contiguous."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """``H[r, n] = Π_k values[k, R[r, k], n]`` ``(|R|, n)`` and, with gradients, each ``∂_k H``
+    stacked ``(d', |R|, n)`` (one factor replaced by its derivative); ``values``,
+    ``derivatives`` function-major ``(d', W, n)`` (:func:`_stack_tables`), the tails given by
+    their runs (:func:`_tail_runs`)."""
     m, n = values.shape[0], values.shape[2]
     product = np.empty((size, n))
     grads = np.empty((m if with_gradients else 0, size, n))
     _fill_tail_products(values, derivatives, runs[0], runs[1], product, grads)
-    return product.T, [g.T for g in grads]
+    return product, grads
 
 
 @compiled
@@ -698,13 +698,23 @@ class TensorBasis:
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """``H[n, r] = Π_{k≥2} T_k[n, R[r]]`` ``(n, |R|)`` and, if derivative tables are given,
         ``∂_k H`` for k = 2..d (each ``(n, |R|)``). For d = 2 these are the tables themselves
-        (no copy)."""
+        (no copy). Transposed views of :meth:`function_major_tail_products`."""
+        tails, grads = self.function_major_tail_products(tables, derivative_tables)
+        return tails.T, [g.T for g in grads]
+
+    def function_major_tail_products(
+        self, tables: list[np.ndarray], derivative_tables: list[np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`tail_products` function-major: ``H`` ``(|R|, n)`` and the ``∂_k H`` stacked
+        ``(d - 1, |R|, n)`` (``(0, |R|, n)`` without derivative tables)."""
         n = tables[0].shape[0]
         if self.dim == 1:
-            return np.ones((n, 1)), []
+            return np.ones((1, n)), np.empty((0, 1, n))
         if self.dim == 2:
-            grads = [] if derivative_tables is None else [derivative_tables[1]]
-            return tables[1], grads
+            tails = tables[1].T
+            if derivative_tables is None:
+                return tails, np.empty((0, *tails.shape))
+            return tails, derivative_tables[1].T[None]
         rest, runs, size = _stack_tables(tables[1:]), self._runs, len(self.tails)
         if derivative_tables is None:
             return _tail_products(rest, rest[:0], runs, size, with_gradients=False)
