@@ -166,7 +166,7 @@ def _blocks(basis: TensorBasis, coef_t: np.ndarray) -> tuple[np.ndarray, np.ndar
     consecutive first-coordinate degrees ``m_0..m_0+3``: its 16 terms fall on the seven running
     sums of levels ``s+m_0 .. s+m_0+6``, so one pass over a tile's samples loads 8 table rows
     and 7 sums for 16 terms, where term by term it loads 2 rows and a sum per term (measured on
-    one thread, M = 70 at d = 2: the shell sums 1.4x faster). Terms in no block, and all terms
+    one thread, d = 2, M = 70: :func:`sweep_sums` 1.28x faster). Terms in no block, and all terms
     of a box index set (level ``max(m1, floor)``), are singles; singles with a zero coefficient
     are left out. Returns blocks ``(B, 6)`` = r_0..r_3, m_0, level and singles ``(S, 3)`` =
     r, m1, level, both int64.
