@@ -214,26 +214,29 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
         return trajectory
     futures = {}
     for worker, run in _spread([b.shape[1] for b in blocks], client).items():
-        sent = client.scatter([blocks[i] for i in run], workers=[worker], hash=False)
+        sent = client.scatter([blocks[i] for i in run], workers=worker, hash=False)
         futures.update(zip(run, sent, strict=True))
     name = f"kelr-scattered-{uuid.uuid4().hex[:12]}"
     return trajectory.copy(data=_array_of_futures(data, name, futures))
 
 
-def _spread(rows: Sequence[int], client: Client) -> dict[str, list[int]]:
-    """Blocks (their rows, in chain, time order) per worker: each block in turn goes to the worker
-    thread with the fewest rows so far, so every thread gets the same rows to within a block
-    and each pass's tasks, which run where their blocks are, keep both cores busy to the end
-    (measured: dask's own placement of a 1e7-row store's ten blocks left one worker with both
-    short chain ends and the other idle for 2 s of a 10.7 s pass; spread, the estimate took
-    16.7-18.2 s against 19.9-22.3 s, alternating fresh runs)."""
+def _spread(rows: Sequence[int], client: Client) -> dict[tuple[str, ...] | None, list[int]]:
+    """Blocks (their rows, in chain, time order) per worker, as ``(address,)``: each block in
+    turn goes to the worker thread with the fewest rows so far, so every thread gets the same
+    rows to within a block and each pass's tasks, which run where their blocks are, keep both
+    cores busy to the end (measured: dask's own placement of a 1e7-row store's ten blocks left
+    one worker with both short chain ends and the other idle for 2 s of a 10.7 s pass; spread,
+    the estimate took 16.7-18.2 s against 19.9-22.3 s, alternating fresh runs). With no worker
+    connected yet, all blocks go to ``None`` (any worker: dask waits for one)."""
     threads = [w for w, k in sorted(client.nthreads().items()) for _ in range(k)]
+    if not threads:
+        return {None: list(range(len(rows)))}
     load = [0] * len(threads)
-    placed: dict[str, list[int]] = {}
+    placed: dict[tuple[str, ...] | None, list[int]] = {}
     for i, n in enumerate(rows):
         t = load.index(min(load))
         load[t] += int(n)
-        placed.setdefault(threads[t], []).append(i)
+        placed.setdefault((threads[t],), []).append(i)
     return placed
 
 
@@ -293,7 +296,7 @@ def keep_in_memory(
             blocks.__dask_graph__().cull(set(wanted)),
             wanted,
             sync=False,
-            workers=[worker],
+            workers=worker,
             allow_other_workers=True,
         )
         futures.update(zip(run, loaded, strict=True))
