@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 
 import numpy as np
 
@@ -263,21 +263,21 @@ class KernelDensity:
         truncated = self.truncated(order)
         if truncated is not self:  # the tables and products of the smaller basis only
             return truncated._evaluate(x, None, second)
-        coef = self.matrix()
+        coef_t = np.ascontiguousarray(self.matrix().T)  # tail-major (|R|, M_1+1)
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
         hessian = np.empty(x.shape) if second else None
         # the tables and products of every row block in the same memory (see Workspace)
         spaces = [Workspace() for _ in range(self.basis.dim + 1)]
         for rows in row_blocks(x.shape[0], self.basis.row_block()):
-            out = self._evaluate_block(x[rows], coef, second, spaces)
+            out = self._evaluate_block(x[rows], coef_t, second, spaces)
             density[rows], gradient[rows] = out[0], out[1]
             if hessian is not None:
                 hessian[rows] = out[2]
         return density, gradient, hessian
 
     def _evaluate_block(
-        self, x: np.ndarray, coef: np.ndarray, second: bool, spaces: list[Workspace]
+        self, x: np.ndarray, coef_t: np.ndarray, second: bool, spaces: list[Workspace]
     ) -> tuple[np.ndarray, ...]:
         basis = self.basis
         products = spaces[-1]  # the two GEMMs' outputs
@@ -292,23 +292,23 @@ class KernelDensity:
             ),
             strict=True,
         )
-        n, r = x.shape[0], coef.shape[1]
+        n, r = x.shape[0], coef_t.shape[0]
         if not second and basis.dim >= FUSED_FROM_DIM:
             tails_f, grads_f = basis.function_major_tail_products(list(values), list(derivs))
             density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((basis.dim - 1, n))
             _contract(
-                self._coef_t, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
+                coef_t, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
                 density, slope, tail_slopes,
             )  # fmt: skip
             gradient = np.column_stack([slope, tail_slopes.T])
             return density * self.jacobian, gradient * (self.jacobian / self.scales)
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
         # function-major (r, n) views: contiguous rows for the GEMM and the row sums
-        first = np.matmul(coef.T, values[0].T, out=products.take("first", r, n))
+        first = np.matmul(coef_t, values[0].T, out=products.take("first", r, n))
         tails_t = tails.T
         density = np.einsum("rn,rn->n", first, tails_t)
         gradient = np.empty((x.shape[0], basis.dim))
-        slope = np.matmul(coef.T, derivs[0].T, out=products.take("slope", r, n))
+        slope = np.matmul(coef_t, derivs[0].T, out=products.take("slope", r, n))
         gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
         for k, g in enumerate(tail_grads, start=1):
             gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
@@ -323,16 +323,11 @@ class KernelDensity:
         ]
         _, tail_seconds = basis.tail_products(list(values), seconds)
         hessian = np.empty((x.shape[0], basis.dim))
-        hessian[:, 0] = np.einsum("rn,rn->n", coef.T @ seconds[0].T, tails_t)
+        hessian[:, 0] = np.einsum("rn,rn->n", coef_t @ seconds[0].T, tails_t)
         for k, g in enumerate(tail_seconds, start=1):
             hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
         hessian *= jacobian / self.scales**2
         return density, gradient, hessian
-
-    @cached_property
-    def _coef_t(self) -> np.ndarray:
-        """The coefficients tail-major ``(|R|, M_1+1)``, as :func:`_contract` reads them."""
-        return np.ascontiguousarray(self.matrix().T)
 
     @property
     def scales(self) -> np.ndarray:
