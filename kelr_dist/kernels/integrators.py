@@ -197,23 +197,51 @@ def pcg64_next(
 
 
 @njit(inline="always")
+def _ziggurat_draw(
+    high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
+) -> tuple[np.uint64, np.uint64, float, bool, np.uint64, np.uint64]:
+    """One try of numpy's ziggurat: ``(layer, magnitude, x, accepted, new high, new low)``."""
+    bits, high, low = pcg64_next(high, low, inc_high, inc_low)
+    layer = bits & np.uint64(0xFF)
+    bits = bits >> np.uint64(8)
+    magnitude = (bits >> np.uint64(1)) & _MANTISSA
+    # magnitude < 2**52: a signed conversion is exact. The sign is applied to the integer
+    # (negated when the bit is set, exactly), not by a branch that random bits mispredict
+    # half the time
+    negative = np.int64(bits & np.uint64(1))
+    x = ((np.int64(magnitude) ^ -negative) + negative) * wi_double[layer]
+    return layer, magnitude, x, magnitude < ki_double[layer], high, low
+
+
+@njit(inline="always")
 def pcg64_standard_normal(
     high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
 ) -> tuple[float, np.uint64, np.uint64]:
     """numpy's ``Generator.standard_normal()`` on PCG64 (its 256-layer ziggurat):
-    ``(normal, new state high, new state low)``."""
+    ``(normal, new state high, new state low)``.
+
+    Only the first try (accepted 98.8% of the time) is inlined where this is called; the rest
+    of the loop is a compiled function of its own, so its wedge test keeps numpy's unfused
+    arithmetic inside an integrator compiled with fused multiply-adds (``@contracted``)."""
+    layer, magnitude, x, accepted, high, low = _ziggurat_draw(high, low, inc_high, inc_low)
+    if accepted:
+        return x, high, low
+    return _ziggurat_rejected(layer, magnitude, x, high, low, inc_high, inc_low)
+
+
+@compiled
+def _ziggurat_rejected(
+    layer: np.uint64,
+    magnitude: np.uint64,
+    x: float,
+    high: np.uint64,
+    low: np.uint64,
+    inc_high: np.uint64,
+    inc_low: np.uint64,
+) -> tuple[float, np.uint64, np.uint64]:
+    """numpy's ziggurat loop from a try outside its layer's rectangle: the tail or the wedge
+    test, then tries again until one is accepted."""
     while True:
-        bits, high, low = pcg64_next(high, low, inc_high, inc_low)
-        layer = bits & np.uint64(0xFF)
-        bits = bits >> np.uint64(8)
-        magnitude = (bits >> np.uint64(1)) & _MANTISSA
-        # magnitude < 2**52: a signed conversion is exact. The sign is applied to the integer
-        # (negated when the bit is set, exactly), not by a branch that random bits mispredict
-        # half the time
-        negative = np.int64(bits & np.uint64(1))
-        x = ((np.int64(magnitude) ^ -negative) + negative) * wi_double[layer]
-        if magnitude < ki_double[layer]:
-            return x, high, low
         if layer == 0:  # the tail beyond ziggurat_nor_r
             while True:
                 u, high, low = pcg64_next(high, low, inc_high, inc_low)
@@ -230,6 +258,9 @@ def pcg64_standard_normal(
             edge = (fi_double[layer - 1] - fi_double[layer]) * uniform + fi_double[layer]
             if edge < math.exp(-0.5 * x * x):
                 return x, high, low
+        layer, magnitude, x, accepted, high, low = _ziggurat_draw(high, low, inc_high, inc_low)
+        if accepted:
+            return x, high, low
 
 
 @compiled
