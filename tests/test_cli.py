@@ -417,3 +417,49 @@ def test_info_scan_reports_non_finite_values_with_their_positions(tmp_path, caps
     assert code == 0 and "all values finite" in out
     code, out = codes["info bad.zarr"]
     assert code == 0 and "non-finite" not in out  # without --scan the data are not read
+
+
+ESTIMATE_ONTO = ["--max-lag", "5", "--scheduler", "synchronous", "--overwrite"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["estimate", "ou.zarr", "./ou.zarr", *ESTIMATE_ONTO],
+            "output 'ou.zarr' is the input store 'ou.zarr'",
+        ),
+        (
+            ["estimate", "link.zarr", "ou.zarr", *ESTIMATE_ONTO],  # a symbolic link to the store
+            "output 'ou.zarr' is the input store 'link.zarr'",
+        ),
+        (
+            ["estimate", "ou.zarr", "ou.zarr/result.zarr", *ESTIMATE_ONTO],
+            "output 'ou.zarr/result.zarr' lies inside the input store 'ou.zarr'",
+        ),
+        (
+            ["estimate", "ou.zarr", ".", *ESTIMATE_ONTO],
+            "output '.' contains the input store 'ou.zarr'",
+        ),
+        (
+            ["run", "job.yaml", "--overwrite"],  # a job's netCDF output, inside the store
+            "ou.zarr/r.nc' lies inside the input store",
+        ),
+    ],
+)
+def test_output_overlapping_the_input_store_is_refused(tmp_path, capsys, monkeypatch, argv,
+                                                        message):  # fmt: skip
+    """``kelr estimate S S --overwrite`` (and ``kelr run`` with such outputs) exits 2 naming
+    both paths, before any work, and leaves the trajectory as it was."""
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    simulate("ou", tmp_path / "ou.zarr", 3000, chunk=1000, progress=False)
+    (tmp_path / "link.zarr").symlink_to(tmp_path / "ou.zarr")
+    job_file(tmp_path, "input: {store: ou.zarr}\noutputs: {result: r.zarr, netcdf: ou.zarr/r.nc}\n")
+    before = xr.open_zarr("ou.zarr", consolidated=False)["x"].values
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(argv, prog_name="kelr")
+    captured = capsys.readouterr()
+    check_failure(exit_info.value.code, captured.out, captured.err, tmp_path, message, ["r.zarr"])
+    np.testing.assert_array_equal(xr.open_zarr("ou.zarr", consolidated=False)["x"].values, before)

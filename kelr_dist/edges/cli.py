@@ -1,10 +1,11 @@
 """The ``kelr`` command line: simulate, inspect, estimate, run job files and report.
 
 Every command exits with 0 on success and 2 on a usage or input error (a missing or broken
-store, a bad option value, a bad job file, an unreachable scheduler, an existing output),
-printing one line ``kelr <command>: error: <what is wrong>`` on stderr and no traceback.
-Outputs are written atomically (:func:`kelr_dist.pipeline.result.write_result`), so a failed run
-leaves none behind. Progress bars are shown on a terminal only, and never with ``--quiet``.
+store, a bad option value, a bad job file, an unreachable scheduler, an existing output, an
+output that is, holds or lies inside the input store), printing one line ``kelr <command>:
+error: <what is wrong>`` on stderr and no traceback. Outputs are written atomically
+(:func:`kelr_dist.pipeline.result.write_result`), so a failed run leaves none behind. Progress
+bars are shown on a terminal only, and never with ``--quiet``.
 """
 
 from __future__ import annotations
@@ -410,13 +411,34 @@ def _format_scan(found: dict[str, Any]) -> str:
     return f"{'scan':<12}  {found['count']} non-finite values ({counts})\n{shown:<12}  {first}"
 
 
-def _check_outputs(targets: Sequence[Path | None], overwrite: bool) -> None:
-    """Refuse outputs that exist (without --overwrite) or could not be written, before work."""
+def _check_apart(store: Path, target: Path) -> None:
+    """Refuse an output ``target`` that would replace the input ``store`` or a part of it: the
+    same folder, one inside the other (symbolic links and ``..`` resolved), with or without
+    --overwrite."""
+    source, output = Path(os.path.realpath(store)), Path(os.path.realpath(target))
+    if source == output:
+        relation = "is the input store"
+    elif source in output.parents:
+        relation = "lies inside the input store"
+    elif output in source.parents:
+        relation = "contains the input store"
+    else:
+        return
+    raise ValueError(
+        f"output {str(target)!r} {relation} {str(store)!r}; choose an output outside it, "
+        "so that the trajectory is left intact"
+    )
+
+
+def _check_outputs(store: Path, targets: Sequence[Path | None], overwrite: bool) -> None:
+    """Refuse, before work, outputs that overlap the input ``store``, exist (without
+    --overwrite) or could not be written."""
     from kelr_dist.pipeline.result import check_output
 
     for target in targets:
         if target is None:
             continue
+        _check_apart(store, target)
         if target.exists() and not overwrite:
             raise ValueError(
                 f"output {str(target)!r} exists; remove it, choose another path or pass --overwrite"
@@ -450,7 +472,7 @@ def _run_estimate(
     from kelr_dist.pipeline.estimate import estimate_response
     from kelr_dist.pipeline.result import write_result
 
-    _check_outputs([result, netcdf], overwrite)
+    _check_outputs(store, [result, netcdf], overwrite)
     open_trajectory(store, options.variable)  # a broken store fails before a cluster starts
     kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
