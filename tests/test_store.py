@@ -143,11 +143,11 @@ BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
     ),
     "non-uniform": (
         lambda p: _plain(p, attrs={}, coords={"time": T_JUMP}),
-        r"time step is not uniform \(dt varies from 0.01 to 0.02\)",
+        r"time step is not uniform \(dt varies from 0.01 to 0.02, more than the float64 ",
     ),
     "decreasing time": (
         lambda p: _plain(p, attrs={}, coords={"time": -np.arange(50.0)}),
-        "the time coordinate must increase",
+        r"dt=-1 from the time coordinate .* \(the time coordinate must increase\)",
     ),
     "no time step": (lambda p: _plain(p, attrs={}), "no time step: give a numeric 'time'"),
     "time vs dt": (
@@ -263,6 +263,39 @@ def test_long_time_coordinate_is_probed_not_read(tmp_path: Path, monkeypatch) ->
     jump[2] += 0.2  # within the first chunk: found by the chunk check
     with pytest.raises(TrajectoryError, match=r"time step is not uniform \(dt varies"):
         open_trajectory(_timed_store(tmp_path / "j.zarr", jump))
+
+
+def test_float32_time_coordinate_is_judged_at_float32_resolution(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """float32 times are rounded to ~1e-7 of the time: uniform within that, dt from float64."""
+    import kelr_dist.data.store as store
+
+    time = (0.05 * np.arange(100_000)).astype(np.float32)
+    data = RNG.standard_normal((time.size, 1))
+    plain = xr.Dataset({"x": (("time", "component"), data)}, coords={"time": time})
+    path = _save(plain, tmp_path / "f32.zarr", time_chunk=25_000)
+    assert open_trajectory(path).attrs["dt"] == pytest.approx(0.05, rel=1e-7)
+    with_dt = plain.assign_coords(time=time + np.float32(1000)).assign_attrs(dt=0.05)
+    assert open_trajectory(_save(with_dt, tmp_path / "f32dt.zarr", time_chunk=25_000)).attrs[
+        "dt"
+    ] == pytest.approx(0.05, rel=1e-7)
+    monkeypatch.setattr(store, "TIME_CHECK_ROWS", 10)  # the probed path: the same tolerance
+    assert open_trajectory(path).attrs["dt"] == pytest.approx(0.05, rel=1e-7)
+    jump = time.copy()
+    jump[50_000:] += np.float32(0.01)  # a real gap, far above float32's rounding
+    with pytest.raises(TrajectoryError, match=r"time\[\d+\] = .* \(dt from the first and"):
+        open_trajectory(_save(plain.assign_coords(time=jump), tmp_path / "jump.zarr", 25_000))
+    monkeypatch.undo()
+    with pytest.raises(TrajectoryError, match=r"dt varies from .* float32 coordinate's rounding"):
+        open_trajectory(_save(plain.assign_coords(time=jump), tmp_path / "jump2.zarr", 25_000))
+    coarse = plain.assign_coords(time=(1e6 + 0.05 * np.arange(100_000)).astype(np.float32))
+    with pytest.raises(
+        TrajectoryError,
+        match=r"the float32 time coordinate is too coarse for its step dt=0.0[45]\d*: .* store the "
+        r"time as float64, or drop the coordinate and give a 'dt' attribute",
+    ):
+        open_trajectory(_save(coarse, tmp_path / "coarse.zarr", time_chunk=25_000))
 
 
 def test_relative_path_is_made_absolute(tmp_path: Path, monkeypatch) -> None:

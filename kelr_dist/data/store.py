@@ -207,7 +207,9 @@ def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray
 
 def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable: str) -> float:
     """The sample interval from the ``time`` coordinate and/or the ``dt`` attribute."""
-    from_coord = _coordinate_step(da, source, variable) if "time" in da.coords else None
+    from_coord, slack = (
+        _coordinate_step(da, source, variable) if "time" in da.coords else (None, 0.0)
+    )
     from_attr = None
     if "dt" in attrs:
         try:
@@ -217,22 +219,25 @@ def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable
                 source, variable, f"dt attribute {attrs['dt']!r} is not a number"
             ) from None
         if not (math.isfinite(from_attr) and from_attr > 0):
-            raise _error(source, variable, f"dt={from_attr!r} is not a positive finite number")
+            raise _error(source, variable, f"dt={from_attr:g} is not a positive finite number")
     if from_coord is None and from_attr is None:
         raise _error(
             source, variable, "no time step: give a numeric 'time' coordinate or a 'dt' attribute"
         )
     if from_coord is not None and from_attr is not None:
-        if abs(from_coord - from_attr) > DT_RTOL * from_attr:
+        if abs(from_coord - from_attr) > DT_RTOL * from_attr + slack:
             raise _error(
                 source,
                 variable,
-                f"the time coordinate's step {from_coord!r} disagrees with dt={from_attr!r}",
+                f"the time coordinate's step {from_coord:.10g} disagrees with dt={from_attr:.10g}",
             )
     return from_attr if from_attr is not None else from_coord  # type: ignore[return-value]
 
 
-def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> float:
+def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> tuple[float, float]:
+    """The step of a ``time`` coordinate (float64 of its first and last entries) and how far it
+    may be off through the coordinate's rounding; the coordinate is checked to be uniform to
+    within ``DT_RTOL`` plus the rounding of its own dtype (:func:`_rounding`)."""
     time = da.coords["time"]
     if time.dims != ("time",) or not np.issubdtype(time.dtype, np.number):
         raise _error(
@@ -244,35 +249,56 @@ def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> float:
     t = time.data  # numpy, or dask for a store's coordinate (never loaded whole)
     n = t.shape[0]
     first, last = _entries(t, [0, n - 1])
-    dt = (last - first) / (n - 1)
+    dt = float((last - first) / (n - 1))
     if not (math.isfinite(dt) and dt > 0):
         raise _error(
             source,
             variable,
-            f"dt={dt!r} from the time coordinate is not a positive "
+            f"dt={dt:g} from the time coordinate is not a positive "
             "finite number (the time coordinate must increase)",
         )
+    rounding = _rounding(t.dtype, dt, max(abs(first), abs(last)), source, variable)
+    tolerance = DT_RTOL * dt + rounding
     if isinstance(t, np.ndarray) or n <= TIME_CHECK_ROWS:
-        _check_uniform(t, dt, source, variable)
-        return float(dt)
+        _check_uniform(t, dt, tolerance, source, variable)
+        return dt, rounding / (n - 1)
     rows = t.chunks[0]
     for part in (t[: rows[0]], t[n - rows[-1] :]):  # the first and the last chunk in full
-        _check_uniform(part, dt, source, variable)
+        _check_uniform(part, dt, tolerance, source, variable)
     probes = np.unique(np.linspace(0, n - 1, TIME_PROBES).astype(np.int64))
     found = _entries(t, probes.tolist())
     expected = first + probes * dt
-    # the entries themselves are rounded to float64: allow a few ulps of the times besides
-    tolerance = DT_RTOL * dt + 8 * np.finfo(np.float64).eps * np.abs(expected)
-    worst = int(np.argmax(np.abs(found - expected) - tolerance))
-    if abs(found[worst] - expected[worst]) > tolerance[worst]:
+    worst = int(np.argmax(np.abs(found - expected)))
+    if abs(found[worst] - expected[worst]) > tolerance:
         raise _error(
             source,
             variable,
-            f"time step is not uniform: time[{probes[worst]}] = {found[worst]!r}, but "
-            f"time[0] + {probes[worst]} * dt = {expected[worst]!r} (dt from the first and the "
-            "last entry)",
+            f"time step is not uniform: time[{probes[worst]}] = {found[worst]:.10g}, but "
+            f"time[0] + {probes[worst]} * dt = {expected[worst]:.10g} (dt from the first and "
+            "the last entry)",
         )
-    return float(dt)
+    return dt, rounding / (n - 1)
+
+
+def _rounding(dtype: np.dtype, dt: float, largest: float, source: str, variable: str) -> float:
+    """How far a step (or an entry from ``time[0] + i dt``) of a uniform time coordinate may be
+    off through rounding: a few roundings of the coordinate's dtype at its largest magnitude
+    ``largest`` (a float32 coordinate holds ``0.05 * i`` only to about 1e-7 of the time; integers
+    are read as float64). A coordinate
+    whose rounding is more than half a step cannot show its step at all: it is refused, with
+    the fix (float64 times, or a ``dt`` attribute instead of the coordinate).
+    """
+    eps = np.finfo(dtype).eps if np.issubdtype(dtype, np.floating) else np.finfo(np.float64).eps
+    rounding = 4 * float(eps) * largest  # each entry rounded, the steps computed in float64
+    if rounding > dt / 2:
+        raise _error(
+            source,
+            variable,
+            f"the {dtype} time coordinate is too coarse for its step dt={dt:g}: at times up to "
+            f"{largest:g} it is rounded to about {rounding / 4:g}; store the time as float64, or "
+            "drop the coordinate and give a 'dt' attribute",
+        )
+    return rounding
 
 
 def _entries(t: Any, indices: list[int]) -> np.ndarray:
@@ -283,12 +309,15 @@ def _entries(t: Any, indices: list[int]) -> np.ndarray:
     return np.asarray(picked, dtype=np.float64)
 
 
-def _check_uniform(t: Any, dt: float, source: str, variable: str) -> None:
-    """An error unless every step of ``t`` is ``dt`` to within ``DT_RTOL``."""
+def _check_uniform(t: Any, dt: float, tolerance: float, source: str, variable: str) -> None:
+    """An error unless every step of ``t`` is ``dt`` to within ``tolerance``."""
     low, high = _step_range(t, dt)
-    if max(abs(low - dt), abs(high - dt)) > DT_RTOL * dt:
+    if max(abs(low - dt), abs(high - dt)) > tolerance:
         raise _error(
-            source, variable, f"time step is not uniform (dt varies from {low:g} to {high:g})"
+            source,
+            variable,
+            f"time step is not uniform (dt varies from {low:g} to {high:g}, more than the "
+            f"{t.dtype} coordinate's rounding allows)",
         )
 
 
