@@ -298,6 +298,32 @@ def test_float32_time_coordinate_is_judged_at_float32_resolution(
         open_trajectory(_save(coarse, tmp_path / "coarse.zarr", time_chunk=25_000))
 
 
+@pytest.mark.parametrize(
+    "time",
+    [
+        np.datetime64("2000-01-01") + np.arange(1000) * np.timedelta64(3, "h"),
+        np.arange(1000) * np.timedelta64(3, "h"),
+    ],
+    ids=["datetime64", "timedelta64"],
+)
+def test_date_and_duration_time_coordinates_give_dt_in_seconds(
+    tmp_path: Path, time: np.ndarray
+) -> None:
+    """The same dt in seconds from the store's path and from ``xr.open_zarr`` of it."""
+    ds = xr.Dataset({"x": (("time", "component"), RNG.standard_normal((time.size, 2)))})
+    path = _save(ds.assign_coords(time=time), tmp_path / "dates.zarr", time_chunk=256)
+    by_path = open_trajectory(path)
+    assert by_path.attrs["dt"] == 3 * 3600.0
+    assert isinstance(by_path.coords["time"].data, dask.array.Array)  # not loaded
+    assert by_path.coords["time"].dtype.kind == time.dtype.kind  # kept as dates / durations
+    opened = as_trajectory(xr.open_zarr(path, consolidated=False))
+    assert opened.attrs["dt"] == 3 * 3600.0
+    gap = time.copy()
+    gap[500:] += np.timedelta64(1, "h")
+    with pytest.raises(TrajectoryError, match=r"time step is not uniform \(dt varies from 10800"):
+        open_trajectory(_save(ds.assign_coords(time=gap), tmp_path / "gap.zarr", 256))
+
+
 def test_relative_path_is_made_absolute(tmp_path: Path, monkeypatch) -> None:
     _plain(tmp_path / "rel.zarr")
     monkeypatch.chdir(tmp_path)

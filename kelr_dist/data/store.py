@@ -6,8 +6,9 @@ variable (default ``x``) with
 - dims ``(time, component)`` or ``(chain, time, component)`` (any order; it is transposed),
   chunked along ``time``;
 - dtype float32 or float64 (kept as stored);
-- a uniform sample interval: a numeric ``time`` coordinate, or a ``dt`` attribute on the
-  variable or the dataset (when both are given they must agree);
+- a uniform sample interval: a ``time`` coordinate (numeric; or datetime64 / timedelta64,
+  also as xarray encodes them in a store, which gives ``dt`` in seconds), or a ``dt`` attribute
+  on the variable or the dataset (when both are given they must agree);
 - optionally a ``component`` coordinate of names (otherwise ``x0, x1, ...``);
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
   ``seed``, ``burn_in``, ``kelr_dist_version``).
@@ -125,6 +126,9 @@ def open_trajectory(path: str | os.PathLike[str], variable: str = "x") -> xr.Dat
         ) from None
     if ds.attrs.get("complete") is False:
         raise _error(source, variable, _incomplete_message(source, ds.attrs))
+    if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
+        decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
+        ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
     return as_trajectory(ds, variable, source=source)
 
 
@@ -239,14 +243,17 @@ def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> tuple[floa
     may be off through the coordinate's rounding; the coordinate is checked to be uniform to
     within ``DT_RTOL`` plus the rounding of its own dtype (:func:`_rounding`)."""
     time = da.coords["time"]
-    if time.dims != ("time",) or not np.issubdtype(time.dtype, np.number):
+    clock = np.issubdtype(time.dtype, np.datetime64) or np.issubdtype(time.dtype, np.timedelta64)
+    if time.dims != ("time",) or not (clock or np.issubdtype(time.dtype, np.number)):
         raise _error(
             source,
             variable,
-            f"the time coordinate must be numeric along 'time' (found dims {time.dims}, "
-            f"dtype {time.dtype})",
+            f"the time coordinate must be numeric, datetime64 or timedelta64 along 'time' "
+            f"(found dims {time.dims}, dtype {time.dtype})",
         )
     t = time.data  # numpy, or dask for a store's coordinate (never loaded whole)
+    if clock:
+        t = _seconds_since_first(t)
     n = t.shape[0]
     first, last = _entries(t, [0, n - 1])
     dt = float((last - first) / (n - 1))
@@ -278,6 +285,14 @@ def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> tuple[floa
             "the last entry)",
         )
     return dt, rounding / (n - 1)
+
+
+def _seconds_since_first(t: Any) -> Any:
+    """A datetime64 or timedelta64 coordinate (numpy or dask, kept lazy) as float64 seconds
+    since its first entry: the time step of dates and durations is in seconds."""
+    unit = "datetime64[ns]" if np.issubdtype(t.dtype, np.datetime64) else "timedelta64[ns]"
+    ns = t.astype(unit).astype(np.int64)
+    return (ns - ns[:1]).astype(np.float64) * 1e-9
 
 
 def _rounding(dtype: np.dtype, dt: float, largest: float, source: str, variable: str) -> float:
