@@ -496,6 +496,18 @@ def test_transposed_and_too_short_arrays_are_named() -> None:
         estimate_response(np.zeros((10, 2)), client="synchronous")
 
 
+def test_one_dimensional_arrays_and_lists_are_trajectories() -> None:
+    """An (n,) array is one component; a list is converted like numpy; other shapes are named."""
+    x = np.random.default_rng(1).standard_normal((2_000, 2))
+    options = {"client": "synchronous", "max_order": 4, "max_lag": 3, "dt": 0.1}
+    one = estimate_response(x[:, 0], **options)
+    assert one.response.shape == (4, 1, 1) and one.i.values.tolist() == ["x0"]
+    from_list = estimate_response(x.tolist(), **options)
+    xr.testing.assert_allclose(from_list.response, estimate_response(x, **options).response)
+    with pytest.raises(ValueError, match=r"shape \(2, 2, 2, 2\) .* expected \(time,\) for one"):
+        estimate_response(np.zeros((2, 2, 2, 2)), client="synchronous")
+
+
 def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path) -> None:
     from kelr_dist.pipeline.result import check_output
 

@@ -112,11 +112,22 @@ class ConvergenceWarning(UserWarning):
 
 
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
+    """The trajectory as a validated ``(chain, time, component)`` DataArray: a store path, an
+    xarray object in the store layout, or an array-like (numpy array, list) of shape
+    ``(time,)`` (one component), ``(time, component)`` or ``(chain, time, component)``."""
     if isinstance(trajectory, str | os.PathLike):
         return open_trajectory(trajectory, variable)
-    if isinstance(trajectory, np.ndarray):
-        dims = ("time", "component") if trajectory.ndim == 2 else ("chain", "time", "component")
-        trajectory = xr.DataArray(trajectory, dims=dims, attrs={"dt": 1.0 if dt is None else dt})
+    if not isinstance(trajectory, xr.Dataset | xr.DataArray):
+        array = np.asarray(trajectory)
+        if array.ndim not in (1, 2, 3):
+            raise ValueError(
+                f"trajectory: an array of shape {array.shape} ({type(trajectory).__name__}); "
+                "expected (time,) for one component, (time, component) or (chain, time, "
+                "component), or a store path or an xarray object in the store layout"
+            )
+        array = array[:, np.newaxis] if array.ndim == 1 else array
+        dims = ("time", "component") if array.ndim == 2 else ("chain", "time", "component")
+        trajectory = xr.DataArray(array, dims=dims, attrs={"dt": 1.0 if dt is None else dt})
     elif dt is not None:
         trajectory = trajectory.assign_attrs(dt=dt)
     return as_trajectory(trajectory, variable)
