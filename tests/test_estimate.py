@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -535,11 +536,46 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path) -> None:
 def test_non_finite_samples_are_rejected() -> None:
     x = np.random.default_rng(0).standard_normal((1_000, 2))
     x[700, 1] = np.nan
-    with pytest.raises(ValueError, match="coordinate 1 has 1 non-finite samples"):
+    with pytest.raises(ValueError, match="'<in-memory>', component 'x1': 1 non-finite samples"):
         estimate_response(x, client="synchronous", max_order=4, max_lag=5)
     x[700, 1] = np.inf
     with pytest.raises(ValueError, match="non-finite"):
         estimate_response(x, client="synchronous", max_order=4, max_lag=5)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            np.nan,
+            r"component 'v': 1 non-finite samples \(NaN or inf\); the first is at chain 0, "
+            r"time index 700",
+        ),
+        (1e300, r"component 'v': values too large \(max \|x\| = 1e\+300\)"),
+        (None, r"component 'v': constant \(every sample is 2\.5\): .* remove it from the"),
+    ],
+    ids=["nan", "huge", "constant"],
+)
+def test_bad_component_of_a_store_is_named(
+    tmp_path: Path, value: float | None, message: str
+) -> None:
+    """NaN, too large and constant components are named with the store, and no numpy warning
+    leaks out."""
+    x = np.random.default_rng(0).standard_normal((1_000, 2))
+    if value is None:
+        x[:, 1] = 2.5
+    else:
+        x[700, 1] = value
+    path = tmp_path / "bad.zarr"
+    xr.Dataset(
+        {"x": (("time", "component"), x)},
+        coords={"component": np.array(["u", "v"], dtype=object)},
+        attrs={"dt": 0.1},
+    ).chunk({"time": 300}).to_zarr(path, consolidated=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match=f"^trajectory {str(path)!r}, {message}"):
+            estimate_response(path, client="synchronous", max_order=4, max_lag=5)
 
 
 def test_exact_without_a_model_is_rejected() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -130,7 +132,7 @@ def test_nonfinite_samples_are_reported_with_first_position():
     x[1, 40, 2] = np.inf
     x[1, 90, 2] = -np.inf
     with pytest.raises(
-        ValueError, match=r"coordinate 2 has 3 non-finite .* chain 1, time index 17"
+        mom.CoordinateError, match=r"coordinate 2: 3 non-finite .* chain 1, time index 17"
     ):
         _moments(x, [30, 30, 40])
 
@@ -146,8 +148,24 @@ def test_constant_coordinate_has_nan_shape_statistics():
     x = np.column_stack([np.full(50, 2.5), np.arange(50.0)])
     m = _moments(x)
     assert m.variance[0] == 0 and np.isnan(m.skewness[0]) and np.isnan(m.excess_kurtosis[0])
-    with pytest.raises(ValueError, match="coordinate 0: the hermite scale"):
+    with pytest.raises(mom.CoordinateError, match="coordinate 0: constant .* remove it") as info:
         choose_basis(m)
+    assert info.value.coordinate == 0 and "every sample is 2.5" in info.value.problem
+    with pytest.raises(mom.CoordinateError, match="coordinate 0: constant"):
+        gamma_reduction_for(m, "laguerre,hermite")  # the same check before a Gamma pass
+
+
+def test_too_large_values_are_reported_without_overflow_warnings():
+    x = np.random.default_rng(3).standard_normal((3_000, 2))
+    x[1234, 1] = 1e300  # finite, but its square overflows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning may leak
+        with pytest.raises(
+            mom.CoordinateError, match=r"coordinate 1: values too large \(max \|x\| = 1e\+300\)"
+        ):
+            _moments(x, [1000, 2000])
+        x[1234, 1] = 1e70  # the fourth power still fits: ordinary moments, no warning
+        assert np.isfinite(_moments(x, [1000, 2000]).excess_kurtosis).all()
 
 
 # ------------------------------------------------------------------------------------- Gamma

@@ -44,7 +44,13 @@ import numpy as np
 
 from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
 from kelr_dist.kernels.basis_spec import Entry, parse_basis_spec
-from kelr_dist.kernels.moments import GammaFit, Moments, gamma_reduction, moments_reduction
+from kelr_dist.kernels.moments import (
+    CoordinateError,
+    GammaFit,
+    Moments,
+    gamma_reduction,
+    moments_reduction,
+)
 from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
 
 SKEWNESS_THRESHOLD = 0.5
@@ -76,7 +82,14 @@ def _tail_beta(excess_kurtosis: float, weight_kurtosis: float) -> float:
 
 
 def _resolved_entries(moments: Moments, spec: str | Sequence[object]) -> list[Entry]:
-    """The entries with ``auto`` replaced by the family the rule picks."""
+    """The entries with ``auto`` replaced by the family the rule picks; a constant coordinate
+    (which no basis, forcing or estimate can use) is a :class:`CoordinateError`."""
+    for k in np.flatnonzero(moments.variance == 0):
+        raise CoordinateError(
+            k,
+            f"constant (every sample is {moments.mean[k]:g}): a component without spread "
+            "can be neither forced nor estimated; remove it from the trajectory",
+        )
     entries = parse_basis_spec(spec, moments.d)
     return [
         (_auto_family(moments, k), {}) if name == "auto" else (name, params)
@@ -137,11 +150,6 @@ def _coordinate(
         scale = params["scale"] if "scale" in params else (mean - loc) / (theta + 1.0)
         beta = params["beta"] if "beta" in params else _tail_beta(kurtosis, 6.0 / (theta + 1.0))
         family = Laguerre(theta=theta, beta=beta)
-    if not scale > 0:
-        raise ValueError(
-            f"coordinate {k}: the {name} scale from the data is {scale!r} (a constant "
-            "coordinate?); give scale= in the basis spec"
-        )
     return Coordinate(family, loc=float(loc), scale=float(scale))
 
 
@@ -162,7 +170,8 @@ def choose_basis(
     Returns
     -------
     list of ``d`` coordinates. Raises :class:`ValueError` for a bad spec (naming the entry),
-    a Laguerre shift above the data minimum or a zero scale (naming the coordinate).
+    a Laguerre shift above the data minimum, or a constant coordinate (a
+    :class:`~kelr_dist.kernels.moments.CoordinateError`).
     """
     entries = _resolved_entries(moments, spec)
     return [_coordinate(moments, gamma, k, name, p) for k, (name, p) in enumerate(entries)]

@@ -37,6 +37,22 @@ SUB_BLOCK = 1 << 16
 _NO_INDEX = np.iinfo(np.int64).max
 
 
+class CoordinateError(ValueError):
+    """Data a statistic cannot use in one coordinate (column) of a trajectory.
+
+    ``coordinate`` is its index and ``problem`` says what is wrong; the pipeline re-raises it
+    with the component's name and the store (:func:`kelr_dist.pipeline.steps.survey_data`).
+    """
+
+    def __init__(self, coordinate: int, problem: str) -> None:
+        super().__init__(coordinate, problem)  # picklable: rebuilt from its args
+        self.coordinate = int(coordinate)
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"coordinate {self.coordinate}: {self.problem}"
+
+
 # --------------------------------------------------------------------------- pass 1: moments
 
 
@@ -89,6 +105,12 @@ def _block_moments(x: np.ndarray, chain: int, start: int) -> dict[str, np.ndarra
     offset (x = 1e6 + noise) costs no more than the rounding of the mean itself.
     """
     xt = np.ascontiguousarray(x.T)
+    with np.errstate(over="ignore", invalid="ignore"):  # too large values: see _finalize_moments
+        return _block_sums(xt, chain, start)
+
+
+def _block_sums(xt: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]:
+    """:func:`_block_moments` of the transposed block ``xt (d, L)``."""
     finite = np.isfinite(xt)
     n = finite.sum(axis=1)
     count = np.maximum(n, 1)[:, None]
@@ -125,6 +147,12 @@ def combine_moments(a: dict, b: dict) -> dict:
 
     An empty partial (``n = 0``, zero sums) is the identity (exactly).
     """
+    with np.errstate(over="ignore", invalid="ignore"):  # too large values: see _finalize_moments
+        return _combined(a, b)
+
+
+def _combined(a: dict, b: dict) -> dict:
+    """:func:`combine_moments` (overflow checked by the caller)."""
     na = a["n"].astype(np.float64)
     nb = b["n"].astype(np.float64)
     n = np.maximum(na + nb, 1.0)
@@ -170,18 +198,29 @@ def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> d
 
 
 def _finalize_moments(p: dict) -> Moments:
+    """:class:`Moments` of the merged partial; :class:`CoordinateError` for non-finite samples
+    or finite ones so large that their moments overflow float64 (their fourth powers)."""
     for k in np.flatnonzero(p["nonfinite"]):
-        raise ValueError(
-            f"coordinate {k} has {p['nonfinite'][k]} non-finite samples (NaN or inf); the first "
-            f"is at chain {p['bad_chain'][k]}, time index {p['bad_time'][k]}"
+        raise CoordinateError(
+            k,
+            f"{p['nonfinite'][k]} non-finite samples (NaN or inf); the first is at chain "
+            f"{p['bad_chain'][k]}, time index {p['bad_time'][k]}",
         )
     if not np.all(p["n"] > 0):
         raise ValueError("the trajectory has no samples")
+    overflow = ~np.isfinite(np.stack([p["mean"], p["m2"], p["m3"], p["m4"]])).all(axis=0)
+    for k in np.flatnonzero(overflow):
+        largest = max(abs(float(p["min"][k])), abs(float(p["max"][k])))
+        raise CoordinateError(
+            k,
+            f"values too large (max |x| = {largest:.3g}): their moments up to the fourth "
+            "overflow float64; rescale the data (e.g. to unit scale)",
+        )
     n = p["n"].astype(np.float64)
     variance = p["m2"] / n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        skewness = np.sqrt(n) * p["m3"] / p["m2"] ** 1.5
-        kurtosis = n * p["m4"] / p["m2"] ** 2 - 3.0
+    with np.errstate(divide="ignore", invalid="ignore"):  # (no power of m2: it may be ~1e300)
+        skewness = np.sqrt(n) * p["m3"] / p["m2"] / np.sqrt(p["m2"])
+        kurtosis = n * p["m4"] / p["m2"] / p["m2"] - 3.0
     constant = p["m2"] == 0
     return Moments(
         n=p["n"].copy(),
@@ -198,8 +237,9 @@ def _finalize_moments(p: dict) -> Moments:
 def moments_reduction() -> Reduction:
     """Pass 0: per-coordinate count, mean, central moments, extremes (finalize: :class:`Moments`).
 
-    The finalize step raises :class:`ValueError` naming the coordinate, the number of
-    non-finite samples and the (chain, time) of the first one; empty blocks are allowed (they
+    The finalize step raises :class:`CoordinateError` naming the coordinate, the number of
+    non-finite samples and the (chain, time) of the first one, or the largest |x| when finite
+    values are too large for their moments (no overflow warning); empty blocks are allowed (they
     are the identity of the combine), a trajectory with no samples at all is an error.
     """
     return Reduction("moments", _moments_chunk, combine_moments, _finalize_moments)

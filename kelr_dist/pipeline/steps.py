@@ -21,7 +21,8 @@ can share a read of the data are run in the same pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ from kelr_dist.kernels.kde import (
     default_grid,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.moments import Moments, moments_reduction
+from kelr_dist.kernels.moments import CoordinateError, Moments, moments_reduction
 from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
@@ -142,16 +143,21 @@ def survey_data(passes: Passes, observable: Observable, covariance: bool = False
     reductions = [moments_reduction(), observable_mean_reduction(observable)]
     if covariance:
         reductions.append(mean_covariance_reduction())
-    out = passes(*reductions)
-    moments: Moments = out[0]
-    bad = ~(np.isfinite(moments.mean) & np.isfinite(moments.variance))
-    if bad.any():
+    with _named_components(passes):
+        out = passes(*reductions)
+    return Survey(out[0], out[1], out[2] if covariance else None)
+
+
+@contextmanager
+def _named_components(passes: Passes) -> Iterator[None]:
+    """Re-raise a :class:`~kelr_dist.kernels.moments.CoordinateError` (NaN, too large values,
+    a constant component) naming the store and the component."""
+    try:
+        yield
+    except CoordinateError as err:
         source = passes.trajectory.attrs.get("store", "<in-memory>")
-        raise ValueError(
-            f"trajectory {source!r}: component(s) {np.flatnonzero(bad).tolist()} hold non-finite "
-            "values (NaN or inf)"
-        )
-    return Survey(moments, out[1], out[2] if covariance else None)
+        name = str(passes.trajectory.coords["component"].values[err.coordinate])
+        raise ValueError(f"trajectory {source!r}, component {name!r}: {err.problem}") from None
 
 
 def choose_coordinates(
@@ -159,9 +165,10 @@ def choose_coordinates(
 ) -> tuple[Coordinate, ...]:
     """Basis per coordinate (step 1 of §4, Remark 1); runs the Gamma-fit pass only
     for Laguerre coordinates whose θ comes from the data."""
-    gamma_pass = gamma_reduction_for(survey.moments, basis)
-    gamma = passes(gamma_pass)[0] if gamma_pass is not None else None
-    return tuple(choose_basis(survey.moments, gamma, basis))
+    with _named_components(passes):
+        gamma_pass = gamma_reduction_for(survey.moments, basis)
+        gamma = passes(gamma_pass)[0] if gamma_pass is not None else None
+        return tuple(choose_basis(survey.moments, gamma, basis))
 
 
 def kde_grid_and_bandwidth(sample: SampleMoments) -> tuple[Any, np.ndarray]:
