@@ -324,6 +324,31 @@ def test_date_and_duration_time_coordinates_give_dt_in_seconds(
         open_trajectory(_save(ds.assign_coords(time=gap), tmp_path / "gap.zarr", 256))
 
 
+def test_description_says_when_a_store_is_below_the_estimate_limits(tmp_path: Path) -> None:
+    """``kelr info``'s summary: chains under 1000 samples, more than 64 components."""
+    short = xr.Dataset(
+        {"x": (("time", "component"), RNG.standard_normal((500, 2)))}, attrs={"dt": 1}
+    )
+    (limit,) = describe_trajectory(open_trajectory(_save(short, tmp_path / "s.zarr", 100)))[
+        "limits"
+    ]
+    assert limit == (
+        "500 samples per chain; the estimate needs at least 1000 (orders, held-out folds and "
+        "error bars)"
+    )
+    wide = xr.Dataset(
+        {"x": (("time", "component"), RNG.standard_normal((1000, 65)))}, attrs={"dt": 1}
+    )
+    (limit,) = describe_trajectory(open_trajectory(_save(wide, tmp_path / "w.zarr", 500)))["limits"]
+    assert limit.startswith("65 components; at most 64 are supported")
+    ok = xr.Dataset(
+        {"x": (("time", "component"), RNG.standard_normal((1000, 64)))}, attrs={"dt": 1}
+    )
+    assert (
+        describe_trajectory(open_trajectory(_save(ok, tmp_path / "ok.zarr", 500)))["limits"] == []
+    )
+
+
 def test_relative_path_is_made_absolute(tmp_path: Path, monkeypatch) -> None:
     _plain(tmp_path / "rel.zarr")
     monkeypatch.chdir(tmp_path)

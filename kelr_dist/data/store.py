@@ -49,6 +49,12 @@ TIME_CHECK_ROWS = 2**22
 TIME_PROBES = 64
 # relative tolerance on the spacing of a time coordinate (and a time coordinate vs ``dt``)
 DT_RTOL = 1e-6
+# fewest samples per chain and most components an estimate accepts (kelr_dist.pipeline.estimate):
+# orders, held-out folds and block error bars need 1000 samples per chain; the kernel embedding's
+# work per sample, d C(M + d, d), leaves only a linear basis (M = 1) from 24 components on and none
+# from 88
+MIN_SAMPLES = 1000
+MAX_COMPONENTS = 64
 PROVENANCE_ATTRS = ("model", "model_params", "seed", "burn_in", "kelr_dist_version")
 PROGRESS_GROUP = "_progress"
 PROGRESS_ARRAY = "record"
@@ -390,6 +396,25 @@ def _with_coords(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
     return da
 
 
+def estimate_limits(n: int, d: int) -> list[str]:
+    """Why a trajectory of ``n`` samples per chain and ``d`` components cannot be estimated
+    (``MIN_SAMPLES``, ``MAX_COMPONENTS``); empty when it can."""
+    problems = []
+    if d > MAX_COMPONENTS:
+        transposed = " (more components than samples: is the array transposed?)" if d >= n else ""
+        problems.append(
+            f"{d} components{transposed}; at most {MAX_COMPONENTS} are supported (the kernel "
+            "embedding's work per sample grows as d C(M + d, d): from 24 components on only a "
+            "linear basis fits its budget, from 88 none); select the components to estimate"
+        )
+    if n < MIN_SAMPLES:
+        problems.append(
+            f"{n} samples per chain; the estimate needs at least {MIN_SAMPLES} (orders, "
+            "held-out folds and error bars)"
+        )
+    return problems
+
+
 def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     """A summary of a validated trajectory (from :func:`open_trajectory`) for ``kelr info``.
 
@@ -398,7 +423,8 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     dict with ``store``, ``variable``, ``dims``, ``chains``, ``length`` (samples per chain),
     ``dt``, ``duration`` (``(length - 1) * dt``), ``components``, ``dtype``, ``time_chunk``
     (largest time chunk), ``n_blocks`` (chain x time blocks), ``bytes`` and ``origin``
-    (the provenance attributes present, ``model_params`` decoded from JSON).
+    (the provenance attributes present, ``model_params`` decoded from JSON), ``limits``
+    (:func:`estimate_limits`: why ``kelr estimate`` would refuse it; empty when it would not).
     """
     origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}
     if isinstance(origin.get("model_params"), str):
@@ -422,6 +448,7 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
         "n_blocks": n_blocks,
         "bytes": int(da.nbytes),
         "origin": origin,
+        "limits": estimate_limits(da.sizes["time"], da.sizes["component"]),
     }
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
-from kelr_dist.data.store import as_trajectory, open_trajectory
+from kelr_dist.data.store import as_trajectory, estimate_limits, open_trajectory
 from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.bases import TensorBasis
@@ -89,9 +89,6 @@ STEIN_TOLERANCE = 3.0
 #: difference, while their held-out losses are within LOSS_TIE standard errors, is reported
 DISAGREEMENT_TOLERANCE = 5.0
 LOSS_TIE = 2.0
-#: fewest samples per chain, and most components, an estimate accepts
-MIN_SAMPLES = 1000
-MAX_COMPONENTS = 64
 #: the largest lag may be at most this fraction of a chain (error bars need many blocks of it)
 MAX_LAG_FRACTION = 0.25
 
@@ -150,20 +147,12 @@ def _max_lag(options: EstimateOptions, dt: float, n: int) -> int:
 
 
 def _check_shape(traj: xr.DataArray, chains: int, n: int, d: int) -> None:
-    """Refuse data that cannot give a response: too short chains, or a component axis that is
-    really the time axis (a transposed array)."""
-    source = traj.attrs.get("store", "<in-memory>")
-    if d > MAX_COMPONENTS or d >= n:
-        raise ValueError(
-            f"trajectory {source!r} has {d} components and {n} samples per chain: a component "
-            f"axis this long (more than {MAX_COMPONENTS}, or not fewer than the samples) is "
-            "probably the time axis — is the array transposed? Expected dims (time, component)"
-        )
-    if n < MIN_SAMPLES:
-        raise ValueError(
-            f"trajectory {source!r} has {n} samples per chain; the estimate needs at least "
-            f"{MIN_SAMPLES} (orders, folds and error bars)"
-        )
+    """Refuse data that cannot give a response (:func:`kelr_dist.data.store.estimate_limits`:
+    too many components, e.g. a transposed array, or too short chains)."""
+    problems = estimate_limits(n, d)
+    if problems:
+        source = traj.attrs.get("store", "<in-memory>")
+        raise ValueError(f"trajectory {source!r} has {'; and '.join(problems)}")
 
 
 def _orders(options: EstimateOptions, d: int) -> tuple[Any, Any]:
