@@ -24,7 +24,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis, Workspace
 from kelr_dist.kernels.compiled import compiled
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
 Order = int | tuple[int, ...] | None
@@ -237,32 +237,38 @@ class KernelDensity:
         """Coefficients of the order-``order`` truncation in the basis layout ``(M_1+1, |R|)``."""
         return self.basis.to_matrix(np.where(self.mask(order), self.coefficients, 0.0))
 
-    def evaluate(self, x: np.ndarray, order: Order = None) -> tuple[np.ndarray, np.ndarray]:
+    def evaluate(
+        self, x: np.ndarray, order: Order = None, standardized: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``p_M`` and ``∇p_M`` at points ``x (n, d)``: ``(n,)`` and ``(n, d)`` (eq. 40).
 
-        ``order`` truncates without refitting (``None``: the fitted order).
+        ``order`` truncates without refitting (``None``: the fitted order). ``standardized``:
+        the density and gradient of the mapped coordinates ``y = (x - loc) / scale`` instead
+        (no Jacobian factors: finite whatever the data's units, where ``p`` of ``x`` scales as
+        ``1 / Π scale`` and its gradient as one more ``1 / scale``).
         """
-        density, gradient, _ = self._evaluate(x, order, second=False)
+        density, gradient, _ = self._evaluate(x, order, False, standardized)
         return density, gradient
 
     def derivatives(
-        self, x: np.ndarray, order: Order = None
+        self, x: np.ndarray, order: Order = None, standardized: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``p_M``, ``∇p_M`` and the diagonal of its Hessian ``∂²_k p_M`` at ``x (n, d)``:
-        ``(n,)``, ``(n, d)``, ``(n, d)`` (eq. 40 differentiated twice per coordinate)."""
-        density, gradient, second = self._evaluate(x, order, second=True)
+        ``(n,)``, ``(n, d)``, ``(n, d)`` (eq. 40 differentiated twice per coordinate);
+        ``standardized`` as in :meth:`evaluate`."""
+        density, gradient, second = self._evaluate(x, order, True, standardized)
         assert second is not None
         return density, gradient, second
 
     def _evaluate(
-        self, x: np.ndarray, order: Order, second: bool
+        self, x: np.ndarray, order: Order, second: bool, standardized: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.basis.dim:
             raise ValueError(f"x must have shape (n, {self.basis.dim}), got {x.shape}")
         truncated = self.truncated(order)
         if truncated is not self:  # the tables and products of the smaller basis only
-            return truncated._evaluate(x, None, second)
+            return truncated._evaluate(x, None, second, standardized)
         coef_t = np.ascontiguousarray(self.matrix().T)  # tail-major (|R|, M_1+1)
         density = np.empty(x.shape[0])
         gradient = np.empty(x.shape)
@@ -274,6 +280,11 @@ class KernelDensity:
             density[rows], gradient[rows] = out[0], out[1]
             if hessian is not None:
                 hessian[rows] = out[2]
+        if not standardized:  # from the mapped coordinates y to x
+            density *= self.jacobian
+            gradient *= self.jacobian / self.scales
+            if hessian is not None:
+                hessian *= self.jacobian / self.scales**2
         return density, gradient, hessian
 
     def _evaluate_block(
@@ -300,8 +311,7 @@ class KernelDensity:
                 coef_t, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
                 density, slope, tail_slopes,
             )  # fmt: skip
-            gradient = np.column_stack([slope, tail_slopes.T])
-            return density * self.jacobian, gradient * (self.jacobian / self.scales)
+            return density, np.column_stack([slope, tail_slopes.T])
         tails, tail_grads = basis.tail_products(list(values), list(derivs))
         # function-major (r, n) views: contiguous rows for the GEMM and the row sums
         first = np.matmul(coef_t, values[0].T, out=products.take("first", r, n))
@@ -312,9 +322,6 @@ class KernelDensity:
         gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
         for k, g in enumerate(tail_grads, start=1):
             gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
-        jacobian = self.jacobian
-        density *= jacobian
-        gradient *= jacobian / self.scales
         if not second:
             return density, gradient
         seconds = [
@@ -326,7 +333,6 @@ class KernelDensity:
         hessian[:, 0] = np.einsum("rn,rn->n", coef_t @ seconds[0].T, tails_t)
         for k, g in enumerate(tail_seconds, start=1):
             hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
-        hessian *= jacobian / self.scales**2
         return density, gradient, hessian
 
     @property
@@ -376,8 +382,7 @@ class KernelDensity:
             ),
             axis=1,
         )
-        spread = losses.std(axis=0, ddof=1) / np.sqrt(len(losses))
-        return losses.mean(axis=0), spread
+        return losses.mean(axis=0), fold_stderr(losses)
 
     def eta_noise(self) -> np.ndarray:
         """Noise level of ``η_M`` for independent samples, ``(Σ_{level = M+1} Var ĉ_m)^{1/2}``."""

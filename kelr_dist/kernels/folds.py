@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import BlockInfo
 
@@ -25,6 +27,22 @@ from kelr_dist.kernels.reduction import BlockInfo
 DEFAULT_FOLDS = 4
 #: fewest samples a fold may hold
 MIN_FOLD_SAMPLES = 200
+
+
+def fold_stderr(values: np.ndarray, axis: int = 0) -> np.ndarray | float:
+    """Standard error of the mean over folds, ``sd(values, ddof=1) / sqrt(K)`` along ``axis``
+    (NaN with fewer than two folds or a non-finite value). Computed on ``values / max |values|``
+    and scaled back, so losses of data in very small units (``~1/scale²``, up to 1e300) do not
+    overflow when squared."""
+    values = np.asarray(values, dtype=np.float64)
+    k = values.shape[axis]
+    if k < 2:
+        return np.full(np.delete(values.shape, axis), np.nan) if values.ndim > 1 else np.nan
+    size = np.max(np.abs(values), axis=axis, keepdims=True)
+    size = np.where(np.isfinite(size) & (size > 0), size, 1.0)
+    with np.errstate(invalid="ignore"):  # a non-finite loss has a NaN spread, silently
+        spread = np.std(values / size, axis=axis, ddof=1, keepdims=True) * size / np.sqrt(k)
+    return np.squeeze(spread, axis=axis) if values.ndim > 1 else float(spread.item())
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from functools import partial
 import numpy as np
 
 from kelr_dist.kernels.density import KernelDensity, Order
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.score_matching import Candidate
 
@@ -70,17 +70,28 @@ ESTIMATORS = ("auto", "kernel-embedding", "score-matching")
 
 
 def smooth_density_loss(
-    p: np.ndarray, gradient: np.ndarray, hessian: np.ndarray, delta: float
+    p: np.ndarray,
+    gradient: np.ndarray,
+    hessian: np.ndarray,
+    delta: float,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per-sample ``½|ŝ_δ|² + ∇·ŝ_δ`` of ``ŝ_δ = p ∇p / (p² + δ²)``; ``p (n,)``, ``gradient`` and
-    ``hessian`` (its diagonal) ``(n, d)``, all in the same units as ``δ``. Returns ``(n,)``."""
+    """Per-sample ``Σ_j w_j (½ ŝ_δ,j² + ∂_j ŝ_δ,j)`` of ``ŝ_δ = p ∇p / (p² + δ²)``; ``p (n,)``,
+    ``gradient`` and ``hessian`` (its diagonal) ``(n, d)``, all in the same units as ``δ``;
+    ``weights`` ``w (d,)``, default 1. Returns ``(n,)``.
+
+    With ``p`` and its derivatives in the mapped coordinates ``y = (x - loc) / scale`` and
+    ``w = 1 / scale²`` this is the loss of the score in ``x`` (``ŝ_x,j = ŝ_y,j / scale_j``,
+    ``∂_x_j ŝ_x,j = ∂_y_j ŝ_y,j / scale_j²``), computed without the Jacobian's ``1 / Π scale``
+    (which overflows for data in very small units)."""
     denominator = (p * p + delta * delta)[:, None]
     score = p[:, None] * gradient / denominator
     g2 = gradient * gradient
     divergence = (g2 + p[:, None] * hessian) / denominator - 2.0 * (p * p)[:, None] * g2 / (
         denominator * denominator
     )
-    return 0.5 * np.sum(score * score, axis=1) + np.sum(divergence, axis=1)
+    per_coordinate = 0.5 * score * score + divergence
+    return per_coordinate.sum(axis=1) if weights is None else per_coordinate @ weights
 
 
 def _density_loss_chunk(
@@ -100,9 +111,11 @@ def _density_loss_chunk(
         if points.shape[0] == 0:
             continue
         density = densities[fold]
-        p, gradient, hessian = density.derivatives(points)
-        scale = HELDOUT_SMOOTHING * delta * density.jacobian
-        loss[fold] += smooth_density_loss(p, gradient, hessian, scale).sum()
+        p, gradient, hessian = density.derivatives(points, standardized=True)
+        weights = 1.0 / density.scales**2  # the loss of the score in x (smooth_density_loss)
+        loss[fold] += smooth_density_loss(
+            p, gradient, hessian, HELDOUT_SMOOTHING * delta, weights
+        ).sum()
         count[fold] += points.shape[0]
     return {"loss": loss, "n": count}
 
@@ -158,11 +171,6 @@ class Choice:
     chosen: bool = False
 
 
-def _spread(fold_losses: np.ndarray) -> float:
-    k = len(fold_losses)
-    return float(np.std(fold_losses, ddof=1) / np.sqrt(k)) if k > 1 else float("nan")
-
-
 def candidate_table(
     estimator: str,
     kernel_embedding: tuple[int, FoldLosses | None] | None,
@@ -180,7 +188,7 @@ def candidate_table(
     if kernel_embedding is not None:
         order, losses = kernel_embedding
         ke_loss = losses.mean if losses is not None else float("nan")
-        spread = _spread(losses.loss) if losses is not None else float("nan")
+        spread = fold_stderr(losses.loss) if losses is not None else float("nan")
         rows.append(Choice("kernel-embedding", order, float("nan"), ke_loss, spread))
     sm_loss = pick.loss if pick is not None else float("nan")
     if estimator == "auto":
@@ -198,7 +206,7 @@ def candidate_table(
             c.degree,
             c.ridge,
             c.loss,
-            _spread(c.fold_losses),
+            fold_stderr(c.fold_losses),
             used == "score-matching" and c is pick,
         )
         for c in score_matching

@@ -83,11 +83,12 @@ class DensityScore:
         return self.density.truncated(self.order)
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        p, grad = self.truncated.evaluate(x)
-        kept = p >= self.delta * self.density.jacobian
+        # in the mapped coordinates, then ∇_x log p = ∇_y log p / scale: finite in any units
+        p, grad = self.truncated.evaluate(x, standardized=True)
+        kept = p >= self.delta
         score = np.zeros_like(grad)
         np.divide(grad, p[:, None], out=score, where=kept[:, None])
-        return score, kept
+        return score / self.density.scales, kept
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,13 @@ class ResponseResult:
         return self.uncorrected_stein.mean.reshape(self.mean.shape[1:])
 
     @property
+    def uncorrected_stein_residual_stderr(self) -> np.ndarray | None:
+        """``(q, d)`` its standard error (``None`` if not corrected)."""
+        if self.uncorrected_stein is None:
+            return None
+        return self.uncorrected_stein.stderr.reshape(self.mean.shape[1:])
+
+    @property
     def mean(self) -> np.ndarray:
         return self.blocking.mean
 
@@ -239,6 +247,16 @@ class ResponseResult:
     def rejection(self) -> float:
         """Fraction of samples with ``B = 0`` (outside ``D_{M,δ}``)."""
         return 1.0 - self.kept / self.n
+
+
+def relative_to_lag0(residual: np.ndarray, lag0: np.ndarray) -> np.ndarray:
+    """``|residual_ij| / max_j' |k_ij'(0)|``: a lag-0 Stein residual ``(q, d)`` as a fraction of
+    the size of the lag-0 response ``k(0)`` ``(q, d)`` in its row (the observable ``A_i``'s
+    units per unit forcing; for ``A = x`` and a constant forcing ``k(0) = I``). NaN where the
+    row is 0."""
+    size = np.max(np.abs(lag0), axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(size > 0, np.abs(residual) / size, np.nan)
 
 
 def stein_target(
@@ -264,6 +282,7 @@ class _ResponseKernel:
     steps: np.ndarray  # (d,) central-difference steps for the observable's derivative
     corrected: frozenset[str]  # scores that get the affine Stein correction
     origin: np.ndarray  # (d,) x̄ of the correction's features
+    scales: np.ndarray  # (d,) σ of the correction's features
     base_block: int | None = None
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
@@ -304,7 +323,7 @@ class _ResponseKernel:
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
-        z = augmented(x, self.origin)
+        z = augmented(x, self.origin, self.scales)
         columns, parts = [], {}
         for name, score in self.scores.items():
             s, kept = score(x)
@@ -319,7 +338,7 @@ class _ResponseKernel:
         if self.corrected:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
-            columns.append(correction_columns(x, self.origin, profile))
+            columns.append(correction_columns(x, self.origin, profile, self.scales))
             parts[AFFINE] = {"moment": z.T @ z, "n": x.shape[0]}
         return {
             "blocks": response_block_partial(
@@ -342,9 +361,11 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finalize(width: int, partials: dict[str, Any]) -> dict[str, ResponseResult]:
+def _finalize(
+    width: int, scales: np.ndarray, partials: dict[str, Any]
+) -> dict[str, ResponseResult]:
     """Each score's ``width`` columns of the shared lagged sums (in the chunk's order), the
-    correction's after them."""
+    correction's after them (its features scaled by ``scales``)."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = dict(partials["parts"])
@@ -359,7 +380,7 @@ def _finalize(width: int, partials: dict[str, Any]) -> dict[str, ResponseResult]
             stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2),
         )
         if "moment" in p:
-            weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"])
+            weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"], scales)
             lagged = blocks.columns(slice(len(parts) * width, None))
             result = _corrected(result, weights, lagged)
         results[name] = result
@@ -408,17 +429,19 @@ def response_reduction(
     lag-0 Stein residual; halo = ``max_lag`` rows.
 
     ``centre`` is ``Ā`` ``(q,)`` (default 0: no centring); ``scales`` ``(d,)`` the components'
-    standard deviations, which set the central-difference steps of an observable given without
-    its derivative. The scores named in ``corrected`` get the affine Stein correction
-    (:mod:`kelr_dist.kernels.stein_correction`, features centred at ``origin`` ``(d,)``,
-    default 0; use the sample mean) fitted from the same read. Finalizes to
+    standard deviations (default 1), which set the central-difference steps of an observable
+    given without its derivative and scale the correction's features. The scores named in
+    ``corrected`` get the affine Stein correction (:mod:`kelr_dist.kernels.stein_correction`,
+    features centred at ``origin`` ``(d,)``, default 0; use the sample mean) fitted from the
+    same read. Finalizes to
     ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
     q, d = len(observable.names), len(forcing.names)
     centre = np.zeros(q) if centre is None else np.asarray(centre, dtype=np.float64)
-    steps = DIFFERENCE_STEP * (np.ones(d) if scales is None else np.asarray(scales, float))
+    scales = np.ones(d) if scales is None else np.asarray(scales, dtype=np.float64)
+    steps = DIFFERENCE_STEP * scales
     unknown = set(corrected) - set(scores)
     if unknown:
         raise ValueError(f"corrected names {sorted(unknown)} are not among the scores")
@@ -432,13 +455,14 @@ def response_reduction(
         steps,
         frozenset(corrected),
         origin,
+        scales,
         base_block,
     )
     return Reduction(
         name="response",
         chunk=kernel.chunk,
         combine=_combine,
-        finalize=partial(_finalize, d),
+        finalize=partial(_finalize, d, scales),
         halo=int(max_lag),
     )
 

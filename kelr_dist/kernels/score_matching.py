@@ -43,7 +43,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases import Coordinate, TensorBasis, polynomials
 from kelr_dist.kernels.density import row_blocks
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 
 #: ridge factors α tried by the held-out selection (λ = α tr(G) / P)
@@ -290,9 +290,9 @@ def choose_candidate(candidates: list[Candidate]) -> Candidate:
     k = len(top.fold_losses)
     if k < 2:
         return top
-    own = np.std(top.fold_losses, ddof=1) / np.sqrt(k)
+    own = fold_stderr(top.fold_losses)
     for c in sorted(finite, key=lambda c: (c.degree, c.ridge)):
-        paired = np.std(c.fold_losses - top.fold_losses, ddof=1) / np.sqrt(k)
+        paired = fold_stderr(c.fold_losses - top.fold_losses)
         # a candidate whose losses scatter wildly is not "as good": the tolerance never
         # exceeds the best candidate's own standard error
         if c.loss <= top.loss + min(paired, own):

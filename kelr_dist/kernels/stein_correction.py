@@ -3,12 +3,16 @@
 An estimate ``ŝ`` of ``∇ log p`` (kernel embedding, score matching) is biased where it is poorly
 resolved — tails, walls, rejected samples (``ŝ = 0`` outside ``D_{M,δ}``). The family
 
-    ``s_V(x) = ŝ(x) + V z̃(x)``,   ``z̃ = (x - x̄, 1)`` ``(d + 1,)``,   ``V`` ``(d, d + 1)``,
+    ``s_V(x) = ŝ(x) + V z̃(x)``,   ``z̃ = ((x - x̄) / σ, 1)`` ``(d + 1,)``,   ``V`` ``(d, d + 1)``,
 
 contains ``ŝ`` (``V = 0``). Its Hyvärinen (2005) loss ``J(s) = E[½|s|² + ∇·s]`` is quadratic in
-``V`` (``∇·(V z̃) = Σ_j V_jj``), with minimiser
+``V`` (``∇·(V z̃) = Σ_j V_jj / σ_j``), with minimiser
 
-    ``V = -(E[ŝ z̃ᵀ] + D) E[z̃ z̃ᵀ]⁻¹``,   ``D = [I | 0]``                          (1)
+    ``V = -(E[ŝ z̃ᵀ] + D) E[z̃ z̃ᵀ]⁻¹``,   ``D = [diag(1 / σ) | 0]``                 (1)
+
+``σ`` (the components' standard deviations, default 1) does not change the family, only its
+coordinates: it keeps ``E[z̃ z̃ᵀ]`` near the identity, so the solve is well conditioned in any
+units (with ``σ = 1`` and data in units of 1e-150 its entries span 300 decades).
 
 (plain sample means over the trajectory). Since ``J(s) = ½ E|s - ∇ log p|² + const`` (the Fisher
 divergence up to a constant) and ``V = 0`` is in the family, the refit never has a larger
@@ -36,16 +40,19 @@ from __future__ import annotations
 import numpy as np
 
 
-def augmented(x: np.ndarray, origin: np.ndarray) -> np.ndarray:
-    """``z̃ = (x - x̄, 1)`` at ``x (n, d)``: ``(n, d + 1)``."""
-    return np.hstack([x - origin, np.ones((x.shape[0], 1))])
+def augmented(x: np.ndarray, origin: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """``z̃ = ((x - x̄) / σ, 1)`` at ``x (n, d)``: ``(n, d + 1)``; ``scale`` ``σ (d,)``, default 1."""
+    centred = x - origin if scale is None else (x - origin) / scale
+    return np.hstack([centred, np.ones((x.shape[0], 1))])
 
 
-def correction_columns(x: np.ndarray, origin: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+def correction_columns(
+    x: np.ndarray, origin: np.ndarray, c: np.ndarray | None, scale: np.ndarray | None = None
+) -> np.ndarray:
     """``c_j z̃_k`` at ``x (n, d)`` with forcing profile ``c (n, d)``: ``(n, d (d + 1))``, column
     ``j (d + 1) + k`` — the "conjugate variables" whose lagged sums are ``L_ijk``. For a
     constant forcing (``c = None``) they do not depend on ``j``: ``z̃`` alone, ``(n, d + 1)``."""
-    z = augmented(x, origin)
+    z = augmented(x, origin, scale)
     if c is None:
         return z
     return (c[:, :, None] * z[:, None, :]).reshape(x.shape[0], -1)
@@ -57,10 +64,14 @@ def correction_width(d: int, constant: bool) -> int:
     return (d + 1) * (1 if constant else d)
 
 
-def affine_fit(score_moment: np.ndarray, second_moment: np.ndarray) -> np.ndarray:
-    """``V (d, d + 1)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, d + 1)`` and ``Ê[z̃ z̃ᵀ] (d + 1, d + 1)``."""
+def affine_fit(
+    score_moment: np.ndarray, second_moment: np.ndarray, scale: np.ndarray | None = None
+) -> np.ndarray:
+    """``V (d, d + 1)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, d + 1)`` and ``Ê[z̃ z̃ᵀ] (d + 1, d + 1)``,
+    ``z̃`` built with ``scale`` ``σ (d,)`` (default 1)."""
     d = score_moment.shape[0]
-    target = score_moment + np.eye(d, d + 1)
+    divergence = np.ones(d) if scale is None else 1.0 / np.asarray(scale, dtype=np.float64)
+    target = score_moment + np.eye(d, d + 1) * np.append(divergence, 0.0)
     return -np.linalg.solve(second_moment, target.T).T
 
 
