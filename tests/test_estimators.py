@@ -4,6 +4,8 @@ kernel embedding's held-out loss (fits by fold, the smooth score's divergence)."
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.heldout import smooth_density_loss
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.pipeline.estimate import estimate_response
+from kelr_dist.pipeline.estimate import BiasWarning, estimate_response
 
 
 def error(ds, name: str = "response") -> float:
@@ -63,6 +65,24 @@ def test_the_held_out_choice_picks_the_estimator_the_system_needs(
     # the quasi-Gaussian score satisfies Stein's identity for A = x (it is linear) and is
     # still wrong at later lags: the lag-0 check is necessary, not sufficient
     assert error(ds, "response_gaussian") > 3 * error(ds)
+
+
+@pytest.mark.parametrize(("system", "warns"), [("curved-wells", True), ("triple-well", False)])
+def test_a_poor_kernel_embedding_warns_by_its_uncorrected_stein_residual(systems, system, warns):
+    """For A = x and a constant forcing the affine correction makes the lag-0 residual 0 by
+    construction; the one before it is then the evidence. Forced onto the curved valleys (response
+    error ~0.2 at N = 1e6) the kernel embedding must warn; on the triple-well (error ~0.02) not."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = estimate_response(
+            systems[system], client="synchronous", estimator="kernel-embedding", max_lag=400
+        )
+    assert float(np.abs(ds["stein_residual"] / ds["stein_residual_stderr"]).max()) < 1e-6
+    messages = [str(w.message) for w in caught if isinstance(w.message, BiasWarning)]
+    assert bool(messages) == warns, messages
+    if warns:
+        assert "before the affine Stein correction" in messages[0]
+        assert "of k(0)" in messages[0]
 
 
 def ou_data(n: int = 60_000) -> np.ndarray:
@@ -130,3 +150,30 @@ def test_second_derivatives_and_smooth_score_divergence_match_differences():
     s = smooth_score(points)
     expected = 0.5 * (s * s).sum(axis=1) + divergence
     np.testing.assert_allclose(smooth_density_loss(p, grad, hess, delta), expected, rtol=1e-5)
+
+
+def test_extreme_and_mixed_units_give_the_same_automatic_estimate():
+    """Data in units of 1e-150 or 1e60, or one coordinate in 1e-8 and the other in 1e8: the same
+    choice, the same responses of both families (finite), the same disagreement figure, and no
+    numpy overflow warnings (scores and held-out losses are computed in standardized units)."""
+    x = ou_data()
+    kwargs = dict(client="synchronous", max_lag=30, max_order=20)
+    base = estimate_response(x, **kwargs)
+    stderr = float(base["response_stderr"].isel(lag=slice(1, None)).min())
+    for scale in (np.array([1e-150, 1e-150]), np.array([1e60, 1e60]), np.array([1e-8, 1e8])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            moved = estimate_response(x * scale, **kwargs)
+        assert moved.attrs["estimator"] == base.attrs["estimator"]
+        for name in ("response_kernel_embedding", "response_score_matching"):
+            if name not in base:
+                continue
+            # k_ij is in units of x_i per unit forcing on x_j: scale_i / scale_j
+            ratio = scale[None, :, None] / scale[None, None, :]
+            rescaled = moved[name].values * (1.0 / ratio)
+            assert np.isfinite(rescaled).all(), (scale, name)
+            difference = float(np.abs(rescaled - base[name].values).max())
+            assert difference < 1e-3 * stderr, (scale, name, difference, stderr)
+        np.testing.assert_allclose(
+            moved.attrs["estimator_disagreement"], base.attrs["estimator_disagreement"], rtol=1e-6
+        )

@@ -25,7 +25,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from kelr_dist.edges.analysis import is_estimate, normalized
+from kelr_dist.kernels.response import relative_to_lag0
 
 #: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
 #: with the estimator it came from, see :func:`label`)
@@ -198,20 +199,38 @@ def _estimator_line(ds: xr.Dataset) -> str:
     return f"{used} (auto: held-out Hyvärinen loss {float(losses[chosen][0]):.4g}{versus})"
 
 
-def stein_rows(ds: xr.Dataset) -> dict[str, tuple[float, float, float]]:
-    """Per response variable: the largest ``|lag-0 Stein residual|``, the largest ratio
-    ``|residual| / stderr`` over the entries, and that ratio before the affine Stein correction
-    (NaN for an estimate that was not corrected)."""
+#: a corrected lag-0 Stein residual below this many standard errors is 0 by construction (the
+#: observable affine in x, the forcing constant: the correction enforces the identity exactly)
+EXACT_RATIO = 1e-6
+
+
+class SteinFigures(NamedTuple):
+    """The lag-0 self-check of one response variable (:func:`stein_rows`)."""
+
+    residual: float  #: the largest |lag-0 Stein residual|
+    ratio: float  #: the largest |residual| / stderr over the entries
+    raw_ratio: float  #: that ratio before the affine Stein correction (NaN: not corrected)
+    raw_share: float  #: the largest uncorrected |residual| as a fraction of k(0) in its row
+
+
+def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
+    """Per response variable, its :class:`SteinFigures`."""
     out = {}
     for response in response_names(ds):
         name = "stein_residual" + response[len("response") :]
         if name not in ds or f"{name}_stderr" not in ds:
             continue
-        residual = np.abs(ds[name].values)
-        out[response] = (
-            float(np.nanmax(residual)),
+        raw = f"{name}_uncorrected"
+        share = (
+            float(np.nanmax(relative_to_lag0(ds[raw].values, ds[response].isel(lag=0).values)))
+            if raw in ds
+            else math.nan
+        )
+        out[response] = SteinFigures(
+            float(np.nanmax(np.abs(ds[name].values))),
             _largest_ratio(ds, name),
-            _largest_ratio(ds, f"{name}_uncorrected"),
+            _largest_ratio(ds, raw),
+            share,
         )
     return out
 
@@ -239,11 +258,31 @@ def headline(ds: xr.Dataset, name: str) -> str:
     whole table is ``kelr report``'s)."""
     stderr = float(ds["response_stderr"].max()) if "response_stderr" in ds else math.nan
     stein = stein_rows(ds).get("response")
-    bias = "-" if stein is None else f"{_number(stein[1])} (the largest lag-0 Stein residual"
-    bias += "" if stein is None else " in standard errors: the estimator's bias at lag 0"
-    if stein is not None and math.isfinite(stein[2]):
-        bias += f"; {_number(stein[2])} before the affine Stein correction"
-    bias += "" if stein is None else ")"
+    if stein is None:
+        bias = "-"
+    elif stein.ratio < EXACT_RATIO and not stein.raw_ratio >= EXACT_RATIO:
+        bias = (
+            "0 by construction (this estimator satisfies the lag-0 identity exactly for this "
+            "observable and forcing): no lag-0 evidence either way; the held-out choice and "
+            "the families' disagreement are the checks"
+        )
+    elif math.isfinite(stein.raw_ratio) and stein.ratio < EXACT_RATIO:
+        bias = (
+            f"0 after the affine Stein correction (exact by construction for this observable "
+            f"and forcing); before it {_number(stein.raw_ratio)} = {stein.raw_share:.1%} of k(0)"
+            " (the score estimate's own bias at lag 0)"
+        )
+    else:
+        bias = (
+            f"{_number(stein.ratio)} (the largest lag-0 Stein residual in standard errors: the "
+            "estimator's bias at lag 0"
+            + (
+                f"; {_number(stein.raw_ratio)} before the affine Stein correction"
+                if math.isfinite(stein.raw_ratio)
+                else ""
+            )
+            + ")"
+        )
     rows = [
         ("wrote", name),
         ("estimator", f"{ds.attrs.get('estimator', '?')}, {_order_text(ds)}"),
@@ -301,17 +340,20 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     if stein:
         lines.append(
             "lag-0 Stein residual k(0) - E[d_j(c_j A_i)] (estimator bias; 0 for the true score;"
-            " 'uncorrected': in stderr, before the affine Stein correction):"
+            " 'uncorrected': before the affine Stein correction, in stderr and in % of k(0)):"
         )
         lines.append(
             f"  {'estimate':<18}{'max |residual|':>16}{'in stderr':>11}{'uncorrected':>13}"
+            f"{'% of k(0)':>11}"
         )
-        for variable, (residual, ratio, raw) in stein.items():
-            flag = "  biased beyond its error bars" if ratio > 3 else ""
-            before = _number(raw) if math.isfinite(raw) else "-"
+        for variable, figures in stein.items():
+            flag = "  biased beyond its error bars" if figures.ratio > 3 else ""
+            corrected = math.isfinite(figures.raw_ratio)
+            before = _number(figures.raw_ratio) if corrected else "-"
+            share = f"{figures.raw_share:.1%}" if corrected else "-"
             lines.append(
-                f"  {label(ds, variable):<18}{_number(residual):>16}{_number(ratio):>11}"
-                f"{before:>13}{flag}"
+                f"  {label(ds, variable):<18}{_number(figures.residual):>16}"
+                f"{_number(figures.ratio):>11}{before:>13}{share:>11}{flag}"
             )
     errors = response_errors(ds)
     if errors:
@@ -480,9 +522,14 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     axes[0, 0].legend(handles, labels, fontsize="small")
     stein = stein_rows(ds).get("response")
     bias = (
-        f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein[0]:.2g} "
-        f"= {stein[1]:.1f} stderr"
-        + (f" ({stein[2]:.1f} before the affine Stein correction)" if np.isfinite(stein[2]) else "")
+        f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein.residual:.2g} "
+        f"= {stein.ratio:.1f} stderr"
+        + (
+            f" ({stein.raw_ratio:.1f} stderr, {stein.raw_share:.0%} of k(0), before the affine "
+            "Stein correction)"
+            if np.isfinite(stein.raw_ratio)
+            else ""
+        )
         if stein
         else ""
     )
