@@ -154,8 +154,9 @@ def test_second_derivatives_and_smooth_score_divergence_match_differences():
 
 def test_extreme_and_mixed_units_give_the_same_automatic_estimate():
     """Data in units of 1e-150 or 1e60, or one coordinate in 1e-8 and the other in 1e8: the same
-    choice, the same responses of both families (finite), the same disagreement figure, and no
-    numpy overflow warnings (scores and held-out losses are computed in standardized units)."""
+    choice, the same responses of both families (finite), the same disagreement figure and
+    held-out losses, and no numpy overflow warnings (scores and held-out losses are computed in
+    standardized units)."""
     x = ou_data()
     kwargs = dict(client="synchronous", max_lag=30, max_order=20)
     base = estimate_response(x, **kwargs)
@@ -177,3 +178,5 @@ def test_extreme_and_mixed_units_give_the_same_automatic_estimate():
         np.testing.assert_allclose(
             moved.attrs["estimator_disagreement"], base.attrs["estimator_disagreement"], rtol=1e-6
         )
+        # held-out losses are those of the standardized score: the same numbers in any units
+        np.testing.assert_allclose(moved["candidate_loss"], base["candidate_loss"], rtol=1e-6)

@@ -175,8 +175,9 @@ def test_held_out_losses_score_each_fold_with_a_fit_that_never_saw_it():
             mask = features.mask(candidate.degree)
             phi, grad_sums = features.values_and_gradient_sums(x[rows])
             n = rows.stop - rows.start
+            scales = np.array([c.scale for c in features.coordinates])
             expected = hyvarinen_loss(
-                weights, (phi.T @ phi)[np.ix_(mask, mask)] / n, grad_sums[:, mask] / n
+                weights, (phi.T @ phi)[np.ix_(mask, mask)] / n, grad_sums[:, mask] / n, scales
             )
             assert candidate.fold_losses[f] == pytest.approx(expected, rel=1e-9, abs=1e-12)
     # changing the samples of fold 0 changes only fold 0's loss among the fits scored elsewhere

@@ -70,28 +70,22 @@ ESTIMATORS = ("auto", "kernel-embedding", "score-matching")
 
 
 def smooth_density_loss(
-    p: np.ndarray,
-    gradient: np.ndarray,
-    hessian: np.ndarray,
-    delta: float,
-    weights: np.ndarray | None = None,
+    p: np.ndarray, gradient: np.ndarray, hessian: np.ndarray, delta: float
 ) -> np.ndarray:
-    """Per-sample ``Σ_j w_j (½ ŝ_δ,j² + ∂_j ŝ_δ,j)`` of ``ŝ_δ = p ∇p / (p² + δ²)``; ``p (n,)``,
-    ``gradient`` and ``hessian`` (its diagonal) ``(n, d)``, all in the same units as ``δ``;
-    ``weights`` ``w (d,)``, default 1. Returns ``(n,)``.
+    """Per-sample ``½|ŝ_δ|² + ∇·ŝ_δ`` of ``ŝ_δ = p ∇p / (p² + δ²)``; ``p (n,)``, ``gradient`` and
+    ``hessian`` (its diagonal) ``(n, d)``, all in the same units as ``δ``. Returns ``(n,)``.
 
-    With ``p`` and its derivatives in the mapped coordinates ``y = (x - loc) / scale`` and
-    ``w = 1 / scale²`` this is the loss of the score in ``x`` (``ŝ_x,j = ŝ_y,j / scale_j``,
-    ``∂_x_j ŝ_x,j = ∂_y_j ŝ_y,j / scale_j²``), computed without the Jacobian's ``1 / Π scale``
-    (which overflows for data in very small units)."""
+    Given ``p`` and its derivatives in the mapped coordinates ``y = (x - loc) / scale`` (as the
+    held-out pass does) it is the loss of the standardized score, the units score matching's
+    candidates are scored in too (:func:`~kelr_dist.kernels.score_matching.hyvarinen_loss`), and
+    free of the Jacobian's ``1 / Π scale`` (which overflows for data in very small units)."""
     denominator = (p * p + delta * delta)[:, None]
     score = p[:, None] * gradient / denominator
     g2 = gradient * gradient
     divergence = (g2 + p[:, None] * hessian) / denominator - 2.0 * (p * p)[:, None] * g2 / (
         denominator * denominator
     )
-    per_coordinate = 0.5 * score * score + divergence
-    return per_coordinate.sum(axis=1) if weights is None else per_coordinate @ weights
+    return 0.5 * np.sum(score * score, axis=1) + np.sum(divergence, axis=1)
 
 
 def _density_loss_chunk(
@@ -111,11 +105,9 @@ def _density_loss_chunk(
         if points.shape[0] == 0:
             continue
         density = densities[fold]
+        # in the mapped coordinates y: the standardized loss, as score matching's
         p, gradient, hessian = density.derivatives(points, standardized=True)
-        weights = 1.0 / density.scales**2  # the loss of the score in x (smooth_density_loss)
-        loss[fold] += smooth_density_loss(
-            p, gradient, hessian, HELDOUT_SMOOTHING * delta, weights
-        ).sum()
+        loss[fold] += smooth_density_loss(p, gradient, hessian, HELDOUT_SMOOTHING * delta).sum()
         count[fold] += points.shape[0]
     return {"loss": loss, "n": count}
 

@@ -229,8 +229,15 @@ def solve_weights(gram: np.ndarray, b: np.ndarray, ridges: tuple[float, ...]) ->
     return out
 
 
-def hyvarinen_loss(weights: np.ndarray, gram: np.ndarray, b: np.ndarray) -> float:
-    """``J(W) = ½ tr(W G Wᵀ) + Σ_j W_j · b_j`` for mean ``G``, ``b`` of some rows."""
+def hyvarinen_loss(
+    weights: np.ndarray, gram: np.ndarray, b: np.ndarray, scales: np.ndarray | None = None
+) -> float:
+    """``J(W) = Σ_j σ_j² (½ W_j G W_jᵀ + W_j · b_j)`` for mean ``G``, ``b`` of some rows: the
+    loss of the score of the standardized coordinates ``y_j = (x_j - loc_j) / σ_j``
+    (``s_y,j = σ_j s_x,j``, ``∂_y_j s_y,j = σ_j² ∂_x_j s_x,j``), which does not change when a
+    coordinate's unit does; ``scales`` ``σ (d,)``, default 1 (the loss in ``x``)."""
+    if scales is not None:  # σ_j W_j and σ_j b_j first: no 1/σ² of tiny units squared again
+        weights, b = weights * scales[:, None], b * scales[:, None]
     return float(0.5 * np.einsum("ja,ab,jb->", weights, gram, weights) + np.sum(weights * b))
 
 
@@ -247,13 +254,15 @@ class Candidate:
 def held_out_candidates(
     sums: GramSums, degrees: list[int] | None = None, ridges: tuple[float, ...] = RIDGES
 ) -> list[Candidate]:
-    """Every (degree, ridge) fitted on all folds but one and scored by ``J`` on that fold.
+    """Every (degree, ridge) fitted on all folds but one and scored by ``J`` on that fold, in
+    the standardized coordinates of the features' maps (:func:`hyvarinen_loss`).
 
     The loss of a candidate is the row-weighted mean over folds; its fit never sees the fold it
     is scored on.
     """
     degrees = degrees or list(range(1, sums.features.degree + 1))
     weights_n = sums.n / sums.n.sum()
+    scales = np.array([c.scale for c in sums.features.coordinates])
     losses = np.zeros((len(degrees), len(ridges), len(sums.n)))
     for f in range(len(sums.n)):
         train_g, train_b = sums.means(f, left_out=True)
@@ -262,7 +271,9 @@ def held_out_candidates(
             keep = sums.features.mask(q)
             fits = solve_weights(train_g[np.ix_(keep, keep)], train_b[:, keep], ridges)
             for r, w in enumerate(fits):
-                losses[i, r, f] = hyvarinen_loss(w, test_g[np.ix_(keep, keep)], test_b[:, keep])
+                losses[i, r, f] = hyvarinen_loss(
+                    w, test_g[np.ix_(keep, keep)], test_b[:, keep], scales
+                )
     return [
         Candidate(q, alpha, float(losses[i, r] @ weights_n), losses[i, r])
         for i, q in enumerate(degrees)
