@@ -35,10 +35,11 @@ The two families.
   The twin is scored at ``10 δ``, not ``δ``: refitted on three quarters of the data at the
   order chosen for all of it, ``p_M`` oscillates in the tails (Gibbs), and the oscillations'
   second derivatives enter ``∇·ŝ`` — but not the response, which uses ``∇p_M / p_M`` only.
-  Measured on a 1e6-sample triple-well: per-sample losses up to 5e4 at ``δ`` (fold means
-  -0.6 to -5.2, so score matching, five times less accurate there, was chosen); at ``10 δ`` the
-  fold means agree (-5.3 to -6.0) and the choice is right. A larger multiple only makes the
-  kernel embedding look worse (its tails count as ``ŝ = 0``), so this errs on its side.
+  Measured on a 1e6-sample triple-well (losses in ``x``): per-sample losses up to 5e4 at
+  ``δ`` (fold means -0.6 to -5.2, so score matching, five times less accurate there, was
+  chosen); at ``10 δ`` the fold means agree (-5.3 to -6.0) and the choice is right. A larger
+  multiple only makes the kernel embedding look worse (its tails count as ``ŝ = 0``), so this
+  errs on its side.
 
 What it does not do. ``J`` is not used to tune δ within the kernel embedding: measured (see the
 README), the threshold with the smallest Fisher divergence was not the one with the smallest
