@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,6 +168,55 @@ def test_cli_refuses_plain_tcp_under_require_encryption(tmp_path) -> None:
         "config sets distributed.comm.require-encryption, so a scheduler on another host must "
         "be reached over tls:// (see deploy/tls)"
     ]
+    assert not (tmp_path / "out.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("bogus", "address='bogus' has no port number; expected tcp://host:port, "
+                  "e.g. 'tcp://bogus:8786'"),
+        ("tcp://:8786", "address='tcp://:8786' has no host"),
+        ("tcp://host:abc", "the port 'abc' is not a number from 1 to 65535"),
+        ("tcp://host:0", "the port '0' is not a number from 1 to 65535"),
+        ("bogus://host:1", "the scheme 'bogus' is not one of tcp, tls, ws, wss"),
+        ("ucx://host:1", "the scheme 'ucx' is not one of"),
+    ],
+)  # fmt: skip
+def test_malformed_address_refused_before_connecting(address: str, message: str) -> None:
+    with pytest.raises(ClusterError, match=re.escape(message)):
+        get_client(address)
+
+
+def test_malformed_environment_address_named(monkeypatch) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "localhost")
+    with pytest.raises(ClusterError, match="DASK_SCHEDULER_ADDRESS='localhost' has no port"):
+        get_client()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--scheduler", "bogus"], {}, "address='bogus' has no port number"),
+        ([], {"DASK_SCHEDULER_ADDRESS": "localhost"},
+         "DASK_SCHEDULER_ADDRESS='localhost' has no port number"),
+    ],
+)  # fmt: skip
+def test_cli_malformed_address_is_one_line_at_once(tmp_path, argv, env, message) -> None:
+    """No client is left to close at exit (it waited 20 s and printed a traceback)."""
+    from kelr_dist.data.simulate import simulate
+
+    simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
+    started = time.perf_counter()
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "kelr"), "estimate", str(tmp_path / "ou.zarr"),
+         str(tmp_path / "out.zarr"), "--quiet", *argv],
+        capture_output=True, text=True, env=os.environ | env, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("kelr estimate: error: scheduler ") and message in run.stderr
+    assert time.perf_counter() - started < 15  # the import and the store's check, no timeout
     assert not (tmp_path / "out.zarr").exists()
 
 

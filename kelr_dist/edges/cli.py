@@ -14,7 +14,6 @@ import contextlib
 import inspect
 import json
 import os
-import socket
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -39,7 +38,6 @@ from kelr_dist.pipeline.options import (
 INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
 EXIT_INPUT_ERROR = 2
 EXIT_INTERRUPTED = 130
-PROBE_TIMEOUT = 5.0  # seconds to open a TCP connection to a named scheduler
 
 
 def _one_line(text: str) -> str:
@@ -264,39 +262,15 @@ def simulate(
     click.echo(_format_info(_describe(trajectory)))
 
 
-def _probe_scheduler(address: str | None) -> None:
-    """Fail at once when nothing listens at a ``tcp://``/``tls://`` scheduler address.
-
-    A refused connection is known immediately, whereas a ``distributed.Client`` keeps retrying
-    it until its connect timeout; other schemes are left to the client.
-    """
-    from kelr_dist.engine.cluster import ClusterError
-
-    if not address:
-        return
-    scheme, _, location = address.rpartition("://")
-    host, _, port = location.rpartition(":")
-    if scheme not in ("", "tcp", "tls") or not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT).close()
-    except OSError as err:
-        raise ClusterError(
-            f"cannot reach the Dask scheduler at address={address!r}: {err}"
-        ) from None
-
-
 def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet: bool) -> Any:
     """``"synchronous"``, or a client of the scheduler (argument or ``DASK_SCHEDULER_ADDRESS``)
-    or of the embedded cluster."""
+    or of the embedded cluster. A malformed or forbidden address, or one that nothing listens
+    at, fails at once (:func:`~kelr_dist.engine.cluster.check_address`)."""
     from kelr_dist.engine.cluster import check_address, get_client
 
     if scheduler == SYNCHRONOUS:
         return SYNCHRONOUS
-    address = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
-    if address:
-        check_address(address)  # a forbidden plain-TCP address is refused before connecting
-    _probe_scheduler(address)
+    check_address(scheduler, listening=True)
     return get_client(scheduler, n_workers=workers, memory_limit=memory_limit, quiet=quiet)
 
 

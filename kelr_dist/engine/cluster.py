@@ -20,6 +20,7 @@ threads each; :class:`ThreadLimits` sets the pools of the running worker to its 
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import logging
 import os
@@ -49,7 +50,9 @@ __all__ = [
     "thread_share",
 ]
 
-CONNECT_TIMEOUT = "10s"
+CONNECT_TIMEOUT = 10.0  # seconds to reach a named scheduler
+#: the address schemes of a scheduler to connect to (``scheme://host:port``)
+SCHEMES = ("tcp", "tls", "ws", "wss")
 MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
 
 #: thread-pool variables of the embedded workers (set to their share of the cores)
@@ -105,11 +108,18 @@ class ClusterError(ValueError):
 _embedded: tuple[LocalCluster, Client, tuple[int, int]] | None = None
 
 
-def _scheduler_address(address: str | None) -> str | None:
-    """The address to connect to: the argument, else the environment / dask config, else None."""
-    if address:
-        return address
-    return os.environ.get("DASK_SCHEDULER_ADDRESS") or dask.config.get("scheduler-address", None)
+def _scheduler_address(address: str | None) -> tuple[str, str] | None:
+    """The address to connect to and where it came from (its name in messages): the argument
+    (``address``), else ``DASK_SCHEDULER_ADDRESS``, else the dask config's ``scheduler-address``,
+    else None."""
+    for name, value in (
+        ("address", address),
+        ("DASK_SCHEDULER_ADDRESS", os.environ.get("DASK_SCHEDULER_ADDRESS")),
+        ("dask config scheduler-address", dask.config.get("scheduler-address", None)),
+    ):
+        if value:
+            return value, name
+    return None
 
 
 def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
@@ -153,58 +163,119 @@ def _is_loopback(host: str) -> bool:
     )
 
 
-def _security(address: str) -> Security:
-    """The client's TLS settings for ``address``, from dask's config (``distributed.comm.*``).
+def _parse(address: str, name: str = "address") -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of a scheduler ``address`` (``name``: where it came from, for
+    messages).
+
+    Raises :class:`ClusterError` at once, naming the address and what is wrong, for a scheme
+    other than ``SCHEMES``, a missing host or port, or a port that is not a number from 1 to
+    65535.
+    """
+    scheme, location = parse_address(address)  # the config's default-scheme when none is given
+    if scheme not in SCHEMES:
+        raise ClusterError(
+            f"scheduler {name}={address!r}: the scheme {scheme!r} is not one of "
+            f"{', '.join(SCHEMES)}; expected e.g. 'tcp://scheduler:8786'"
+        )
+    host, colon, port = location.rpartition(":")
+    example = f"e.g. '{scheme}://{(host if colon else location) or 'scheduler'}:8786'"
+    if not colon or not host.strip("[]"):
+        missing = "port number" if not colon else "host"
+        raise ClusterError(
+            f"scheduler {name}={address!r} has no {missing}; expected {scheme}://host:port, "
+            f"{example}"
+        )
+    if not (port.isdigit() and 0 < int(port) < 65536):
+        raise ClusterError(
+            f"scheduler {name}={address!r}: the port {port!r} is not a number from 1 to 65535; "
+            f"expected {scheme}://host:port, {example}"
+        )
+    return scheme, host.strip("[]"), int(port)
+
+
+def _checked(address: str, name: str = "address") -> tuple[Security, str, int]:
+    """The client's TLS settings for ``address``, from dask's config (``distributed.comm.*``),
+    and the address's host and port (:func:`_parse`; ``name``: where it came from).
 
     ``tls://`` needs the config's TLS client settings. A plain ``tcp://`` address is refused
     when ``distributed.comm.require-encryption`` is set, unless it is a loopback address (the
     traffic never leaves this machine, e.g. ``kubectl port-forward`` or an SSH tunnel).
     """
-    scheme, location = parse_address(address)  # the config's default-scheme when none is given
+    scheme, host, port = _parse(address, name)
     try:
         security = Security()
         context = security.get_connection_args("client").get("ssl_context")
     except (OSError, ValueError, TypeError) as err:  # e.g. a certificate file that is missing
         raise ClusterError(
-            f"address={address!r}: the TLS settings of the dask config do not load: {err}"
+            f"{name}={address!r}: the TLS settings of the dask config do not load: {err}"
         ) from None
     if scheme == "tls" and context is None:
         raise ClusterError(
-            f"address={address!r} is a TLS address, but the dask config holds no TLS settings "
+            f"{name}={address!r} is a TLS address, but the dask config holds no TLS settings "
             "for the client (distributed.comm.tls.ca-file and distributed.comm.tls.client."
             "cert/key; e.g. DASK_CONFIG=deploy/tls)"
         )
     if scheme == "tcp" and security.require_encryption:
-        host = location.rsplit(":", 1)[0] if ":" in location else location
         if not _is_loopback(host):
             raise ClusterError(
-                f"refusing the plain-TCP address={address!r}: the dask config sets "
+                f"refusing the plain-TCP {name}={address!r}: the dask config sets "
                 "distributed.comm.require-encryption, so a scheduler on another host must be "
                 "reached over tls:// (see deploy/tls)"
             )
-        return Security(require_encryption=False)  # loopback: nothing leaves this machine
-    return security
+        # loopback: nothing leaves this machine
+        return Security(require_encryption=False), host, port
+    return security, host, port
 
 
-def check_address(address: str) -> None:
-    """Refuse, before any connection, a scheduler address that dask's config forbids.
+def check_address(address: str | None = None, *, listening: bool = False) -> None:
+    """Refuse, before any client is made, a scheduler address that is malformed or that dask's
+    config forbids, and with ``listening`` one that nothing listens at.
 
-    Raises :class:`ClusterError` for a ``tls://`` address without the client's TLS settings in
-    the dask config, and for a ``tcp://`` address of another host when the config sets
-    ``distributed.comm.require-encryption`` (see :func:`get_client`).
+    ``address`` as in :func:`get_client` (``None``: the environment's or the dask config's;
+    nothing to check when there is none). A refused connection is known at once with
+    ``listening``, whereas a client retries it until ``CONNECT_TIMEOUT`` (a scheduler that is
+    still starting is then waited for).
+
+    Raises :class:`ClusterError` for an address that cannot be parsed (a scheme other than
+    ``SCHEMES``, no host or port), for a ``tls://`` address without the client's TLS settings
+    in the dask config, for a ``tcp://`` address of another host when the config sets
+    ``distributed.comm.require-encryption`` (see :func:`get_client`), and with ``listening``
+    when a TCP connection to its host and port fails.
     """
-    _security(address)
+    named = _scheduler_address(address)
+    if named is None:
+        return
+    _, host, port = _checked(*named)
+    if listening:
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
+        except OSError as err:
+            raise _unreachable(*named, err) from None
 
 
-def _connect(address: str) -> Client:
-    security = _security(address)
+def _unreachable(address: str, name: str, err: BaseException) -> ClusterError:
+    """The error for a scheduler at ``address`` (``name``: where it came from) that a
+    connection failed to reach with ``err``."""
+    timed_out = isinstance(err, TimeoutError)  # a socket's; the client's are OSErrors
+    problem = f"no answer within {CONNECT_TIMEOUT:g} s" if timed_out else str(err)
+    return ClusterError(f"cannot reach the Dask scheduler at {name}={address!r}: {problem}")
+
+
+def _connect(address: str, name: str = "address") -> Client:
+    """A client of the scheduler at ``address`` (``name``: where the address came from),
+    checked first (:func:`_checked`).
+
+    A client that fails to connect is closed here, while its event loop still runs: left to
+    the end of the process (held by a reference cycle through the error's traceback), its
+    close would wait 20 s for a loop that is gone and print a traceback.
+    """
+    security, _, _ = _checked(address, name)
     try:
         return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False, security=security)
     except (OSError, TimeoutError, ValueError, RuntimeError) as err:
-        raise ClusterError(
-            f"cannot reach the Dask scheduler at address={address!r} "
-            f"within {CONNECT_TIMEOUT}: {err}"
-        ) from None
+        error = _unreachable(address, name, err)
+    gc.collect()  # out of the except block the first error is gone: the client's close runs
+    raise error
 
 
 def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[LocalCluster, Client]:
@@ -266,22 +337,24 @@ def get_client(
     Raises
     ------
     ClusterError
-        The scheduler at the address cannot be reached within 10 s; a ``tls://`` address
+        The address cannot be parsed (unknown scheme, no host or port: at once); the
+        scheduler at the address cannot be reached within 10 s; a ``tls://`` address
         without TLS settings in the dask config; a ``tcp://`` address of another host while
         the dask config sets ``distributed.comm.require-encryption``.
     ValueError
         ``n_workers``/``memory_limit`` are invalid, or given together with an address.
     """
     global _embedded
-    target = _scheduler_address(address)
-    if target is not None:
+    named = _scheduler_address(address)
+    if named is not None:
+        target, origin = named
         for name, value in (("n_workers", n_workers), ("memory_limit", memory_limit)):
             if value is not None:
                 raise ValueError(
                     f"{name}={value!r} applies to the embedded cluster only, "
-                    f"not to the scheduler at {target!r}"
+                    f"not to the scheduler at {origin}={target!r}"
                 )
-        return _connect(target)
+        return _connect(target, origin)
     workers = _parse_workers(n_workers)
     settings = (workers, _parse_memory(memory_limit, workers))
     if _embedded is not None:
