@@ -290,6 +290,10 @@ OTHER_BAD_INPUTS = [
     ("too many folds for the samples",
      lambda f, s: ["estimate", s, f / "out.zarr", "--folds", 5000, "--scheduler", "synchronous"],
      "folds=5000", ["out.zarr"]),
+    ("max-time shorter than dt: no lag beyond 0",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--max-time", 0.01, "--scheduler",
+                   "synchronous"],
+     "--max-time 0.01 is shorter than the sample interval dt=0.05 of", ["out.zarr"]),
     ("bad job estimator",
      lambda f, s: ["run", job_file(f, f"input: {{store: {s}}}\nestimator: {{method: knn}}\n"
                                       "outputs: {result: out.zarr}\n")],

@@ -420,6 +420,17 @@ def _check_outputs(store: Path, targets: Sequence[Path | None], overwrite: bool)
         check_output(target, overwrite)
 
 
+def _check_max_time(max_time: float | None, dt: float, store: Path) -> None:
+    """Refuse a ``--max-time`` shorter than the sample interval ``dt`` of ``store`` (but not 0,
+    which asks for lag 0 alone): it is rounded to whole lags, and would leave no lag beyond 0."""
+    if max_time is not None and 0 < max_time < dt:
+        raise ValueError(
+            f"--max-time {max_time:g} is shorter than the sample interval dt={dt:g} of "
+            f"{str(store)!r}: lags are whole multiples of dt, so no lag beyond 0 would be "
+            f"estimated; give --max-time {dt:g} or more (or 0 for lag 0 alone)"
+        )
+
+
 def _run_estimate(
     store: Path,
     options: EstimateOptions,
@@ -447,7 +458,8 @@ def _run_estimate(
     from kelr_dist.pipeline.result import write_result
 
     _check_outputs(store, [result, netcdf], overwrite)
-    open_trajectory(store, options.variable)  # a broken store fails before a cluster starts
+    trajectory = open_trajectory(store, options.variable)  # fails before a cluster starts
+    _check_max_time(options.max_time, float(trajectory.attrs["dt"]), store)
     kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
     try:
