@@ -6,6 +6,7 @@ code 2, one line on stderr and no partial output.
 """
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -274,6 +275,10 @@ OTHER_BAD_INPUTS = [
      lambda f, s: ["simulate", "ou", (f / "d").mkdir() or (f / "d" / "a").touch() or f / "d",
                    "--samples", 100, "--overwrite"],
      "is not a zarr store; refusing to overwrite it", []),
+    ("a count that is not a whole number",
+     lambda f, s: ["simulate", "ou", f / "new.zarr", "--samples", "2.5"],
+     "Invalid value for '--samples': '2.5' is not a whole number (e.g. 100000 or 1e5)",
+     ["new.zarr"]),
     ("unknown model",
      lambda f, s: ["simulate", "lorenz", f / "new.zarr", "--samples", 100],
      "Invalid value for 'MODEL'", ["new.zarr"]),
@@ -467,3 +472,24 @@ def test_output_overlapping_the_input_store_is_refused(tmp_path, capsys, monkeyp
     captured = capsys.readouterr()
     check_failure(exit_info.value.code, captured.out, captured.err, tmp_path, message, ["r.zarr"])
     np.testing.assert_array_equal(xr.open_zarr("ou.zarr", consolidated=False)["x"].values, before)
+
+
+def test_simulate_counts_in_scientific_notation(tmp_path, capsys, monkeypatch):
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["simulate", "ou", "s.zarr", "--samples", "2e3", "--chunk", "1_000", "-q"])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 0, captured.err
+    assert "(1, 2000, 2)" in captured.out and "1000 samples per time chunk" in captured.out
+
+
+def test_readme_synopsis_lists_every_model():
+    """The README's ``kelr simulate {...}`` names the models the command accepts, in order."""
+    from kelr_dist.data.models import MODEL_NAMES
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    synopsis = re.search(r"^kelr simulate \{([^}]*)\}", readme, flags=re.MULTILINE)
+    assert synopsis is not None, "README.md has no 'kelr simulate {MODEL,...}' synopsis"
+    assert "".join(synopsis.group(1).split()).split(",") == list(MODEL_NAMES)

@@ -17,6 +17,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from kelr_dist.pipeline.options import (
 INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
 EXIT_INPUT_ERROR = 2
 EXIT_INTERRUPTED = 130
+MAX_COUNT_DIGITS = 18  # a count on the command line has at most 19 digits (< 1e19)
 
 
 def _one_line(text: str) -> str:
@@ -126,11 +128,39 @@ def _options_from(model: type[Any], exclude: Sequence[str] = ()) -> Callable[[An
     return decorate
 
 
+class WholeNumber(click.ParamType):
+    """A count: a whole number ``>= minimum``, written as ``100000``, ``100_000`` or ``1e5``."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """``value`` (text, or a default that is already an ``int``) as an ``int``."""
+        if isinstance(value, int):
+            number = value
+        else:
+            try:
+                exact = Decimal(str(value))
+            except InvalidOperation:
+                exact = Decimal("nan")
+            if not exact.is_finite() or exact != exact.to_integral_value():
+                self.fail(f"{value!r} is not a whole number (e.g. 100000 or 1e5)", param, ctx)
+            if exact.adjusted() > MAX_COUNT_DIGITS:  # before int() writes out all its digits
+                self.fail(f"{value!r} is too large for a count", param, ctx)
+            number = int(exact)
+        if number < self.minimum:
+            self.fail(f"{value!r} is less than the minimum, {self.minimum}", param, ctx)
+        return number
+
+
 def _whole_option(flag: str, minimum: int, default: int | None, text: str) -> Callable[[Any], Any]:
-    """A click option for a whole number ``>= minimum``, its default shown unless ``None``."""
+    """A click option for a whole number ``>= minimum`` (:class:`WholeNumber`), its default
+    shown unless ``None``."""
     return click.option(
         flag,
-        type=click.IntRange(min=minimum),
+        type=WholeNumber(minimum),
         default=default,
         show_default=default is not None,
         help=text,
@@ -187,7 +217,9 @@ def main() -> None:
 @main.command()
 @click.argument("model", type=click.Choice(MODEL_NAMES), metavar="MODEL")
 @click.argument("store", type=click.Path(dir_okay=True, file_okay=False))
-@click.option("--samples", type=click.IntRange(min=1), required=True, help="Samples per chain.")
+@click.option(
+    "--samples", type=WholeNumber(1), required=True, help="Samples per chain (e.g. 200000 or 2e5)."
+)
 @_whole_option("--chains", 1, 1, "Independent chains.")
 @_whole_option("--seed", 0, 0, "Random seed (chain c uses SeedSequence(seed).spawn(chains)[c]).")
 @_whole_option("--chunk", 1, 262144, "Samples per time chunk of the store (and per task).")
