@@ -298,7 +298,7 @@ OTHER_BAD_INPUTS = [
     ("max-time shorter than dt: no lag beyond 0",
      lambda f, s: ["estimate", s, f / "out.zarr", "--max-time", 0.01, "--scheduler",
                    "synchronous"],
-     "--max-time 0.01 is shorter than the sample interval dt=0.05 of", ["out.zarr"]),
+     "max_time=0.01 is shorter than the sample interval dt=0.05 of", ["out.zarr"]),
     ("bad job estimator",
      lambda f, s: ["run", job_file(f, f"input: {{store: {s}}}\nestimator: {{method: knn}}\n"
                                       "outputs: {result: out.zarr}\n")],

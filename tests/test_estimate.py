@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from distributed.comm import CommClosedError
 
 from kelr_dist.data.models import make_model
 from kelr_dist.data.simulate import simulate
+from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 from kelr_dist.kernels.response import Observable
 from kelr_dist.pipeline.estimate import estimate_response
@@ -223,6 +225,23 @@ def test_result_round_trips_losslessly(reference: xr.Dataset, tmp_path: Path, su
     write_result(reference.assign_attrs(note="second"), path, overwrite=True)
     with open_result(path) as again:
         assert again.attrs["note"] == "second"
+
+
+def test_a_result_is_never_written_over_its_input_store(
+    reference: xr.Dataset, stores: dict[str, Path], tmp_path: Path
+) -> None:
+    """write_result(ds, path, overwrite=True) with ``path`` the store the result came from (or a
+    folder inside it, or one holding it) is refused, and the trajectory stays readable."""
+    copy = Path(shutil.copytree(stores["base"], tmp_path / "data" / "ou.zarr"))
+    result = reference.assign_attrs(store=str(copy))
+    for target, relation in [
+        (copy, "is the input store"),
+        (copy / "result.zarr", "lies inside the input store"),
+        (tmp_path / "data", "contains the input store"),
+    ]:
+        with pytest.raises(ValueError, match=relation):
+            write_result(result, target, overwrite=True)
+    assert open_trajectory(copy).shape == open_trajectory(stores["base"]).shape
 
 
 # --- the same result everywhere -------------------------------------------------------------------

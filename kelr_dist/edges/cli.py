@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -341,6 +340,8 @@ def _format_info(summary: dict[str, Any]) -> str:
     ]
     if params is not None:
         rows.append(("model params", json.dumps(params, sort_keys=True)))
+    if summary["limits"]:
+        rows.append(("estimate", "refused: " + "; ".join(summary["limits"])))
     return "\n".join(f"{label:<12}  {value}" for label, value in rows)
 
 
@@ -417,25 +418,6 @@ def _format_scan(found: dict[str, Any]) -> str:
     return f"{'scan':<12}  {found['count']} non-finite values ({counts})\n{shown:<12}  {first}"
 
 
-def _check_apart(store: Path, target: Path) -> None:
-    """Refuse an output ``target`` that would replace the input ``store`` or a part of it: the
-    same folder, one inside the other (symbolic links and ``..`` resolved), with or without
-    --overwrite."""
-    source, output = Path(os.path.realpath(store)), Path(os.path.realpath(target))
-    if source == output:
-        relation = "is the input store"
-    elif source in output.parents:
-        relation = "lies inside the input store"
-    elif output in source.parents:
-        relation = "contains the input store"
-    else:
-        return
-    raise ValueError(
-        f"output {str(target)!r} {relation} {str(store)!r}; choose an output outside it, "
-        "so that the trajectory is left intact"
-    )
-
-
 def _check_outputs(store: Path, targets: Sequence[Path | None], overwrite: bool) -> None:
     """Refuse, before work, outputs that overlap the input ``store``, exist (without
     --overwrite) or could not be written."""
@@ -444,23 +426,11 @@ def _check_outputs(store: Path, targets: Sequence[Path | None], overwrite: bool)
     for target in targets:
         if target is None:
             continue
-        _check_apart(store, target)
+        check_output(target, True, store)  # not over the input store, even with --overwrite
         if target.exists() and not overwrite:
             raise ValueError(
                 f"output {str(target)!r} exists; remove it, choose another path or pass --overwrite"
             )
-        check_output(target, overwrite)
-
-
-def _check_max_time(max_time: float | None, dt: float, store: Path) -> None:
-    """Refuse a ``--max-time`` shorter than the sample interval ``dt`` of ``store`` (but not 0,
-    which asks for lag 0 alone): it is rounded to whole lags, and would leave no lag beyond 0."""
-    if max_time is not None and 0 < max_time < dt:
-        raise ValueError(
-            f"--max-time {max_time:g} is shorter than the sample interval dt={dt:g} of "
-            f"{str(store)!r}: lags are whole multiples of dt, so no lag beyond 0 would be "
-            f"estimated; give --max-time {dt:g} or more (or 0 for lag 0 alone)"
-        )
 
 
 def _run_estimate(
@@ -486,12 +456,12 @@ def _run_estimate(
     from kelr_dist.data.store import open_trajectory
     from kelr_dist.edges.report import headline, write_figures
     from kelr_dist.engine.cluster import close_embedded_cluster
-    from kelr_dist.pipeline.estimate import estimate_response
+    from kelr_dist.pipeline.estimate import check_max_time, estimate_response
     from kelr_dist.pipeline.result import write_result
 
     _check_outputs(store, [result, netcdf], overwrite)
     trajectory = open_trajectory(store, options.variable)  # fails before a cluster starts
-    _check_max_time(options.max_time, float(trajectory.attrs["dt"]), store)
+    check_max_time(options.max_time, float(trajectory.attrs["dt"]), str(store))
     kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
     try:

@@ -138,11 +138,24 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     return as_trajectory(trajectory, variable)
 
 
-def _max_lag(options: EstimateOptions, dt: float, n: int) -> int:
-    """The largest lag in rows: given, from ``max_time``, or the default; at most a quarter of
-    a chain."""
+def check_max_time(max_time: float | None, dt: float, source: str) -> None:
+    """Refuse a ``max_time`` shorter than the sample interval ``dt`` of the trajectory
+    ``source`` (but not 0, which asks for lag 0 alone): it is rounded to whole lags, and would
+    leave no lag beyond 0. (The CLI calls it before a cluster starts.)"""
+    if max_time is not None and 0 < max_time < dt:
+        raise ValueError(
+            f"max_time={max_time:g} is shorter than the sample interval dt={dt:g} of "
+            f"{source!r}: lags are whole multiples of dt, so no lag beyond 0 would be "
+            f"estimated; give max_time={dt:g} or more (or 0 for lag 0 alone)"
+        )
+
+
+def _max_lag(options: EstimateOptions, dt: float, n: int, source: str) -> int:
+    """The largest lag in rows: given, from ``max_time`` (:func:`check_max_time`), or the
+    default; at most a quarter of a chain."""
     max_lag = options.max_lag
     if options.max_time is not None:
+        check_max_time(options.max_time, dt, source)
         max_lag = int(round(options.max_time / dt))
     elif max_lag is None:
         max_lag = min(DEFAULT_MAX_LAG, max(1, n // 20))
@@ -335,7 +348,7 @@ def estimate_response(
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
     _check_shape(traj, chains, n, d)
-    lag = _max_lag(options, step, n)
+    lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")))
     fitted, chosen = _orders(options, d)
     sm_degree = _degree(options, d)
     if kde and d > 3:

@@ -149,10 +149,36 @@ def _order(value: Any) -> int | tuple[int, ...]:
     return tuple(int(v) for v in np.asarray(value).ravel())
 
 
-def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
-    """Refuse, before any work, an output that could not be written: it exists (without
+def _check_apart(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Refuse an output ``target`` that would replace the input store ``source`` or a part of
+    it: the same folder, one inside the other (symbolic links and ``..`` resolved), with or
+    without ``overwrite``."""
+    store, output = Path(os.path.realpath(source)), Path(os.path.realpath(target))
+    if store == output:
+        relation = "is the input store"
+    elif store in output.parents:
+        relation = "lies inside the input store"
+    elif output in store.parents:
+        relation = "contains the input store"
+    else:
+        return
+    raise ValueError(
+        f"output {str(target)!r} {relation} {str(source)!r}; choose an output outside it, "
+        "so that the trajectory is left intact"
+    )
+
+
+def check_output(
+    path: str | os.PathLike[str],
+    overwrite: bool = False,
+    source: str | os.PathLike[str] | None = None,
+) -> None:
+    """Refuse, before any work, an output that could not be written: it is, contains or lies
+    inside the input store ``source`` (when given; even with ``overwrite``), it exists (without
     ``overwrite``), or its nearest existing ancestor is not a writable folder (a read-only
     directory, a regular file in the path). The message names the path as given."""
+    if source is not None:
+        _check_apart(source, path)
     target = Path(path)
     if target.exists() and not overwrite:
         raise ValueError(f"output {str(path)!r} exists; choose another path or overwrite")
@@ -177,6 +203,8 @@ def check_output(path: str | os.PathLike[str], overwrite: bool = False) -> None:
 def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:
     """Write a result atomically (:func:`kelr_dist.data.atomic.write_dataset`): to a temporary
     sibling, flushed, then put in place in one step; ``*.nc`` gives netCDF, anything else a
-    zarr store. An interrupted or failed write (a full disk) leaves ``path`` as it was."""
-    check_output(path, overwrite)
+    zarr store. An interrupted or failed write (a full disk) leaves ``path`` as it was; an
+    output over the store the result was estimated from (``ds.attrs["store"]``) is refused."""
+    store = ds.attrs.get("store")
+    check_output(path, overwrite, store if store and os.path.exists(str(store)) else None)
     write_dataset(ds, path, overwrite)
