@@ -525,8 +525,8 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein.residual:.2g} "
         f"= {stein.ratio:.1f} stderr"
         + (
-            f" ({stein.raw_ratio:.1f} stderr, {stein.raw_share:.0%} of k(0), before the affine "
-            "Stein correction)"
+            f"\n(before the affine Stein correction: {stein.raw_ratio:.1f} stderr, "
+            f"{stein.raw_share:.0%} of k(0))"
             if np.isfinite(stein.raw_ratio)
             else ""
         )
