@@ -474,6 +474,42 @@ def test_output_overlapping_the_input_store_is_refused(tmp_path, capsys, monkeyp
     np.testing.assert_array_equal(xr.open_zarr("ou.zarr", consolidated=False)["x"].values, before)
 
 
+def test_overwrite_replaces_only_an_earlier_result_and_figures_stay_out_of_the_store(
+    tmp_path, capsys, monkeypatch
+):
+    """--overwrite on a folder that is not a kelr result (a typo for OUT) exits 2 and leaves it
+    whole; an earlier result is replaced; a job's figures folder inside the store is refused."""
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    simulate("ou", tmp_path / "ou.zarr", 3000, chunk=1000, progress=False)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious.txt").write_text("keep me")
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["estimate", "ou.zarr", "other", *ESTIMATE_ONTO], prog_name="kelr")
+    captured = capsys.readouterr()
+    check_failure(
+        exit_info.value.code, captured.out, captured.err, tmp_path,
+        "output 'other' exists and is not a kelr_dist result", [],
+    )  # fmt: skip
+    assert (tmp_path / "other" / "precious.txt").read_text() == "keep me"
+    argv = ["estimate", "ou.zarr", "r.zarr", "--max-lag", "5", "--scheduler", "synchronous", "-q"]
+    for extra in ([], ["--overwrite"]):  # written, then replaced
+        with pytest.raises(SystemExit) as exit_info:
+            main.main([*argv, *extra], prog_name="kelr")
+        captured = capsys.readouterr()
+        assert exit_info.value.code == 0, captured.err
+    job_file(tmp_path, "input: {store: ou.zarr}\noutputs: {result: r2.zarr, figures: ou.zarr}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["run", "job.yaml"], prog_name="kelr")
+    captured = capsys.readouterr()
+    check_failure(
+        exit_info.value.code, captured.out, captured.err, tmp_path,
+        "ou.zarr' is the input store", ["r2.zarr"],
+    )  # fmt: skip
+    assert not list((tmp_path / "ou.zarr").glob("*.png"))
+
+
 def test_simulate_counts_in_scientific_notation(tmp_path, capsys, monkeypatch):
     from kelr_dist.edges.cli import main
 

@@ -418,19 +418,19 @@ def _format_scan(found: dict[str, Any]) -> str:
     return f"{'scan':<12}  {found['count']} non-finite values ({counts})\n{shown:<12}  {first}"
 
 
-def _check_outputs(store: Path, targets: Sequence[Path | None], overwrite: bool) -> None:
+def _check_outputs(
+    store: Path, targets: Sequence[Path | None], overwrite: bool, figures: Path | None
+) -> None:
     """Refuse, before work, outputs that overlap the input ``store``, exist (without
-    --overwrite) or could not be written."""
-    from kelr_dist.pipeline.result import check_output
+    --overwrite; with it, unless they are an earlier result) or could not be written; and a
+    figures folder in or around the store (it only gains PNG files, so it may exist)."""
+    from kelr_dist.pipeline.result import check_apart, check_output
 
     for target in targets:
-        if target is None:
-            continue
-        check_output(target, True, store)  # not over the input store, even with --overwrite
-        if target.exists() and not overwrite:
-            raise ValueError(
-                f"output {str(target)!r} exists; remove it, choose another path or pass --overwrite"
-            )
+        if target is not None:
+            check_output(target, overwrite, store)
+    if figures is not None:
+        check_apart(store, figures)
 
 
 def _run_estimate(
@@ -459,7 +459,7 @@ def _run_estimate(
     from kelr_dist.pipeline.estimate import check_max_time, estimate_response
     from kelr_dist.pipeline.result import write_result
 
-    _check_outputs(store, [result, netcdf], overwrite)
+    _check_outputs(store, [result, netcdf], overwrite, figures)
     trajectory = open_trajectory(store, options.variable)  # fails before a cluster starts
     check_max_time(options.max_time, float(trajectory.attrs["dt"]), str(store))
     kwargs = options.values()

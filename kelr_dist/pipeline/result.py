@@ -149,7 +149,7 @@ def _order(value: Any) -> int | tuple[int, ...]:
     return tuple(int(v) for v in np.asarray(value).ravel())
 
 
-def _check_apart(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+def check_apart(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
     """Refuse an output ``target`` that would replace the input store ``source`` or a part of
     it: the same folder, one inside the other (symbolic links and ``..`` resolved), with or
     without ``overwrite``."""
@@ -168,6 +168,17 @@ def _check_apart(source: str | os.PathLike[str], target: str | os.PathLike[str])
     )
 
 
+def _is_result(path: Path) -> bool:
+    """Whether ``path`` holds a result of :func:`write_result` (a zarr store or netCDF file
+    whose attributes carry ``estimator`` and ``kelr_dist_version``): the only thing an
+    overwrite may replace."""
+    try:
+        with xr.open_dataset(path, engine=None if path.is_file() else "zarr") as ds:
+            return "estimator" in ds.attrs and "kelr_dist_version" in ds.attrs
+    except Exception:  # anything that does not open as a dataset is not a result
+        return False
+
+
 def check_output(
     path: str | os.PathLike[str],
     overwrite: bool = False,
@@ -175,13 +186,22 @@ def check_output(
 ) -> None:
     """Refuse, before any work, an output that could not be written: it is, contains or lies
     inside the input store ``source`` (when given; even with ``overwrite``), it exists (without
-    ``overwrite``), or its nearest existing ancestor is not a writable folder (a read-only
-    directory, a regular file in the path). The message names the path as given."""
+    ``overwrite``; with it, when it is not an earlier result: a mistyped folder is never
+    wiped), or its nearest existing ancestor is not a writable folder (a read-only directory, a
+    regular file in the path). The message names the path as given."""
     if source is not None:
-        _check_apart(source, path)
+        check_apart(source, path)
     target = Path(path)
     if target.exists() and not overwrite:
-        raise ValueError(f"output {str(path)!r} exists; choose another path or overwrite")
+        raise ValueError(
+            f"output {str(path)!r} exists; remove it, choose another path or pass --overwrite "
+            "(overwrite=True)"
+        )
+    if target.exists() and not _is_result(target):
+        raise ValueError(
+            f"output {str(path)!r} exists and is not a kelr_dist result; overwriting replaces "
+            "only an earlier result: remove it yourself or choose another path"
+        )
     ancestor = target.absolute().parent
     while not ancestor.exists():
         ancestor = ancestor.parent
