@@ -279,10 +279,9 @@ class _ResponseKernel:
     forcing: Forcing
     max_lag: int
     centre: np.ndarray  # (q,) Ā
-    steps: np.ndarray  # (d,) central-difference steps for the observable's derivative
     corrected: frozenset[str]  # scores that get the affine Stein correction
     origin: np.ndarray  # (d,) x̄ of the correction's features
-    scales: np.ndarray  # (d,) σ of the correction's features
+    scales: np.ndarray  # (d,) σ: the correction's features, the central-difference steps
     base_block: int | None = None
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
@@ -331,7 +330,7 @@ class _ResponseKernel:
             parts[name] = {"kept": int(kept.sum()), "n": x.shape[0]}
             if name in self.corrected:
                 parts[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
-        target = stein_target(self.observable, self.forcing, x, a, self.steps)
+        target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
         residuals = np.stack(
             [a[:, :, None] * b[:, None, :] - target for b in columns], axis=1
         ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
@@ -441,7 +440,6 @@ def response_reduction(
     q, d = len(observable.names), len(forcing.names)
     centre = np.zeros(q) if centre is None else np.asarray(centre, dtype=np.float64)
     scales = np.ones(d) if scales is None else np.asarray(scales, dtype=np.float64)
-    steps = DIFFERENCE_STEP * scales
     unknown = set(corrected) - set(scores)
     if unknown:
         raise ValueError(f"corrected names {sorted(unknown)} are not among the scores")
@@ -452,7 +450,6 @@ def response_reduction(
         forcing,
         int(max_lag),
         centre,
-        steps,
         frozenset(corrected),
         origin,
         scales,
