@@ -574,7 +574,7 @@ def test_non_finite_samples_are_rejected() -> None:
             r"component 'v': 1 non-finite samples \(NaN or inf\); the first is at chain 0, "
             r"time index 700",
         ),
-        (1e300, r"component 'v': values too large \(max \|x\| = 1e\+300\)"),
+        (1e300, r"component 'v': values too large \(max \|x\| = 1e\+300;"),
         (None, r"component 'v': constant \(every sample is 2\.5\): .* remove it from the"),
     ],
     ids=["nan", "huge", "constant"],

@@ -161,11 +161,32 @@ def test_too_large_values_are_reported_without_overflow_warnings():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no numpy RuntimeWarning may leak
         with pytest.raises(
-            mom.CoordinateError, match=r"coordinate 1: values too large \(max \|x\| = 1e\+300\)"
+            mom.CoordinateError, match=r"coordinate 1: values too large \(max \|x\| = 1e\+300;"
         ):
             _moments(x, [1000, 2000])
-        x[1234, 1] = 1e70  # the fourth power still fits: ordinary moments, no warning
+        x[1234, 1] = 1e139  # within UNIT_LIMIT: ordinary moments, no warning
         assert np.isfinite(_moments(x, [1000, 2000]).excess_kurtosis).all()
+
+
+def test_too_small_values_are_reported_not_called_constant():
+    x = np.random.default_rng(3).standard_normal((3_000, 2))
+    x[:, 0] *= 1e-170  # a spread whose squares underflow float64
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(mom.CoordinateError, match=r"coordinate 0: values too small .* rescale"):
+            _moments(x, [1000, 2000])
+
+
+@pytest.mark.parametrize("unit", [1e-139, 1e-75, 1e75, 1e138])
+def test_skewness_and_kurtosis_do_not_depend_on_the_unit(unit):
+    """The central sums are kept in units of a power of two per partial: data whose fourth
+    powers under- or overflow float64 (beyond about 1e±77) have the same shape statistics."""
+    x = np.random.default_rng(4).standard_t(5, size=(20_000, 2)) + [3.0, -1.0]
+    base, moved = _moments(x, [7000, 13000]), _moments(x * unit, [7000, 13000])
+    for name in ("skewness", "excess_kurtosis"):
+        np.testing.assert_allclose(getattr(moved, name), getattr(base, name), rtol=1e-12)
+    np.testing.assert_allclose(moved.std / unit, base.std, rtol=1e-13)
+    np.testing.assert_allclose(moved.mean / unit, base.mean, rtol=1e-13)
 
 
 # ------------------------------------------------------------------------------------- Gamma

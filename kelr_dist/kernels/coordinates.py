@@ -84,7 +84,7 @@ def _tail_beta(excess_kurtosis: float, weight_kurtosis: float) -> float:
 def _resolved_entries(moments: Moments, spec: str | Sequence[object]) -> list[Entry]:
     """The entries with ``auto`` replaced by the family the rule picks; a constant coordinate
     (which no basis, forcing or estimate can use) is a :class:`CoordinateError`."""
-    for k in np.flatnonzero(moments.variance == 0):
+    for k in np.flatnonzero(moments.std == 0):
         raise CoordinateError(
             k,
             f"constant (every sample is {moments.mean[k]:g}): a component without spread "

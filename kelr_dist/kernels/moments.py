@@ -8,7 +8,9 @@ Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
 
 1. :func:`moments_reduction` — per coordinate: count, mean, central sums M2, M3, M4 (merged
    with the exact pairwise update of Chan, Golub & LeVeque (1979) / Pébay (2008), stable for
-   data with a large offset; within a block a corrected two-pass algorithm), minimum,
+   data with a large offset; within a block a corrected two-pass algorithm; the sums are kept
+   in units of a power of two per partial, so that no unit of the data, 1e-300 or 1e300,
+   overflows or underflows them), minimum,
    maximum, and the count and first position of non-finite values (rejected with a
    :class:`ValueError` by the finalize step). Empty blocks are the identity of the combine;
    a trajectory without samples is an error. Result: :class:`Moments`.
@@ -35,6 +37,14 @@ SUB_BLOCK = 1 << 16
 """Rows per sub-block inside the chunk kernels (bounds the temporaries)."""
 
 _NO_INDEX = np.iinfo(np.int64).max
+UNIT_LIMIT = 1e140
+"""Accepted units: every ``|x| <= UNIT_LIMIT`` and every standard deviation ``>= 1 / UNIT_LIMIT``.
+The moments hold in any units, but the estimate squares observables (``|x|``) and scores
+(``~1/std``) for its error bars, summed over up to a chunk's rows; this keeps them in float64."""
+
+_NO_UNIT = -(1 << 16)
+"""The unit exponent of sums that are all zero (an empty partial, a constant block): below any
+float64 exponent, so that it never decides the unit of a merge."""
 
 
 class CoordinateError(ValueError):
@@ -89,6 +99,7 @@ def _empty_moments(d: int) -> dict[str, np.ndarray]:
     return {
         **{name: np.zeros(d) for name in ("mean", "m2", "m3", "m4")},
         "n": np.zeros(d, dtype=np.int64),
+        "unit": np.full(d, _NO_UNIT, dtype=np.int64),
         "nonfinite": np.zeros(d, dtype=np.int64),
         "min": np.full(d, np.inf),
         "max": np.full(d, -np.inf),
@@ -97,12 +108,19 @@ def _empty_moments(d: int) -> dict[str, np.ndarray]:
     }
 
 
+def _exponent(x: np.ndarray) -> np.ndarray:
+    """The binary exponent ``e`` with ``|x| < 2^e`` (``np.frexp``); :data:`_NO_UNIT` for 0."""
+    return np.where(x == 0, _NO_UNIT, np.frexp(x)[1]).astype(np.int64)
+
+
 def _block_moments(x: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]:
     """Partial of one sub-block ``x (L, d)`` whose first row is row ``start`` of ``chain``.
 
     Corrected two-pass algorithm on the transposed block (numpy sums the contiguous axis
     pairwise): the mean of the first pass is refined by the mean of the deviations, so an
-    offset (x = 1e6 + noise) costs no more than the rounding of the mean itself.
+    offset (x = 1e6 + noise) costs no more than the rounding of the mean itself. The central
+    sums are those of the deviations in units of ``2^unit``, the power of two just above the
+    largest one (exact scaling: ``M_k = m_k 2^(k unit)``).
     """
     xt = np.ascontiguousarray(x.T)
     with np.errstate(over="ignore", invalid="ignore"):  # too large values: see _finalize_moments
@@ -118,10 +136,13 @@ def _block_sums(xt: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]
     dev = np.where(finite, xt - mean, 0.0)
     correction = dev.sum(axis=1, keepdims=True) / count
     dev = np.where(finite, dev - correction, 0.0)
+    unit = _exponent(np.abs(dev).max(axis=1, initial=0.0))
+    dev = np.ldexp(dev, -unit[:, None])
     dev2 = dev * dev
     bad = ~finite.all(axis=1)
     return {
         "n": n.astype(np.int64),
+        "unit": unit,
         "mean": (mean + correction)[:, 0],
         "m2": dev2.sum(axis=1),
         "m3": (dev2 * dev).sum(axis=1),
@@ -145,7 +166,9 @@ def combine_moments(a: dict, b: dict) -> dict:
         M4 = M4_a + M4_b + δ⁴ n_a n_b (n_a² - n_a n_b + n_b²) / n³
              + 6δ² (n_a² M2_b + n_b² M2_a) / n² + 4δ (n_a M3_b - n_b M3_a) / n
 
-    An empty partial (``n = 0``, zero sums) is the identity (exactly).
+    evaluated in units of ``2^unit``, the larger of the two partials' units and of ``|δ|``'s
+    (both partials are rescaled to it by exact powers of two). An empty partial (``n = 0``,
+    zero sums) is the identity (exactly).
     """
     with np.errstate(over="ignore", invalid="ignore"):  # too large values: see _finalize_moments
         return _combined(a, b)
@@ -156,14 +179,18 @@ def _combined(a: dict, b: dict) -> dict:
     na = a["n"].astype(np.float64)
     nb = b["n"].astype(np.float64)
     n = np.maximum(na + nb, 1.0)
-    delta = b["mean"] - a["mean"]
+    delta = np.where((na > 0) & (nb > 0), b["mean"] - a["mean"], 0.0)
+    unit = np.maximum(np.maximum(a["unit"], b["unit"]), _exponent(delta))
+    shift_a, shift_b = a["unit"] - unit, b["unit"] - unit
+    m2a, m3a, m4a = (np.ldexp(a[f"m{k}"], k * shift_a) for k in (2, 3, 4))
+    m2b, m3b, m4b = (np.ldexp(b[f"m{k}"], k * shift_b) for k in (2, 3, 4))
+    delta = np.ldexp(delta, -unit)
     d_n = delta / n
-    m2a, m2b, m3a, m3b = a["m2"], b["m2"], a["m3"], b["m3"]
     m2 = m2a + m2b + delta * d_n * na * nb
     m3 = m3a + m3b + d_n**2 * delta * na * nb * (na - nb) + 3.0 * d_n * (na * m2b - nb * m2a)
     m4 = (
-        a["m4"]
-        + b["m4"]
+        m4a
+        + m4b
         + d_n**3 * delta * na * nb * (na * na - na * nb + nb * nb)
         + 6.0 * d_n**2 * (na * na * m2b + nb * nb * m2a)
         + 4.0 * d_n * (na * m3b - nb * m3a)
@@ -173,7 +200,8 @@ def _combined(a: dict, b: dict) -> dict:
     )
     return {
         "n": a["n"] + b["n"],
-        "mean": np.where(na == 0, b["mean"], a["mean"] + d_n * nb),
+        "unit": unit,
+        "mean": np.where(na == 0, b["mean"], a["mean"] + (b["mean"] - a["mean"]) * (nb / n)),
         "m2": m2,
         "m3": m3,
         "m4": m4,
@@ -198,8 +226,8 @@ def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> d
 
 
 def _finalize_moments(p: dict) -> Moments:
-    """:class:`Moments` of the merged partial; :class:`CoordinateError` for non-finite samples
-    or finite ones so large that their moments overflow float64 (their fourth powers)."""
+    """:class:`Moments` of the merged partial; :class:`CoordinateError` for non-finite samples,
+    or for units outside :data:`UNIT_LIMIT` (values too large, or a spread too small)."""
     for k in np.flatnonzero(p["nonfinite"]):
         raise CoordinateError(
             k,
@@ -208,25 +236,32 @@ def _finalize_moments(p: dict) -> Moments:
         )
     if not np.all(p["n"] > 0):
         raise ValueError("the trajectory has no samples")
-    overflow = ~np.isfinite(np.stack([p["mean"], p["m2"], p["m3"], p["m4"]])).all(axis=0)
-    for k in np.flatnonzero(overflow):
-        largest = max(abs(float(p["min"][k])), abs(float(p["max"][k])))
+    largest = np.maximum(np.abs(p["min"]), np.abs(p["max"]))
+    finite = np.isfinite(np.stack([p["mean"], p["m2"], p["m3"], p["m4"]])).all(axis=0)
+    for k in np.flatnonzero(~finite | (largest > UNIT_LIMIT)):
         raise CoordinateError(
             k,
-            f"values too large (max |x| = {largest:.3g}): their moments up to the fourth "
-            "overflow float64; rescale the data (e.g. to unit scale)",
+            f"values too large (max |x| = {largest[k]:.3g}; the estimate's products overflow "
+            f"float64 beyond {UNIT_LIMIT:.0e}): rescale the data (e.g. to unit scale)",
         )
     n = p["n"].astype(np.float64)
-    variance = p["m2"] / n
-    with np.errstate(divide="ignore", invalid="ignore"):  # (no power of m2: it may be ~1e300)
+    std = np.ldexp(np.sqrt(p["m2"] / n), p["unit"])
+    for k in np.flatnonzero((std < 1.0 / UNIT_LIMIT) & (p["m2"] > 0)):
+        raise CoordinateError(
+            k,
+            f"values too small (standard deviation {std[k]:.3g}; the estimate's scores "
+            f"overflow float64 below {1.0 / UNIT_LIMIT:.0e}): rescale the data "
+            "(e.g. to unit scale)",
+        )
+    constant = p["m2"] == 0
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a constant coordinate)
         skewness = np.sqrt(n) * p["m3"] / p["m2"] / np.sqrt(p["m2"])
         kurtosis = n * p["m4"] / p["m2"] / p["m2"] - 3.0
-    constant = p["m2"] == 0
     return Moments(
         n=p["n"].copy(),
         mean=p["mean"].copy(),
-        variance=variance,
-        std=np.sqrt(variance),
+        variance=std * std,
+        std=std,
         skewness=np.where(constant, np.nan, skewness),
         excess_kurtosis=np.where(constant, np.nan, kurtosis),
         minimum=p["min"].copy(),
@@ -238,9 +273,10 @@ def moments_reduction() -> Reduction:
     """Pass 0: per-coordinate count, mean, central moments, extremes (finalize: :class:`Moments`).
 
     The finalize step raises :class:`CoordinateError` naming the coordinate, the number of
-    non-finite samples and the (chain, time) of the first one, or the largest |x| when finite
-    values are too large for their moments (no overflow warning); empty blocks are allowed (they
-    are the identity of the combine), a trajectory with no samples at all is an error.
+    non-finite samples and the (chain, time) of the first one, or the largest |x| (the standard
+    deviation) when the units are beyond :data:`UNIT_LIMIT` (no overflow warning); empty blocks
+    are allowed (they are the identity of the combine), a trajectory with no samples at all is
+    an error.
     """
     return Reduction("moments", _moments_chunk, combine_moments, _finalize_moments)
 
