@@ -210,3 +210,48 @@ def test_every_figure_axis_is_labelled_and_criteria_show_the_reason(ou_result):
     assert f"chosen M = {chosen_order(ds)}" in reason and "η_M stays below" in reason
     eta_axis = fig.axes[0]
     assert eta_axis.get_ylim()[0] > 1e-8  # not stretched to the ~1e-16 of η_0
+
+
+def stein_result(lag0_x2=1e-12, lag0_x2_stderr=1e-3):
+    """:func:`analytic_result` with lag-0 Stein residuals: corrected ~0 (rounding), uncorrected
+    0.04 in every entry; row x2 of k(0) set to ``lag0_x2`` (a near-constant component)."""
+    ds = analytic_result()
+    k = ds["response"].values.copy()
+    k[0, 1, :] = lag0_x2
+    stderr = ds["response_stderr"].values.copy()
+    stderr[0, 1, :] = lag0_x2_stderr
+    ds["response"] = (("lag", "i", "j"), k)
+    ds["response_stderr"] = (("lag", "i", "j"), stderr)
+    ij = ("i", "j")
+    ds["stein_residual"] = (ij, np.full((2, 2), 4.55e-14))
+    ds["stein_residual_stderr"] = (ij, np.full((2, 2), 0.01))
+    ds["stein_residual_uncorrected"] = (ij, np.full((2, 2), 0.04))
+    ds["stein_residual_uncorrected_stderr"] = (ij, np.full((2, 2), 0.01))
+    return ds
+
+
+def stein_table(text):
+    """The rows of the Stein table of a summary: header first."""
+    lines = text.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("lag-0 Stein residual"))
+    return [line for line in lines[start + 1 :] if line.startswith("  ")][:2]
+
+
+def test_the_share_of_k0_is_shown_only_where_k0_is_away_from_0():
+    from kelr_dist.edges.report import headline
+
+    # row x2 of k(0) is ~0 (within its error bars): no share (it was 4e+10%), only row x1's
+    header, row = stein_table(summary(stein_result(1e-12, 1e-3)))
+    # the uncorrected ratio and the share apart, the header's columns over their cells
+    assert row.split()[-2:] == ["4", "4.0%"]
+    assert "4 = 4.0% of k(0)" in headline(stein_result(1e-12, 1e-3), "out.zarr")
+    assert header.rstrip().endswith("% of k(0)") and len(header.rstrip()) == len(row.rstrip())
+    # no row well away from 0 at all: a dash, never a number
+    ds = stein_result(1e-12, 1e-3)
+    ds["response"][0] = 1e-12
+    header, row = stein_table(summary(ds))
+    assert row.split()[-1] == "—" and "%" not in row
+    assert "of k(0)" not in headline(ds, "out.zarr")
+    # without error bars, rows below 1e-6 of the largest |k(0)| are left out
+    header, row = stein_table(summary(stein_result(1e-12).drop_vars("response_stderr")))
+    assert row.split()[-1] == "4.0%"

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -204,6 +205,17 @@ def _estimator_line(ds: xr.Dataset) -> str:
 EXACT_RATIO = 1e-6
 
 
+#: the share of ``k(0)`` is taken only over observable rows ``i`` whose ``k_i(0)`` is well away
+#: from 0: some entry ``|k_ij(0)|`` above this many of its standard errors (when the result has
+#: them) and the row's ``max_j |k_ij(0)|`` above ``LAG0_FRACTION`` of the largest row's (always).
+#: A row of a near-constant or uncorrelated component has ``k(0) ~ 0``, and a share of it is
+#: noise divided by noise (it printed as 4e10 %); with no such row the share is "—".
+LAG0_SIGNIFICANCE = 3.0
+LAG0_FRACTION = 1e-6
+#: what the table prints for a share that is not defined (see above)
+NO_SHARE = "—"
+
+
 class SteinFigures(NamedTuple):
     """The lag-0 self-check of one response variable (:func:`stein_rows`)."""
 
@@ -211,6 +223,7 @@ class SteinFigures(NamedTuple):
     ratio: float  #: the largest |residual| / stderr over the entries
     raw_ratio: float  #: that ratio before the affine Stein correction (NaN: not corrected)
     raw_share: float  #: the largest uncorrected |residual| as a fraction of k(0) in its row
+    #: (over the rows whose k(0) is away from 0, :func:`lag0_rows`; NaN when there is none)
 
 
 def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
@@ -221,11 +234,13 @@ def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
         if name not in ds or f"{name}_stderr" not in ds:
             continue
         raw = f"{name}_uncorrected"
-        share = (
-            float(np.nanmax(relative_to_lag0(ds[raw].values, ds[response].isel(lag=0).values)))
-            if raw in ds
-            else math.nan
-        )
+        share = math.nan
+        if raw in ds:
+            lag0 = ds[response].transpose("lag", "i", "j").isel(lag=0).values
+            shares = relative_to_lag0(ds[raw].transpose("i", "j").values, lag0)
+            shares = shares[lag0_rows(ds, response)]
+            if np.isfinite(shares).any():
+                share = float(np.nanmax(shares))
         out[response] = SteinFigures(
             float(np.nanmax(np.abs(ds[name].values))),
             _largest_ratio(ds, name),
@@ -233,6 +248,42 @@ def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
             share,
         )
     return out
+
+
+def lag0_rows(ds: xr.Dataset, response: str) -> np.ndarray:
+    """``(q,)``: the observable rows ``i`` whose lag-0 response ``k_i(0)`` is well away from 0
+    (the rule of :data:`LAG0_SIGNIFICANCE` and :data:`LAG0_FRACTION`)."""
+    lag0 = np.abs(ds[response].transpose("lag", "i", "j").isel(lag=0).values)
+    size = lag0.max(axis=1)
+    rows = size > LAG0_FRACTION * size.max()
+    if f"{response}_stderr" in ds:
+        stderr = ds[f"{response}_stderr"].transpose("lag", "i", "j").isel(lag=0).values
+        rows &= (lag0 > LAG0_SIGNIFICANCE * stderr).any(axis=1)
+    return rows
+
+
+def _percent(share: float) -> str:
+    """A share (a fraction) as a percentage of at most 7 characters; :data:`NO_SHARE` for NaN."""
+    if not math.isfinite(share):
+        return NO_SHARE
+    return f"{100 * share:.1f}%" if 100 * share < 999.95 else f"{100 * share:.2g}%"
+
+
+def _share_text(share: float) -> str:
+    """`` = 4.0% of k(0)``, or nothing where the share is not defined (:func:`lag0_rows`)."""
+    return f" = {_percent(share)} of k(0)" if math.isfinite(share) else ""
+
+
+def _columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A table: the first column left-aligned, the others right-aligned, each as wide as its
+    widest cell and two spaces apart (cells never run together)."""
+    widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        first = f"  {cells[0]:<{widths[0]}}"
+        return first + "".join(f"  {c:>{w}}" for c, w in zip(cells[1:], widths[1:], strict=True))
+
+    return [line(header), *(line(r) for r in rows)]
 
 
 def _largest_ratio(ds: xr.Dataset, name: str) -> float:
@@ -269,7 +320,7 @@ def headline(ds: xr.Dataset, name: str) -> str:
     elif math.isfinite(stein.raw_ratio) and stein.ratio < EXACT_RATIO:
         bias = (
             f"0 after the affine Stein correction (exact by construction for this observable "
-            f"and forcing); before it {_number(stein.raw_ratio)} = {stein.raw_share:.1%} of k(0)"
+            f"and forcing); before it {_number(stein.raw_ratio)}{_share_text(stein.raw_share)}"
             " (the score estimate's own bias at lag 0)"
         )
     else:
@@ -342,29 +393,31 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
             "lag-0 Stein residual k(0) - E[d_j(c_j A_i)] (estimator bias; 0 for the true score;"
             " 'uncorrected': before the affine Stein correction, in stderr and in % of k(0)):"
         )
-        lines.append(
-            f"  {'estimate':<18}{'max |residual|':>16}{'in stderr':>11}{'uncorrected':>13}"
-            f"{'% of k(0)':>11}"
-        )
+        cells = []
         for variable, figures in stein.items():
-            flag = "  biased beyond its error bars" if figures.ratio > 3 else ""
             corrected = math.isfinite(figures.raw_ratio)
-            before = _number(figures.raw_ratio) if corrected else "-"
-            share = f"{figures.raw_share:.1%}" if corrected else "-"
-            lines.append(
-                f"  {label(ds, variable):<18}{_number(figures.residual):>16}"
-                f"{_number(figures.ratio):>11}{before:>13}{share:>11}{flag}"
+            cells.append(
+                [
+                    label(ds, variable),
+                    _number(figures.residual),
+                    _number(figures.ratio),
+                    _number(figures.raw_ratio) if corrected else "-",
+                    _percent(figures.raw_share) if corrected else "-",
+                ]
             )
+        header = ["estimate", "max |residual|", "in stderr", "uncorrected", "% of k(0)"]
+        table = _columns(header, cells)
+        flags = ["  biased beyond its error bars" if f.ratio > 3 else "" for f in stein.values()]
+        lines += [table[0], *(row + flag for row, flag in zip(table[1:], flags, strict=True))]
     errors = response_errors(ds)
     if errors:
         horizon = min(ERROR_HORIZON, t_max)
         lines.append(f"errors vs exact FDT, max over t <= {horizon:.4g} of |k - k_exact|:")
-        lines.append(f"  {'estimate':<18}{'diagonal':>12}{'off-diagonal':>14}{'max stderr':>12}")
-        for variable, e in errors.items():
-            lines.append(
-                f"  {label(ds, variable):<18}{_number(e['diagonal']):>12}"
-                f"{_number(e['off_diagonal']):>14}{_number(e['stderr']):>12}"
-            )
+        cells = [
+            [label(ds, v), _number(e["diagonal"]), _number(e["off_diagonal"]), _number(e["stderr"])]
+            for v, e in errors.items()
+        ]
+        lines += _columns(["estimate", "diagonal", "off-diagonal", "max stderr"], cells)
     return "\n".join(lines)
 
 
@@ -525,8 +578,8 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein.residual:.2g} "
         f"= {stein.ratio:.1f} stderr"
         + (
-            f"\n(before the affine Stein correction: {stein.raw_ratio:.1f} stderr, "
-            f"{stein.raw_share:.0%} of k(0))"
+            f"\n(before the affine Stein correction: {stein.raw_ratio:.1f} stderr"
+            f"{_share_text(stein.raw_share).replace(' =', ',')})"
             if np.isfinite(stein.raw_ratio)
             else ""
         )
