@@ -255,3 +255,21 @@ def test_the_share_of_k0_is_shown_only_where_k0_is_away_from_0():
     # without error bars, rows below 1e-6 of the largest |k(0)| are left out
     header, row = stein_table(summary(stein_result(1e-12).drop_vars("response_stderr")))
     assert row.split()[-1] == "4.0%"
+
+
+def test_a_residual_exact_by_construction_reads_the_same_in_the_table_and_the_headline():
+    from kelr_dist.edges.report import headline
+
+    ds = stein_result()  # corrected residual 4.55e-14: rounding, 0 by construction
+    header, row = stein_table(summary(ds))
+    assert "0 (by construction)" in row and "e-14" not in row and "e-12" not in row
+    assert row.split()[-2:] == ["4", "4.0%"]
+    assert "Stein/stderr  0 after the affine Stein correction (exact by construction" in headline(
+        ds, "out.zarr"
+    )
+    assert "chosen estimate: 0 (by construction)" in plot_responses(ds).get_suptitle()
+    # a residual that is not 0 is printed as a number, in the table and in the headline
+    ds["stein_residual"] = ds["stein_residual"] * 0 + 0.02
+    header, row = stein_table(summary(ds))
+    assert row.split()[2:4] == ["0.02", "2"] and "by construction" not in row
+    assert "Stein/stderr  2 (the largest" in headline(ds, "out.zarr")

@@ -203,6 +203,8 @@ def _estimator_line(ds: xr.Dataset) -> str:
 #: a corrected lag-0 Stein residual below this many standard errors is 0 by construction (the
 #: observable affine in x, the forcing constant: the correction enforces the identity exactly)
 EXACT_RATIO = 1e-6
+#: how the table and the response figure print such a residual (the headline says it in words)
+BY_CONSTRUCTION = "0 (by construction)"
 
 
 #: the share of ``k(0)`` is taken only over observable rows ``i`` whose ``k_i(0)`` is well away
@@ -396,11 +398,12 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         cells = []
         for variable, figures in stein.items():
             corrected = math.isfinite(figures.raw_ratio)
+            exact = figures.ratio < EXACT_RATIO  # as the headline: "0 by construction"
             cells.append(
                 [
                     label(ds, variable),
-                    _number(figures.residual),
-                    _number(figures.ratio),
+                    BY_CONSTRUCTION if exact else _number(figures.residual),
+                    "0" if exact else _number(figures.ratio),
                     _number(figures.raw_ratio) if corrected else "-",
                     _percent(figures.raw_share) if corrected else "-",
                 ]
@@ -575,8 +578,12 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     axes[0, 0].legend(handles, labels, fontsize="small")
     stein = stein_rows(ds).get("response")
     bias = (
-        f"\nlag-0 Stein residual (bias) of the chosen estimate: up to {stein.residual:.2g} "
-        f"= {stein.ratio:.1f} stderr"
+        "\nlag-0 Stein residual (bias) of the chosen estimate: "
+        + (
+            BY_CONSTRUCTION
+            if stein.ratio < EXACT_RATIO
+            else f"up to {stein.residual:.2g} = {stein.ratio:.1f} stderr"
+        )
         + (
             f"\n(before the affine Stein correction: {stein.raw_ratio:.1f} stderr"
             f"{_share_text(stein.raw_share).replace(' =', ',')})"
