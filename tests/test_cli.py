@@ -5,6 +5,7 @@ with a user observable from a module on ``PYTHONPATH``; every documented bad inp
 code 2, one line on stderr and no partial output.
 """
 
+import json
 import os
 import re
 import socket
@@ -529,3 +530,30 @@ def test_readme_synopsis_lists_every_model():
     synopsis = re.search(r"^kelr simulate \{([^}]*)\}", readme, flags=re.MULTILINE)
     assert synopsis is not None, "README.md has no 'kelr simulate {MODEL,...}' synopsis"
     assert "".join(synopsis.group(1).split()).split(",") == list(MODEL_NAMES)
+
+
+def test_info_on_a_result_points_to_kelr_report(tmp_path, capsys, monkeypatch):
+    """``kelr info`` on a result of ``kelr estimate`` says so in one line and names the
+    command that reads it (exit 0), instead of listing its variables as a bad trajectory."""
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = xr.Dataset(
+        {"response": (("lag", "i", "j"), np.zeros((3, 2, 2)))},
+        attrs={"estimator": "score-matching", "kelr_dist_version": "0.1", "store": "ou.zarr"},
+    )
+    result.to_zarr("r.zarr", consolidated=False)
+    outputs = {}
+    for argv in (["info", "r.zarr"], ["info", "r.zarr", "--json"], ["info", "r.zarr", "--scan"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main.main(argv, prog_name="kelr")
+        captured = capsys.readouterr()
+        assert exit_info.value.code == 0 and captured.err == "", captured.err
+        outputs[" ".join(argv[2:])] = captured.out
+    first = outputs[""].splitlines()[0]
+    assert "r.zarr is a kelr_dist result" in first and "kelr report r.zarr" in first
+    assert "response_stderr" not in outputs[""] and "variable" not in outputs[""]
+    assert outputs["--scan"] == outputs[""]
+    summary = json.loads(outputs["--json"])
+    assert summary["result"] is True and summary["report"] == "kelr report r.zarr"
+    assert summary["estimator"] == "score-matching"

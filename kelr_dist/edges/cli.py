@@ -363,7 +363,8 @@ def info(store: str, variable: str, as_json: bool, scan: bool) -> int:
     alone; a store that breaks the trajectory contract is reported with what is wrong (exit
     code 2). With --scan the data are read too (one block at a time, in this process) and
     non-finite values are reported with their positions: exit code 1 when any are found,
-    0 when the data are finite.
+    0 when the data are finite. A result of 'kelr estimate' is named as such, with the
+    command that reads it ('kelr report').
 
     \b
     Examples:
@@ -372,7 +373,12 @@ def info(store: str, variable: str, as_json: bool, scan: bool) -> int:
       kelr info data.zarr --variable u --json
     """
     from kelr_dist.data.store import open_trajectory
+    from kelr_dist.pipeline.result import result_attrs
 
+    attrs = result_attrs(store)
+    if attrs is not None:  # an output of 'kelr estimate', not a trajectory
+        click.echo(_result_info(store, attrs, as_json))
+        return 0
     trajectory = open_trajectory(store, variable)
     summary = _describe(trajectory)
     found = _scan(trajectory) if scan else None
@@ -385,6 +391,23 @@ def info(store: str, variable: str, as_json: bool, scan: bool) -> int:
         if found is not None:
             click.echo(_format_scan(found))
     return 1 if found and found["count"] else 0
+
+
+def _result_info(store: str, attrs: dict[str, Any], as_json: bool) -> str:
+    """What ``kelr info`` says of a result (attributes ``attrs``): what it is, where it came
+    from and the command that reads it."""
+    report = f"kelr report {store}"
+    if as_json:
+        keys = ("estimator", "kelr_dist_version", "store", "created")
+        summary = {"store": store, "result": True, "report": report}
+        summary.update({k: attrs[k] for k in keys if k in attrs})
+        return json.dumps(summary, default=str, indent=2)
+    estimated = f"estimated from {attrs['store']} " if "store" in attrs else ""
+    return (
+        f"{store} is a kelr_dist result ({estimated}by {attrs.get('estimator', '?')}, "
+        f"kelr_dist {attrs.get('kelr_dist_version', '?')}), not a trajectory store: "
+        f"read it with '{report}'"
+    )
 
 
 def _scan(trajectory: Any) -> dict[str, Any]:

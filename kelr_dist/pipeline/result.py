@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+import zarr
 
 from kelr_dist.data.atomic import write_dataset
 from kelr_dist.kernels.bases import TensorBasis
@@ -172,11 +173,30 @@ def _is_result(path: Path) -> bool:
     """Whether ``path`` holds a result of :func:`write_result` (a zarr store or netCDF file
     whose attributes carry ``estimator`` and ``kelr_dist_version``): the only thing an
     overwrite may replace."""
+    attrs = _attributes(path)
+    return attrs is not None and "estimator" in attrs and "kelr_dist_version" in attrs
+
+
+def _attributes(path: Path) -> dict[str, Any] | None:
+    """The global attributes of the netCDF file or zarr store at ``path`` (metadata only, no
+    warning for an unconsolidated store), or None when it is neither."""
     try:
-        with xr.open_dataset(path, engine=None if path.is_file() else "zarr") as ds:
-            return "estimator" in ds.attrs and "kelr_dist_version" in ds.attrs
+        if path.is_file():
+            with xr.open_dataset(path) as ds:
+                return dict(ds.attrs)
+        return dict(zarr.open_group(path, mode="r").attrs)
     except Exception:  # anything that does not open as a dataset is not a result
-        return False
+        return None
+
+
+def result_attrs(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The attributes of the result at ``path`` (a local zarr store or netCDF file written by
+    :func:`write_result`: attributes ``estimator`` and ``kelr_dist_version``), or None when
+    ``path`` holds anything else (a trajectory store, a folder, nothing, a URL)."""
+    target = Path(path)
+    if "://" in os.fspath(path) or not target.exists() or not _is_result(target):
+        return None
+    return _attributes(target)
 
 
 def check_output(
