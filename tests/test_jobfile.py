@@ -210,8 +210,16 @@ def test_yaml_and_file_errors(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("auto", "auto"), (0, 0), (60, 60), ([90, 0], (90, 0)), ((3, 4), (3, 4)), (np.int64(7), 7),
-     ("60", 60), ("90,0", (90, 0))],
+    [
+        ("auto", "auto"),
+        (0, 0),
+        (60, 60),
+        ([90, 0], (90, 0)),
+        ((3, 4), (3, 4)),
+        (np.int64(7), 7),
+        ("60", 60),
+        ("90,0", (90, 0)),
+    ],
 )
 def test_order_accepts(value, expected):
     assert checked(EstimateOptions, {"order": value, "index_set": "box"}).order == expected
