@@ -557,3 +557,47 @@ def test_info_on_a_result_points_to_kelr_report(tmp_path, capsys, monkeypatch):
     summary = json.loads(outputs["--json"])
     assert summary["result"] is True and summary["report"] == "kelr report r.zarr"
     assert summary["estimator"] == "score-matching"
+
+
+@pytest.mark.parametrize(
+    ("job", "message"),
+    [
+        ("input: {store: missing.zarr}", "job.yaml: store '"),
+        ("input: {store: STORE, variable: y}", "job.yaml: store '"),
+        ("input: {store: STORE}\nlags: {max_lag: 100000}", "job.yaml: max_lag=100000 is more"),
+        ("input: {store: STORE}\nbasis: {spec: hermite}", "job.yaml: basis spec 'hermite' has"),
+        ("input: {store: STORE}\nestimator: {folds: 5000}", "job.yaml: folds=5000"),
+        ("input: {store: STORE}\nlags: {max_time: 0.01}", "job.yaml: max_time=0.01 is shorter"),
+        ("input: {store: STORE}\noutputs: {result: exists}", "job.yaml: output '"),
+        ('input: {store: STORE}\noutputs: {result: "r\\0.zarr"}', "job.yaml: outputs.result: "),
+        ('input: {store: "s\\0.zarr"}', "job.yaml: input.store: "),
+    ],
+)
+def test_every_job_file_error_starts_with_its_name(
+    tmp_path, store, capsys, monkeypatch, job, message
+):
+    """Errors of a job's values against the files (the store, the outputs, the data's shape)
+    are named by the job file as its schema errors are, and come before any cluster starts."""
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exists").mkdir()
+    text = job.replace("STORE", str(store))
+    if "outputs" not in text:
+        text += "\noutputs: {result: out.zarr}"
+    job_file(tmp_path, text + "\ncluster: {scheduler: 'tcp://127.0.0.1:1'}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["run", "job.yaml"], prog_name="kelr")
+    captured = capsys.readouterr()
+    check_failure(exit_info.value.code, captured.out, captured.err, tmp_path, message, ["out.zarr"])
+    assert captured.err.startswith(f"kelr run: error: {message}")
+
+
+def test_an_unreadable_job_file_is_named_by_its_name(tmp_path, capsys):
+    from kelr_dist.edges.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["run", str(tmp_path / "nothing.yaml")], prog_name="kelr")
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2
+    assert captured.err.startswith("kelr run: error: nothing.yaml: cannot read the job file")

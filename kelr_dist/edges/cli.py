@@ -25,7 +25,7 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.data.models import MODEL_NAMES
-from kelr_dist.edges.jobfile import Job, load_job, schema_yaml
+from kelr_dist.edges.jobfile import Job, JobError, load_job, schema_yaml
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 from kelr_dist.pipeline.options import (
     ClusterOptions,
@@ -468,23 +468,29 @@ def _run_estimate(
     workers: int | None,
     memory_limit: str | int | None,
     quiet: bool,
+    job: str | None = None,
 ) -> None:
     """Validate the inputs, estimate on the chosen cluster, write the outputs, print where the
     result went and its headline numbers (``kelr report`` prints the whole summary).
 
     ``options`` are the validated keyword options of ``estimate_response``. Everything that
-    can be checked cheaply (outputs, the store) is checked before a cluster starts; the outputs
-    are written once the estimate is complete.
+    can be checked from the metadata (outputs, the store, the options against its shape:
+    :func:`~kelr_dist.pipeline.estimate.check_inputs`) is checked before a cluster starts,
+    and named by the ``job`` file's name when there is one (``job.yaml: ...``, as its schema
+    errors are); the outputs are written once the estimate is complete.
     """
-    from kelr_dist.data.store import open_trajectory
     from kelr_dist.edges.report import headline, write_figures
     from kelr_dist.engine.cluster import close_embedded_cluster
-    from kelr_dist.pipeline.estimate import check_max_time, estimate_response
+    from kelr_dist.pipeline.estimate import check_inputs, estimate_response
     from kelr_dist.pipeline.result import write_result
 
-    _check_outputs(store, [result, netcdf], overwrite, figures)
-    trajectory = open_trajectory(store, options.variable)  # fails before a cluster starts
-    check_max_time(options.max_time, float(trajectory.attrs["dt"]), str(store))
+    try:
+        _check_outputs(store, [result, netcdf], overwrite, figures)
+        check_inputs(store, options)
+    except (ValueError, OSError) as err:
+        if job is None:
+            raise
+        raise JobError(f"{job}: {err}") from None
     kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
     try:
@@ -581,6 +587,7 @@ def run(job_file: str, scheduler: str | None, overwrite: bool, quiet: bool) -> N
         workers=cluster.workers,
         memory_limit=cluster.memory_limit,
         quiet=quiet,
+        job=job.source.name,
     )
 
 

@@ -198,7 +198,9 @@ def load_job(path: str | os.PathLike[str]) -> Job:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise JobError(f"{path}: cannot read the job file ({type(err).__name__}: {err})") from None
+        raise JobError(
+            f"{path.name}: cannot read the job file ({type(err).__name__}: {err})"
+        ) from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -32,7 +32,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -237,6 +237,53 @@ def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable |
     return model.score
 
 
+class Inputs(NamedTuple):
+    """The checked inputs of an estimate (:func:`check_inputs`)."""
+
+    trajectory: xr.DataArray  #: validated, ``(chain, time, component)``
+    max_lag: int  #: largest lag in rows
+    fitted: Any  #: order of the fitted kernel-embedding basis
+    order: Any  #: the user's order, None for automatic
+    degree: int | None  #: the user's score-matching degree, None for automatic
+    folds: Folds  #: the held-out folds
+    exact: Callable | None  #: the exact score, when asked for
+    observable: Observable
+    forcing: Forcing
+
+
+def check_inputs(trajectory: Any, options: EstimateOptions, dt: float | None = None) -> Inputs:
+    """Open the ``trajectory`` (as :func:`estimate_response` takes it) and make every check of
+    ``options`` against it that needs its metadata but not its values: limits, the largest
+    lag, a degree's memory, the KDE's dimension, folds, the basis spec, the exact score, the
+    observable and forcing. (``kelr estimate``/``kelr run`` call it before a cluster starts.)
+
+    Raises
+    ------
+    ValueError
+        naming the option and what is wrong (:class:`~kelr_dist.data.store.TrajectoryError`
+        for the trajectory itself).
+    """
+    traj = _open(trajectory, options.variable, dt)
+    chains, n, d = traj.shape
+    components = [str(c) for c in traj["component"].values]
+    step = float(traj.attrs["dt"])
+    _check_shape(traj, chains, n, d)
+    lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")))
+    fitted, chosen = _orders(options, d)
+    sm_degree = _degree(options, d)
+    if options.kde and d > 3:
+        raise ValueError(f"kde=True: the Gaussian-KDE baseline supports d <= 3, the data have {d}")
+    # folds: score matching's held-out choice and the kernel embedding's order floor
+    fold_plan = Folds(options.folds, chains, n)
+    parse_basis_spec(options.basis, d)  # fail on a bad spec before any pass
+    exact_fn = _exact_score(traj, options.score) if (options.exact or options.score) else None
+    observable = options.observable_for(components)
+    forcing = options.forcing_for(components)
+    if len(forcing.names) != d:
+        raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
+    return Inputs(traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing)
+
+
 def estimate_response(
     trajectory: Any,
     *,
@@ -343,26 +390,13 @@ def estimate_response(
     )
     estimator, basis, index_set, folds = (o := options).estimator, o.basis, o.index_set, o.folds
     max_order, delta, kde, gaussian = o.max_order, o.delta, o.kde, o.gaussian
-    traj = _open(trajectory, options.variable, dt)
+    inputs = check_inputs(trajectory, options, dt)
+    traj, lag, fitted, chosen, sm_degree, fold_plan = inputs[:6]
+    exact_fn, observable, forcing = inputs.exact, inputs.observable, inputs.forcing
     chains, n, d = traj.shape
-    components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
-    _check_shape(traj, chains, n, d)
-    lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")))
-    fitted, chosen = _orders(options, d)
-    sm_degree = _degree(options, d)
-    if kde and d > 3:
-        raise ValueError(f"kde=True: the Gaussian-KDE baseline supports d <= 3, the data have {d}")
     use_ke = estimator in ("auto", "kernel-embedding")
     use_sm = estimator in ("auto", "score-matching")
-    # folds: score matching's held-out choice and the kernel embedding's order floor
-    fold_plan = Folds(folds, chains, n)
-    parse_basis_spec(basis, d)  # fail on a bad spec before any pass
-    exact_fn = _exact_score(traj, options.score) if (options.exact or options.score) else None
-    observable = options.observable_for(components)
-    forcing = options.forcing_for(components)
-    if len(forcing.names) != d:
-        raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
         # in-memory input goes to the workers once, not once per pass

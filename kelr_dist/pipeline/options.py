@@ -146,6 +146,15 @@ def _string(value: Any) -> str:
     return value.strip()
 
 
+def _path(value: Any) -> str:
+    """A file or folder path: a non-empty string without NUL characters (no file system takes
+    them; ``open`` said only "embedded null byte")."""
+    path = _string(value)
+    if "\0" in path:
+        raise _invalid(f"a path cannot hold a NUL character, got {value!r}")
+    return path
+
+
 def _orders(value: Any, auto: bool) -> Order:
     """``"auto"`` (when allowed), a non-negative integer or a non-empty list of them."""
     if auto and value == "auto":
@@ -518,16 +527,16 @@ class ClusterOptions(_Options):
 class FileOptions(_Options):
     """The files of a run: the trajectory store it reads and the outputs it writes."""
 
-    store: Annotated[str, _checks(_string)] = option(
+    store: Annotated[str, _checks(_path)] = option(
         ..., "trajectory store (zarr), relative to this file", example="trajectory.zarr"
     )
-    result: Annotated[str, _checks(_string)] = option(
+    result: Annotated[str, _checks(_path)] = option(
         ..., "result store: a zarr folder, or netCDF when it ends in .nc", example="result.zarr"
     )
-    netcdf: Annotated[str | None, _checks(_optional(_string))] = option(
+    netcdf: Annotated[str | None, _checks(_optional(_path))] = option(
         None, "optional extra netCDF copy of the result"
     )
-    figures: Annotated[str | None, _checks(_optional(_string))] = option(
+    figures: Annotated[str | None, _checks(_optional(_path))] = option(
         None, "optional folder for the report's PNG figures"
     )
     overwrite: Annotated[bool, _checks(_boolean)] = option(False, "replace existing outputs")
