@@ -532,6 +532,18 @@ def test_one_dimensional_arrays_and_lists_are_trajectories() -> None:
         estimate_response(np.zeros((2, 2, 2, 2)), client="synchronous")
 
 
+def test_integer_arrays_are_estimated_as_float64_and_booleans_refused() -> None:
+    """Integer data (counts, a discretised signal) give the estimate of their float64 copy."""
+    x = np.random.default_rng(2).integers(-50, 50, size=(2_000, 2))
+    options = {"client": "synchronous", "max_order": 4, "max_lag": 3, "dt": 0.1}
+    xr.testing.assert_equal(
+        estimate_response(x, **options).response,
+        estimate_response(x.astype(np.float64), **options).response,
+    )
+    with pytest.raises(ValueError, match=r"dtype bool: true/false values are not a trajectory"):
+        estimate_response(x > 0, **options)
+
+
 def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path) -> None:
     from kelr_dist.pipeline.result import check_output
 

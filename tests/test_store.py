@@ -80,6 +80,20 @@ def test_other_dim_order_and_chunks_spanning_chains_are_rearranged(tmp_path: Pat
     np.testing.assert_array_equal(da.values, DATA_3D)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint16])
+def test_integer_data_are_read_as_float64(tmp_path: Path, dtype: type) -> None:
+    """An integer store (counts, a discretised signal) opens, converted to float64 lazily; so
+    do integer arrays in memory."""
+    data = (10 * DATA_3D).astype(dtype)
+    da = open_trajectory(_plain(tmp_path / "int.zarr", data=data))
+    assert da.dtype == np.float64 and isinstance(da.data, dask.array.Array)
+    np.testing.assert_array_equal(da.values, data.astype(np.float64))
+    assert describe_trajectory(da)["dtype"] == "float64"
+    in_memory = as_trajectory(xr.DataArray(data[0], dims=("time", "component"), attrs={"dt": 1}))
+    assert in_memory.dtype == np.float64
+    np.testing.assert_array_equal(in_memory.values[0], data[0].astype(np.float64))
+
+
 def test_as_trajectory_chunks_in_memory_data() -> None:
     da = as_trajectory(xr.DataArray(DATA_3D[0], dims=("time", "component"), attrs={"dt": 2.0}))
     assert isinstance(da.data, dask.array.Array)
@@ -154,9 +168,13 @@ BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda p: _plain(p, coords={"time": 0.4 * np.arange(50)}),
         r"the time coordinate's step 0.4 disagrees with dt=0.5",
     ),
-    "non-float": (
-        lambda p: _plain(p, data=np.ones((2, 50, 3), dtype=np.int64)),
-        "dtype int64 is not float32 or float64",
+    "boolean": (
+        lambda p: _plain(p, data=np.ones((2, 50, 3), dtype=bool)),
+        r"dtype bool: true/false values are not a trajectory \(convert them to float",
+    ),
+    "complex": (
+        lambda p: _plain(p, data=np.ones((2, 50, 3), dtype=np.complex128)),
+        "dtype complex128 is not a real number type",
     ),
     "one sample": (lambda p: _plain(p, data=DATA_3D[:, :1]), "1 entries along 'time', at least 2"),
     "no component": (lambda p: _plain(p, data=DATA_3D[:, :, :0]), "0 entries along 'component'"),

@@ -5,7 +5,8 @@ variable (default ``x``) with
 
 - dims ``(time, component)`` or ``(chain, time, component)`` (any order; it is transposed),
   chunked along ``time``;
-- dtype float32 or float64 (kept as stored);
+- dtype float32 or float64 (kept as stored), or an integer type (read as float64; bool is
+  refused);
 - a uniform sample interval: a ``time`` coordinate (numeric; or datetime64 / timedelta64,
   also as xarray encodes them in a store, which gives ``dt`` in seconds), or a ``dt`` attribute
   on the variable or the dataset (when both are given they must agree);
@@ -160,7 +161,8 @@ def as_trajectory(
     TrajectoryError
         for, each with its own message: a missing variable (the variables present are
         listed); dims other than ``(time, component)`` / ``(chain, time, component)``; a
-        non-float dtype (float32 and float64 are accepted); fewer than 2 samples or no
+        dtype other than float32, float64 or an integer type (integers are converted to
+        float64; bool is refused); fewer than 2 samples or no
         component; no time step, a non-uniform or non-increasing ``time`` coordinate, a ``dt``
         that is not a positive finite number or disagrees with the coordinate; duplicate
         component names; a chunk layout that makes a task read more than 256 MiB.
@@ -187,8 +189,7 @@ def as_trajectory(
         raise _error(source, variable, f"expected an xarray Dataset or DataArray, not {type(obj)}")
 
     da = _standard_dims(da, source, variable)
-    if not (np.issubdtype(da.dtype, np.floating) and da.dtype.itemsize in (4, 8)):
-        raise _error(source, variable, f"dtype {da.dtype} is not float32 or float64")
+    da = _real(da, source, variable)
     for dim, least in (("chain", 1), ("time", 2), ("component", 1)):
         if da.sizes[dim] < least:
             raise _error(
@@ -213,6 +214,27 @@ def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray
     if "chain" not in da.dims:
         da = da.expand_dims("chain")
     return da.transpose(*DIMS)
+
+
+def _real(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
+    """float32/float64 data as they are; integers (signed or not) converted to float64 (lazily
+    for a store); booleans and anything else refused, naming the dtype."""
+    if np.issubdtype(da.dtype, np.floating) and da.dtype.itemsize in (4, 8):
+        return da
+    if np.issubdtype(da.dtype, np.integer):
+        return da.astype(np.float64)
+    if da.dtype == np.bool_:
+        raise _error(
+            source,
+            variable,
+            "dtype bool: true/false values are not a trajectory (convert them to float "
+            "yourself if they are meant as 0 and 1)",
+        )
+    raise _error(
+        source,
+        variable,
+        f"dtype {da.dtype} is not a real number type (float32, float64 or an integer type)",
+    )
 
 
 def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable: str) -> float:
