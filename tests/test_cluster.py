@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 import xarray as xr
 from conftest import free_port
 
+from kelr_dist.engine import cluster
 from kelr_dist.engine.cluster import ClusterError, client_for, close_embedded_cluster, get_client
 from kelr_dist.engine.passes import run_reduction
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
@@ -74,6 +77,33 @@ def test_unreachable_address_raises_cluster_error() -> None:
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(ClusterError, match=f"address='{address}'"):
         get_client(address)
+
+
+def test_a_listener_that_never_answers_is_an_error_not_a_hang(monkeypatch) -> None:
+    """Something accepts connections at the address but never speaks Dask (another service's
+    port, a frozen scheduler): dask's client waits for its handshake without a deadline."""
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 1.0)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        accepted: list[socket.socket] = []
+        threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        errors: list[BaseException] = []
+
+        def attempt() -> None:
+            try:
+                get_client(address)
+            except BaseException as err:  # noqa: BLE001 - checked below
+                errors.append(err)
+
+        worker = threading.Thread(target=attempt, daemon=True)
+        worker.start()
+        worker.join(60.0)  # fails instead of hanging the suite
+        assert errors, "get_client is still waiting for the handshake after 60 s"
+        assert isinstance(errors[0], ClusterError)
+        assert f"address='{address}': no answer within 1 s" in str(errors[0])
+        assert accepted  # the connection was made: the handshake is what never came
+        for sock in accepted:
+            sock.close()
 
 
 @pytest.mark.parametrize(

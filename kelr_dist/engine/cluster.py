@@ -20,11 +20,13 @@ threads each; :class:`ThreadLimits` sets the pools of the running worker to its 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import ipaddress
 import logging
 import os
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +36,7 @@ import dask.system
 import distributed.system
 from dask.utils import parse_bytes
 from distributed import Client, LocalCluster, WorkerPlugin
+from distributed.comm import connect
 from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
@@ -256,9 +259,42 @@ def check_address(address: str | None = None, *, listening: bool = False) -> Non
 def _unreachable(address: str, name: str, err: BaseException) -> ClusterError:
     """The error for a scheduler at ``address`` (``name``: where it came from) that a
     connection failed to reach with ``err``."""
-    timed_out = isinstance(err, TimeoutError)  # a socket's; the client's are OSErrors
+    timed_out = isinstance(err, TimeoutError)  # a socket's or the handshake probe's
     problem = f"no answer within {CONNECT_TIMEOUT:g} s" if timed_out else str(err)
     return ClusterError(f"cannot reach the Dask scheduler at {name}={address!r}: {problem}")
+
+
+def _handshake(address: str, name: str, security: Security) -> None:
+    """Raise :class:`ClusterError` unless a Dask endpoint at ``address`` completes Dask's
+    handshake within ``CONNECT_TIMEOUT`` (connection attempts are retried until then, so a
+    scheduler that is still starting is waited for).
+
+    A client's own connect puts no deadline on the handshake (dask/distributed#7698): at an
+    address where something accepts connections but never answers (another service's port, a
+    frozen scheduler) it would wait forever. The probe runs its own event loop in a thread, so
+    it works where a loop is already running (Jupyter)."""
+    outcome: list[BaseException | None] = []
+
+    async def probe() -> None:
+        args = security.get_connection_args("client")
+        comm = await asyncio.wait_for(
+            connect(address, timeout=CONNECT_TIMEOUT, **args), CONNECT_TIMEOUT
+        )
+        await comm.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(probe())
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(err)
+
+    thread = threading.Thread(target=run, name="kelr-dist-handshake", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT + 5.0)
+    error = outcome[0] if outcome else TimeoutError()
+    if error is not None:
+        raise _unreachable(address, name, error)
 
 
 def _connect(address: str, name: str = "address") -> Client:
@@ -270,6 +306,7 @@ def _connect(address: str, name: str = "address") -> Client:
     close would wait 20 s for a loop that is gone and print a traceback.
     """
     security, _, _ = _checked(address, name)
+    _handshake(address, name, security)
     try:
         return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False, security=security)
     except (OSError, TimeoutError, ValueError, RuntimeError) as err:
