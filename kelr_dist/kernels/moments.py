@@ -108,6 +108,12 @@ def _empty_moments(d: int) -> dict[str, np.ndarray]:
     }
 
 
+def _times_power_of_two(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """``x 2^exponent``, exact (``np.ldexp``; its exponents as int32, which every platform's
+    ``ldexp`` takes)."""
+    return np.ldexp(x, np.asarray(exponent).astype(np.int32))
+
+
 def _exponent(x: np.ndarray) -> np.ndarray:
     """The binary exponent ``e`` with ``|x| < 2^e`` (``np.frexp``); :data:`_NO_UNIT` for 0."""
     return np.where(x == 0, _NO_UNIT, np.frexp(x)[1]).astype(np.int64)
@@ -137,7 +143,7 @@ def _block_sums(xt: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]
     correction = dev.sum(axis=1, keepdims=True) / count
     dev = np.where(finite, dev - correction, 0.0)
     unit = _exponent(np.abs(dev).max(axis=1, initial=0.0))
-    dev = np.ldexp(dev, -unit[:, None])
+    dev = _times_power_of_two(dev, -unit[:, None])
     dev2 = dev * dev
     bad = ~finite.all(axis=1)
     return {
@@ -182,9 +188,9 @@ def _combined(a: dict, b: dict) -> dict:
     delta = np.where((na > 0) & (nb > 0), b["mean"] - a["mean"], 0.0)
     unit = np.maximum(np.maximum(a["unit"], b["unit"]), _exponent(delta))
     shift_a, shift_b = a["unit"] - unit, b["unit"] - unit
-    m2a, m3a, m4a = (np.ldexp(a[f"m{k}"], k * shift_a) for k in (2, 3, 4))
-    m2b, m3b, m4b = (np.ldexp(b[f"m{k}"], k * shift_b) for k in (2, 3, 4))
-    delta = np.ldexp(delta, -unit)
+    m2a, m3a, m4a = (_times_power_of_two(a[f"m{k}"], k * shift_a) for k in (2, 3, 4))
+    m2b, m3b, m4b = (_times_power_of_two(b[f"m{k}"], k * shift_b) for k in (2, 3, 4))
+    delta = _times_power_of_two(delta, -unit)
     d_n = delta / n
     m2 = m2a + m2b + delta * d_n * na * nb
     m3 = m3a + m3b + d_n**2 * delta * na * nb * (na - nb) + 3.0 * d_n * (na * m2b - nb * m2a)
@@ -245,7 +251,7 @@ def _finalize_moments(p: dict) -> Moments:
             f"float64 beyond {UNIT_LIMIT:.0e}): rescale the data (e.g. to unit scale)",
         )
     n = p["n"].astype(np.float64)
-    std = np.ldexp(np.sqrt(p["m2"] / n), p["unit"])
+    std = _times_power_of_two(np.sqrt(p["m2"] / n), p["unit"])
     for k in np.flatnonzero((std < 1.0 / UNIT_LIMIT) & (p["m2"] > 0)):
         raise CoordinateError(
             k,
