@@ -601,3 +601,20 @@ def test_an_unreadable_job_file_is_named_by_its_name(tmp_path, capsys):
     captured = capsys.readouterr()
     assert exit_info.value.code == 2
     assert captured.err.startswith("kelr run: error: nothing.yaml: cannot read the job file")
+
+
+def test_info_labels_dt_from_datetime_coordinates_in_seconds(tmp_path, capsys, monkeypatch):
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    time = np.datetime64("2000-01-01") + np.arange(2000) * np.timedelta64(500, "ms")
+    data = np.random.default_rng(0).standard_normal((2000, 2))
+    xr.Dataset({"x": (("time", "component"), data)}, coords={"time": time}).chunk(
+        {"time": 500}
+    ).to_zarr("dates.zarr", consolidated=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["info", "dates.zarr"], prog_name="kelr")
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 0, captured.err
+    dt = next(line for line in captured.out.splitlines() if line.startswith("dt "))
+    assert dt.split(None, 1)[1] == "0.5 s (from datetime coordinates; 999.5 s per chain)"

@@ -532,6 +532,19 @@ def test_one_dimensional_arrays_and_lists_are_trajectories() -> None:
         estimate_response(np.zeros((2, 2, 2, 2)), client="synchronous")
 
 
+def test_the_result_says_its_time_unit_when_the_data_do() -> None:
+    """A trajectory with dates for times gives lags in seconds, and the result says so."""
+    x = np.random.default_rng(3).standard_normal((2_000, 2))
+    time = np.datetime64("2000-01-01") + np.arange(2_000) * np.timedelta64(500, "ms")
+    traj = xr.DataArray(x, dims=("time", "component"), coords={"time": time})
+    options = {"client": "synchronous", "max_order": 4, "max_lag": 3}
+    ds = estimate_response(traj, **options)
+    assert ds.attrs["time_units"] == "s" and ds.attrs["dt"] == pytest.approx(0.5)
+    assert ds["time"].attrs["long_name"] == "time lag (s)"
+    plain = estimate_response(x, dt=0.5, **options)
+    assert "time_units" not in plain.attrs and plain["time"].attrs["long_name"] == "time lag"
+
+
 def test_integer_arrays_are_estimated_as_float64_and_booleans_refused() -> None:
     """Integer data (counts, a discretised signal) give the estimate of their float64 copy."""
     x = np.random.default_rng(2).integers(-50, 50, size=(2_000, 2))

@@ -273,3 +273,11 @@ def test_a_residual_exact_by_construction_reads_the_same_in_the_table_and_the_he
     header, row = stein_table(summary(ds))
     assert row.split()[2:4] == ["0.02", "2"] and "by construction" not in row
     assert "Stein/stderr  2 (the largest" in headline(ds, "out.zarr")
+
+
+def test_the_time_unit_is_shown_where_the_result_has_one():
+    ds = analytic_result().assign_attrs(time_units="s", n_samples=100, chains=1)
+    assert "100 samples, dt 0.05 s)" in summary(ds)
+    axis = plot_responses(ds).axes[0].get_xlabel()
+    assert axis == "time lag t (dt = 0.05 s)"
+    assert "the data's time unit" in plot_responses(analytic_result()).axes[0].get_xlabel()

@@ -342,6 +342,33 @@ def test_date_and_duration_time_coordinates_give_dt_in_seconds(
         open_trajectory(_save(ds.assign_coords(time=gap), tmp_path / "gap.zarr", 256))
 
 
+@pytest.mark.parametrize(
+    ("time", "attrs", "units", "source"),
+    [
+        (np.datetime64("2000-01-01") + np.arange(100) * np.timedelta64(500, "ms"), {}, "s",
+         "from datetime coordinates"),
+        (np.arange(100) * np.timedelta64(500, "ms"), {}, "s", "from timedelta coordinates"),
+        (0.5 * np.arange(100), {"units": "days"}, "days", "from the time coordinate's units"),
+        (0.5 * np.arange(100), {}, None, None),
+    ],
+    ids=["datetime64", "timedelta64", "units attribute", "plain numbers"],
+)  # fmt: skip
+def test_the_time_unit_is_labelled_where_the_store_says_it(
+    tmp_path: Path, time: np.ndarray, attrs: dict, units: str | None, source: str | None
+) -> None:
+    """Dates and durations give dt in seconds, labelled ``time_units = "s"``; a numeric time
+    coordinate is labelled by its ``units`` attribute, else not at all."""
+    ds = xr.Dataset(
+        {"x": (("time", "component"), RNG.standard_normal((time.size, 2)))},
+        coords={"time": ("time", time, attrs)},
+    )
+    da = open_trajectory(_save(ds, tmp_path / "t.zarr"))
+    assert da.attrs["dt"] == 0.5 and da.attrs.get("time_units") == units
+    summary = describe_trajectory(da)
+    assert summary["time_units"] == units and summary["time_units_source"] == source
+    assert as_trajectory(ds).attrs.get("time_units") == units  # the same in memory
+
+
 def test_description_says_when_a_store_is_below_the_estimate_limits(tmp_path: Path) -> None:
     """``kelr info``'s summary: chains under 1000 samples, more than 64 components."""
     short = xr.Dataset(

@@ -9,7 +9,9 @@ variable (default ``x``) with
   refused);
 - a uniform sample interval: a ``time`` coordinate (numeric; or datetime64 / timedelta64,
   also as xarray encodes them in a store, which gives ``dt`` in seconds), or a ``dt`` attribute
-  on the variable or the dataset (when both are given they must agree);
+  on the variable or the dataset (when both are given they must agree); its unit is
+  ``attrs["time_units"]``: ``"s"`` from dates and durations, else the numeric coordinate's
+  ``units`` attribute or a ``time_units`` attribute, else absent (the data's own unit);
 - optionally a ``component`` coordinate of names (otherwise ``x0, x1, ...``);
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
   ``seed``, ``burn_in``, ``kelr_dist_version``).
@@ -196,9 +198,12 @@ def as_trajectory(
                 source, variable, f"{da.sizes[dim]} entries along {dim!r}, at least {least} needed"
             )
     dt = _time_step(da, attrs, source, variable)
+    units = _time_units(da, attrs)
     da = _chunked(da, source, variable)
     da = _with_coords(da, source, variable)
     da.attrs = {**attrs, "dt": dt, "store": source}
+    if units is not None:
+        da.attrs["time_units"] = units
     da.name = variable
     return da
 
@@ -266,12 +271,43 @@ def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable
     return from_attr if from_attr is not None else from_coord  # type: ignore[return-value]
 
 
+def _is_clock(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.datetime64) or np.issubdtype(dtype, np.timedelta64)
+
+
+def _time_units(da: xr.DataArray, attrs: Mapping[str, Any]) -> str | None:
+    """The unit of ``dt``: ``"s"`` for a datetime64/timedelta64 ``time`` coordinate (its step
+    is taken in seconds), else the ``units`` attribute of a numeric ``time`` coordinate (the
+    CF/xarray convention), else a ``time_units`` attribute; None when nothing says."""
+    time = da.coords.get("time")
+    if time is not None and _is_clock(time.dtype):
+        return "s"
+    for found in (time.attrs.get("units") if time is not None else None, attrs.get("time_units")):
+        if isinstance(found, str) and found.strip():
+            return found.strip()
+    return None
+
+
+def _time_units_source(da: xr.DataArray) -> str | None:
+    """Where :func:`_time_units` found the unit of a validated trajectory (for ``kelr info``)."""
+    if "time_units" not in da.attrs:
+        return None
+    time = da.coords.get("time")
+    if time is not None and np.issubdtype(time.dtype, np.datetime64):
+        return "from datetime coordinates"
+    if time is not None and np.issubdtype(time.dtype, np.timedelta64):
+        return "from timedelta coordinates"
+    if time is not None and isinstance(time.attrs.get("units"), str):
+        return "from the time coordinate's units"
+    return "from the time_units attribute"
+
+
 def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> tuple[float, float]:
     """The step of a ``time`` coordinate (float64 of its first and last entries) and how far it
     may be off through the coordinate's rounding; the coordinate is checked to be uniform to
     within ``DT_RTOL`` plus the rounding of its own dtype (:func:`_rounding`)."""
     time = da.coords["time"]
-    clock = np.issubdtype(time.dtype, np.datetime64) or np.issubdtype(time.dtype, np.timedelta64)
+    clock = _is_clock(time.dtype)
     if time.dims != ("time",) or not (clock or np.issubdtype(time.dtype, np.number)):
         raise _error(
             source,
@@ -443,10 +479,12 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     Returns
     -------
     dict with ``store``, ``variable``, ``dims``, ``chains``, ``length`` (samples per chain),
-    ``dt``, ``duration`` (``(length - 1) * dt``), ``components``, ``dtype``, ``time_chunk``
-    (largest time chunk), ``n_blocks`` (chain x time blocks), ``bytes`` and ``origin``
-    (the provenance attributes present, ``model_params`` decoded from JSON), ``limits``
-    (:func:`estimate_limits`: why ``kelr estimate`` would refuse it; empty when it would not).
+    ``dt``, ``duration`` (``(length - 1) * dt``), ``time_units`` (the unit of both, None when
+    the store does not say) and ``time_units_source`` (where it was found), ``components``,
+    ``dtype``, ``time_chunk`` (largest time chunk), ``n_blocks`` (chain x time blocks),
+    ``bytes`` and ``origin`` (the provenance attributes present, ``model_params`` decoded from
+    JSON), ``limits`` (:func:`estimate_limits`: why ``kelr estimate`` would refuse it; empty
+    when it would not).
     """
     origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}
     if isinstance(origin.get("model_params"), str):
@@ -464,6 +502,8 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
         "length": da.sizes["time"],
         "dt": da.attrs["dt"],
         "duration": (da.sizes["time"] - 1) * da.attrs["dt"],
+        "time_units": da.attrs.get("time_units"),
+        "time_units_source": _time_units_source(da),
         "components": [str(c) for c in da.coords["component"].values],
         "dtype": str(da.dtype),
         "time_chunk": max(time_chunks),

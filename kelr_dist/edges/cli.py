@@ -319,6 +319,18 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+def _dt_text(summary: dict[str, Any]) -> str:
+    """``0.05 (duration 999.95 per chain)``, with the unit where the store gives one:
+    ``0.5 s (from datetime coordinates; 999.5 s per chain)``."""
+    units = summary.get("time_units")
+    if units is None:
+        return f"{summary['dt']:.6g} (duration {summary['duration']:.6g} per chain)"
+    return (
+        f"{summary['dt']:.6g} {units} ({summary['time_units_source']}; "
+        f"{summary['duration']:.6g} {units} per chain)"
+    )
+
+
 def _format_info(summary: dict[str, Any]) -> str:
     """The ``kelr info`` text of :func:`kelr_dist.data.store.describe_trajectory`'s dict."""
     shape = (summary["chains"], summary["length"], len(summary["components"]))
@@ -330,7 +342,7 @@ def _format_info(summary: dict[str, Any]) -> str:
         ("dims", f"{tuple(summary['dims'])} = {shape}"),
         ("components", ", ".join(summary["components"])),
         ("length", f"{summary['length']} samples per chain x {summary['chains']} chain(s)"),
-        ("dt", f"{summary['dt']:.6g} (duration {summary['duration']:.6g} per chain)"),
+        ("dt", _dt_text(summary)),
         (
             "chunking",
             f"{summary['time_chunk']} samples per time chunk, {summary['n_blocks']} blocks",

@@ -182,6 +182,13 @@ def _number(value: float) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.3g}"
 
 
+def _unit(ds: xr.Dataset) -> str:
+    """`` s`` after a time where the result knows its unit (``attrs["time_units"]``: seconds
+    from dates), else nothing."""
+    units = ds.attrs.get("time_units")
+    return f" {units}" if units else ""
+
+
 def _estimator_line(ds: xr.Dataset) -> str:
     """The estimator used and why (the held-out losses when chosen automatically)."""
     a = ds.attrs
@@ -357,7 +364,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         (
             "trajectory",
             f"{a.get('store', '?')} ({origin}{a.get('chains', '?')} chain(s), "
-            f"{a.get('n_samples', '?')} samples, dt {a.get('dt', '?')})",
+            f"{a.get('n_samples', '?')} samples, dt {a.get('dt', '?')}{_unit(ds)})",
         ),
         ("estimator", _estimator_line(ds)),
         ("basis", _short(str(a.get("basis", "?")))),
@@ -568,7 +575,8 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
                 ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
         diagonal = a == b
         ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
-        ax.set_xlabel(f"time lag t (dt = {ds.attrs.get('dt', '?')}, the data's time unit)")
+        unit = _unit(ds) or ", the data's time unit"
+        ax.set_xlabel(f"time lag t (dt = {ds.attrs.get('dt', '?')}{unit})")
         ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)

@@ -109,6 +109,9 @@ def assemble_result(
                 held_out_l2_loss_stderr=("order", criteria.held_out_loss_stderr),
             )
         coords["order"] = criteria.orders
+    units = trajectory.attrs.get("time_units")  # "s" from dates, see kelr_dist.data.store
+    if units is not None:
+        attrs = {**attrs, "time_units": str(units)}
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["response"].attrs["long_name"] = f"linear response k(t) ({used})"
     ds["response_stderr"].attrs["long_name"] = "sampling standard error of k(t) (block averaging)"
@@ -119,7 +122,7 @@ def assemble_result(
     ds["stein_residual"].attrs["long_name"] = (
         "lag-0 Stein residual k(0) - E[d_j(c_j (A_i - mean A_i))]: estimator bias at lag 0"
     )
-    ds["time"].attrs["long_name"] = "time lag"
+    ds["time"].attrs["long_name"] = "time lag" + (f" ({units})" if units is not None else "")
     return ds
 
 
