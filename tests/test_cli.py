@@ -618,3 +618,27 @@ def test_info_labels_dt_from_datetime_coordinates_in_seconds(tmp_path, capsys, m
     assert exit_info.value.code == 0, captured.err
     dt = next(line for line in captured.out.splitlines() if line.startswith("dt "))
     assert dt.split(None, 1)[1] == "0.5 s (from datetime coordinates; 999.5 s per chain)"
+
+
+def test_estimate_on_selected_components(tmp_path, store, capsys, monkeypatch):
+    """--components estimates on the components named; an unknown one exits 2 naming it and
+    the components the store has, before any cluster starts."""
+    from kelr_dist.edges.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["estimate", str(store), "out.zarr", "--max-order", "4", "--max-lag", "5",
+            "--scheduler", "synchronous", "-q"]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main.main([*argv, "--components", "x2"], prog_name="kelr")
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 0, captured.err
+    ds = xr.open_zarr(tmp_path / "out.zarr", consolidated=False)
+    assert ds["i"].values.tolist() == ["x2"] and ds["component"].values.tolist() == ["x2"]
+    with pytest.raises(SystemExit) as exit_info:
+        main.main(["estimate", str(store), "out2.zarr", "--components", "x2,y"], prog_name="kelr")
+    captured = capsys.readouterr()
+    check_failure(
+        exit_info.value.code, captured.out, captured.err, tmp_path,
+        "components: 'y' not in", ["out2.zarr"],
+    )  # fmt: skip
+    assert "available: x1, x2" in captured.err

@@ -532,6 +532,26 @@ def test_one_dimensional_arrays_and_lists_are_trajectories() -> None:
         estimate_response(np.zeros((2, 2, 2, 2)), client="synchronous")
 
 
+def test_components_select_what_is_estimated() -> None:
+    """``components=`` estimates on those components only, in the order given; a wide array
+    is estimated on a selection; unknown names are named with the available ones."""
+    x = np.random.default_rng(4).standard_normal((2_000, 3))
+    traj = xr.DataArray(x, dims=("time", "component"), coords={"component": ["a", "b", "c"]})
+    options = {"client": "synchronous", "max_order": 4, "max_lag": 3, "dt": 0.1}
+    picked = estimate_response(traj, components="c,a", **options)
+    assert picked["component"].values.tolist() == ["c", "a"]
+    assert picked["i"].values.tolist() == ["c", "a"] == picked["j"].values.tolist()
+    alone = estimate_response(x[:, [2, 0]], **options)
+    np.testing.assert_allclose(picked.response.values, alone.response.values, atol=1e-12)
+    wide = np.random.default_rng(5).standard_normal((2_000, 80))
+    ds = estimate_response(wide, components=["x3", "x70"], **options)
+    assert ds.sizes["i"] == 2
+    with pytest.raises(ValueError, match=r"components: 'd', 'e' not in .* available: a, b, c"):
+        estimate_response(traj, components=["a", "d", "e"], **options)
+    with pytest.raises(ValueError, match=r"components: .* distinct"):
+        estimate_response(traj, components="a,a", **options)
+
+
 def test_the_result_says_its_time_unit_when_the_data_do() -> None:
     """A trajectory with dates for times gives lags in seconds, and the result says so."""
     x = np.random.default_rng(3).standard_normal((2_000, 2))

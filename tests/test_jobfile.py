@@ -240,3 +240,14 @@ def test_delta(value, expected):
     for bad in (0, -1.0, float("nan"), float("inf"), "big", True):
         with pytest.raises(OptionsError, match="^delta: expected 'auto', 'paper' or a positive"):
             checked(EstimateOptions, {"delta": bad})
+
+
+def test_components_are_a_key_of_the_input_section(tmp_path):
+    job = parse_job(with_("input", "components", ["x2", "x1"]), tmp_path / "job.yaml")
+    assert job.options.components == ("x2", "x1")
+    assert parse_job(
+        with_("input", "components", "x2, x1"), tmp_path / "job.yaml"
+    ).options.components == ("x2", "x1")
+    assert parse_job(MINIMAL, tmp_path / "job.yaml").options.components is None
+    with pytest.raises(JobError, match=r"^job\.yaml: input\.components: expected component names"):
+        parse_job(with_("input", "components", [1, 2]), tmp_path / "job.yaml")

@@ -386,6 +386,7 @@ def test_description_says_when_a_store_is_below_the_estimate_limits(tmp_path: Pa
     )
     (limit,) = describe_trajectory(open_trajectory(_save(wide, tmp_path / "w.zarr", 500)))["limits"]
     assert limit.startswith("65 components; at most 64 are supported")
+    assert "select the components to estimate with --components NAMES (components=" in limit
     ok = xr.Dataset(
         {"x": (("time", "component"), RNG.standard_normal((1000, 64)))}, attrs={"dt": 1}
     )

@@ -463,7 +463,8 @@ def estimate_limits(n: int, d: int) -> list[str]:
         problems.append(
             f"{d} components{transposed}; at most {MAX_COMPONENTS} are supported (the kernel "
             "embedding's work per sample grows as d C(M + d, d): from 24 components on only a "
-            "linear basis fits its budget, from 88 none); select the components to estimate"
+            "linear basis fits its budget, from 88 none); select the components to estimate "
+            "with --components NAMES (components= in Python, input.components in a job file)"
         )
     if n < MIN_SAMPLES:
         problems.append(

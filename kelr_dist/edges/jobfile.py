@@ -50,7 +50,7 @@ from kelr_dist.pipeline.options import (
 
 #: section -> key -> field of the options models; a plain string is a top-level key
 LAYOUT: dict[str, dict[str, str] | str] = {
-    "input": {"store": "store", "variable": "variable"},
+    "input": {"store": "store", "variable": "variable", "components": "components"},
     "estimator": {
         "method": "estimator",
         "degree": "degree",

@@ -138,6 +138,27 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     return as_trajectory(trajectory, variable)
 
 
+#: an unknown component's message lists at most this many of the available ones
+SHOWN_COMPONENTS = 20
+
+
+def _select(traj: xr.DataArray, components: Sequence[str] | None) -> xr.DataArray:
+    """The ``components`` of ``traj`` (all when None), in the order given (lazily: a store's
+    blocks are still read whole, the other components dropped per block)."""
+    if components is None:
+        return traj
+    available = [str(c) for c in traj["component"].values]
+    unknown = [c for c in components if c not in available]
+    if unknown:
+        shown = ", ".join(available[:SHOWN_COMPONENTS])
+        more = f", ... ({len(available)} in all)" if len(available) > SHOWN_COMPONENTS else ""
+        raise ValueError(
+            f"components: {', '.join(map(repr, unknown))} not in the trajectory "
+            f"{traj.attrs.get('store', '<in-memory>')!r}; available: {shown}{more}"
+        )
+    return traj.sel(component=list(components))
+
+
 def check_max_time(max_time: float | None, dt: float, source: str) -> None:
     """Refuse a ``max_time`` shorter than the sample interval ``dt`` of the trajectory
     ``source`` (but not 0, which asks for lag 0 alone): it is rounded to whole lags, and would
@@ -252,7 +273,8 @@ class Inputs(NamedTuple):
 
 
 def check_inputs(trajectory: Any, options: EstimateOptions, dt: float | None = None) -> Inputs:
-    """Open the ``trajectory`` (as :func:`estimate_response` takes it) and make every check of
+    """Open the ``trajectory`` (as :func:`estimate_response` takes it), select its
+    ``options.components``, and make every check of
     ``options`` against it that needs its metadata but not its values: limits, the largest
     lag, a degree's memory, the KDE's dimension, folds, the basis spec, the exact score, the
     observable and forcing. (``kelr estimate``/``kelr run`` call it before a cluster starts.)
@@ -263,7 +285,7 @@ def check_inputs(trajectory: Any, options: EstimateOptions, dt: float | None = N
         naming the option and what is wrong (:class:`~kelr_dist.data.store.TrajectoryError`
         for the trajectory itself).
     """
-    traj = _open(trajectory, options.variable, dt)
+    traj = _select(_open(trajectory, options.variable, dt), options.components)
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
@@ -288,6 +310,7 @@ def estimate_response(
     trajectory: Any,
     *,
     variable: str = "x",
+    components: Sequence[str] | str | None = None,
     estimator: str = "auto",
     basis: str | Sequence[Any] = "auto",
     order: Any = "auto",
@@ -318,6 +341,8 @@ def estimate_response(
     trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout, or a
         numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1).
     variable : the trajectory variable of a store/Dataset.
+    components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
+        order given; ``None``: all (``kelr estimate --components``).
     estimator : the score estimate: ``"kernel-embedding"`` (the paper's ``∇ log p_M``),
         ``"score-matching"`` (Hyvärinen 2005, :mod:`kelr_dist.kernels.score_matching`) or
         ``"auto"``:

@@ -155,6 +155,22 @@ def _path(value: Any) -> str:
     return path
 
 
+def _components(value: Any) -> tuple[str, ...] | None:
+    """``None`` (all components) or distinct component names: a list, or a comma-separated
+    text (``"x1,x3"``; a single name is a text without a comma)."""
+    if value is None:
+        return None
+    items = [value.strip()] if isinstance(value, str) and "," not in value else _items(value)
+    if not items or not all(isinstance(v, str) and v.strip() for v in items):
+        raise _invalid(
+            f"expected component names, comma-separated like 'x1,x3' (or a list), got {value!r}"
+        )
+    names = tuple(v.strip() for v in items)
+    if len(set(names)) != len(names):
+        raise _invalid(f"expected distinct component names, got {value!r}")
+    return names
+
+
 def _orders(value: Any, auto: bool) -> Order:
     """``"auto"`` (when allowed), a non-negative integer or a non-empty list of them."""
     if auto and value == "auto":
@@ -390,6 +406,12 @@ class EstimateOptions(_Options):
     """The options of an estimate (keywords of ``estimate_response``)."""
 
     variable: Annotated[str, _checks(_string)] = option("x", "trajectory variable in the store")
+    components: Annotated[tuple[str, ...] | None, _checks(_components)] = option(
+        None,
+        "estimate on these components only: names, comma-separated ('x1,x3') or a list "
+        "(none: all of them)",
+        metavar="NAMES",
+    )
     estimator: Annotated[str, _checks(_choice(ESTIMATORS))] = option(
         "auto",
         "score estimate: the paper's kernel embedding, score matching (Hyvärinen 2005) or auto "
