@@ -273,6 +273,12 @@ def test_a_residual_exact_by_construction_reads_the_same_in_the_table_and_the_he
     header, row = stein_table(summary(ds))
     assert row.split()[2:4] == ["0.02", "2"] and "by construction" not in row
     assert "Stein/stderr  2 (the largest" in headline(ds, "out.zarr")
+    # an estimator exact before the correction too (score matching, A = x): both columns say so
+    ds["stein_residual_uncorrected"] = ds["stein_residual"] * 0 + 2.9e-13
+    ds["stein_residual"] = ds["stein_residual"] * 0 + 4.55e-14
+    header, row = stein_table(summary(ds))
+    assert row.count("0 (by construction)") == 2 and "e-13" not in row
+    assert "Stein/stderr  0 by construction (this estimator" in headline(ds, "out.zarr")
 
 
 def test_the_time_unit_is_shown_where_the_result_has_one():

@@ -278,6 +278,12 @@ def _percent(share: float) -> str:
     return f"{100 * share:.1f}%" if 100 * share < 999.95 else f"{100 * share:.2g}%"
 
 
+def _uncorrected(ratio: float) -> str:
+    """The uncorrected residual in stderr; :data:`BY_CONSTRUCTION` below :data:`EXACT_RATIO`
+    (an estimator exact for this observable and forcing without the correction too)."""
+    return BY_CONSTRUCTION if ratio < EXACT_RATIO else _number(ratio)
+
+
 def _share_text(share: float) -> str:
     """`` = 4.0% of k(0)``, or nothing where the share is not defined (:func:`lag0_rows`)."""
     return f" = {_percent(share)} of k(0)" if math.isfinite(share) else ""
@@ -411,7 +417,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
                     label(ds, variable),
                     BY_CONSTRUCTION if exact else _number(figures.residual),
                     "0" if exact else _number(figures.ratio),
-                    _number(figures.raw_ratio) if corrected else "-",
+                    _uncorrected(figures.raw_ratio) if corrected else "-",
                     _percent(figures.raw_share) if corrected else "-",
                 ]
             )
