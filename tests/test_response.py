@@ -18,6 +18,7 @@ from kelr_dist.kernels.response import (
     Observable,
     constant_forcing,
     identity_observable,
+    relative_to_lag0,
     response_reduction,
 )
 from kelr_dist.kernels.selection import choose_delta, choose_order, criteria_reduction
@@ -281,3 +282,18 @@ def test_ou_kernel_embedding_response_matches_expm_within_exact_fdt_error_bars()
         assert np.abs(z).max() < 3.0
     # the error bars are those of the entries: the kernel-embedding one has the same size
     np.testing.assert_allclose(kme.stderr, sigma, rtol=0.3)
+
+
+def test_shares_of_k0_are_defined_only_in_rows_away_from_zero():
+    """The uncorrected Stein residual as a share of k(0) (the BiasWarning's and the report's
+    rule): NaN in a row whose k(0) is within its error bars of 0 or negligible against the
+    largest row, where it would be noise divided by noise."""
+    lag0 = np.array([[1.0, 0.2], [1e-9, 2e-9], [0.01, 0.0]])
+    residual = np.array([[0.05, 0.01], [1e-8, 0.0], [0.002, 0.0]])
+    stderr = np.array([[0.01, 0.01], [1e-8, 1e-8], [0.001, 0.001]])
+    shares = relative_to_lag0(residual, lag0, stderr)
+    np.testing.assert_allclose(shares[0], [0.05, 0.01])
+    assert np.isnan(shares[1]).all()  # within its error bars of 0
+    np.testing.assert_allclose(shares[2], [0.2, 0.0])  # small but clearly away from 0
+    shares = relative_to_lag0(residual, lag0 * [[1.0], [1e-3], [1.0]])  # no error bars
+    assert np.isnan(shares[1]).all()  # 1e-12 of the largest row

@@ -214,14 +214,8 @@ EXACT_RATIO = 1e-6
 BY_CONSTRUCTION = "0 (by construction)"
 
 
-#: the share of ``k(0)`` is taken only over observable rows ``i`` whose ``k_i(0)`` is well away
-#: from 0: some entry ``|k_ij(0)|`` above this many of its standard errors (when the result has
-#: them) and the row's ``max_j |k_ij(0)|`` above ``LAG0_FRACTION`` of the largest row's (always).
-#: A row of a near-constant or uncorrelated component has ``k(0) ~ 0``, and a share of it is
-#: noise divided by noise (it printed as 4e10 %); with no such row the share is "—".
-LAG0_SIGNIFICANCE = 3.0
-LAG0_FRACTION = 1e-6
-#: what the table prints for a share that is not defined (see above)
+#: what the table prints for a share of ``k(0)`` that is not defined: no observable row's
+#: ``k(0)`` is away from 0 (:func:`~kelr_dist.kernels.response.relative_to_lag0`)
 NO_SHARE = "—"
 
 
@@ -232,7 +226,7 @@ class SteinFigures(NamedTuple):
     ratio: float  #: the largest |residual| / stderr over the entries
     raw_ratio: float  #: that ratio before the affine Stein correction (NaN: not corrected)
     raw_share: float  #: the largest uncorrected |residual| as a fraction of k(0) in its row
-    #: (over the rows whose k(0) is away from 0, :func:`lag0_rows`; NaN when there is none)
+    #: (over the rows whose k(0) is away from 0, :func:`relative_to_lag0`; NaN when there is none)
 
 
 def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
@@ -246,8 +240,12 @@ def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
         share = math.nan
         if raw in ds:
             lag0 = ds[response].transpose("lag", "i", "j").isel(lag=0).values
-            shares = relative_to_lag0(ds[raw].transpose("i", "j").values, lag0)
-            shares = shares[lag0_rows(ds, response)]
+            stderr = (
+                ds[f"{response}_stderr"].transpose("lag", "i", "j").isel(lag=0).values
+                if f"{response}_stderr" in ds
+                else None
+            )
+            shares = relative_to_lag0(ds[raw].transpose("i", "j").values, lag0, stderr)
             if np.isfinite(shares).any():
                 share = float(np.nanmax(shares))
         out[response] = SteinFigures(
@@ -257,18 +255,6 @@ def stein_rows(ds: xr.Dataset) -> dict[str, SteinFigures]:
             share,
         )
     return out
-
-
-def lag0_rows(ds: xr.Dataset, response: str) -> np.ndarray:
-    """``(q,)``: the observable rows ``i`` whose lag-0 response ``k_i(0)`` is well away from 0
-    (the rule of :data:`LAG0_SIGNIFICANCE` and :data:`LAG0_FRACTION`)."""
-    lag0 = np.abs(ds[response].transpose("lag", "i", "j").isel(lag=0).values)
-    size = lag0.max(axis=1)
-    rows = size > LAG0_FRACTION * size.max()
-    if f"{response}_stderr" in ds:
-        stderr = ds[f"{response}_stderr"].transpose("lag", "i", "j").isel(lag=0).values
-        rows &= (lag0 > LAG0_SIGNIFICANCE * stderr).any(axis=1)
-    return rows
 
 
 def _percent(share: float) -> str:
@@ -285,7 +271,7 @@ def _uncorrected(ratio: float) -> str:
 
 
 def _share_text(share: float) -> str:
-    """`` = 4.0% of k(0)``, or nothing where the share is not defined (:func:`lag0_rows`)."""
+    """`` = 4.0% of k(0)``, or nothing where the share is not defined (:func:`relative_to_lag0`)."""
     return f" = {_percent(share)} of k(0)" if math.isfinite(share) else ""
 
 

@@ -249,14 +249,30 @@ class ResponseResult:
         return 1.0 - self.kept / self.n
 
 
-def relative_to_lag0(residual: np.ndarray, lag0: np.ndarray) -> np.ndarray:
+#: a row ``i`` of ``k(0)`` is "away from 0" (a share of it is defined) when some ``|k_ij(0)|`` is
+#: above LAG0_SIGNIFICANCE of its standard errors (when they are known) and its
+#: ``max_j |k_ij(0)|`` above LAG0_FRACTION of the largest row's. A row of a near-constant or
+#: uncorrelated component has ``k(0) ~ 0``, and a share of it is noise divided by noise (the
+#: report printed 4e10 %).
+LAG0_SIGNIFICANCE = 3.0
+LAG0_FRACTION = 1e-6
+
+
+def relative_to_lag0(
+    residual: np.ndarray, lag0: np.ndarray, lag0_stderr: np.ndarray | None = None
+) -> np.ndarray:
     """``|residual_ij| / max_j' |k_ij'(0)|``: a lag-0 Stein residual ``(q, d)`` as a fraction of
     the size of the lag-0 response ``k(0)`` ``(q, d)`` in its row (the observable ``A_i``'s
-    units per unit forcing; for ``A = x`` and a constant forcing ``k(0) = I``). NaN where the
-    row is 0."""
-    size = np.max(np.abs(lag0), axis=1, keepdims=True)
+    units per unit forcing; for ``A = x`` and a constant forcing ``k(0) = I``). NaN in the rows
+    whose ``k(0)`` is not away from 0 (:data:`LAG0_SIGNIFICANCE`, :data:`LAG0_FRACTION`;
+    ``lag0_stderr`` ``(q, d)``, when known)."""
+    lag0 = np.abs(lag0)
+    size = np.max(lag0, axis=1, keepdims=True)
+    rows = (size > 0) & (size > LAG0_FRACTION * size.max(initial=0.0))
+    if lag0_stderr is not None:
+        rows &= (lag0 > LAG0_SIGNIFICANCE * lag0_stderr).any(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(size > 0, np.abs(residual) / size, np.nan)
+        return np.where(rows, np.abs(residual) / size, np.nan)
 
 
 def stein_target(

@@ -582,12 +582,16 @@ def _warn_bias(result: ResponseResult) -> None:
     raw, raw_stderr = result.uncorrected_stein_residual, result.uncorrected_stein_residual_stderr
     if raw is None or raw_stderr is None:
         return
-    entry, ratio = _worst_ratio(raw, raw_stderr)
-    share = float(relative_to_lag0(raw, result.mean[0])[entry]) if ratio >= 0 else np.nan
-    if ratio > STEIN_TOLERANCE and share > RAW_STEIN_FRACTION:
+    shares = relative_to_lag0(raw, result.mean[0], result.stderr[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.abs(raw) / raw_stderr
+    flagged = (ratios > STEIN_TOLERANCE) & (shares > RAW_STEIN_FRACTION)
+    if flagged.any():
+        entry = np.unravel_index(int(np.argmax(np.where(flagged, shares, -1.0))), shares.shape)
         warnings.warn(
-            f"before the affine Stein correction the lag-0 Stein residual at (i, j) = {entry} "
-            f"was {share:.0%} of k(0) ({ratio:.1f} standard errors): the score estimate is "
+            f"before the affine Stein correction the lag-0 Stein residual at (i, j) = "
+            f"{tuple(int(v) for v in entry)} was {shares[entry]:.0%} of k(0) "
+            f"({ratios[entry]:.1f} standard errors): the score estimate is "
             "poor; the correction removes that bias at lag 0 only, later lags may keep part of "
             "it (compare estimator='score-matching' / 'kernel-embedding', or use more data)",
             BiasWarning,
