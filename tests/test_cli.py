@@ -251,6 +251,10 @@ DOCUMENTED_BAD_INPUTS = [
 ]
 # more bad inputs, run in this process through the same entry point (KelrGroup.main)
 OTHER_BAD_INPUTS = [
+    ("a score function that fails on the data (raised inside a pass)",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--score", "os:getcwd", "--scheduler",
+                   "synchronous"],
+     "getcwd failed on a block of shape", ["out.zarr"]),
     ("broken store info",
      lambda f, s: ["info", broken_store(f)], "dims ('a', 'b') found", []),
     ("basis for the wrong dimension (raised inside the estimate)",

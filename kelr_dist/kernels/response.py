@@ -91,6 +91,22 @@ class DensityScore:
         return score / self.density.scales, kept
 
 
+def call_user_function(kind: str, function: Callable[..., Any], x: np.ndarray) -> Any:
+    """``function(x)`` for a user-supplied ``kind`` ("score function", "observable", "forcing"):
+    whatever it raises becomes a :class:`ValueError` naming it and the block's shape (the CLI's
+    one line and exit 2, not a traceback from inside a worker)."""
+    try:
+        return function(x)
+    except Exception as err:
+        name = (
+            f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+        )
+        raise ValueError(
+            f"the {kind} {name} failed on a block of shape {x.shape} (rows of the trajectory, "
+            f"(n, d)): {type(err).__name__}: {err}"
+        ) from err
+
+
 @dataclass(frozen=True)
 class FunctionScore:
     """A known score function ``x (n, d) -> ∇ log p (n, d)``, defined at every sample."""
@@ -98,7 +114,7 @@ class FunctionScore:
     function: Callable[[np.ndarray], np.ndarray]
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        score = np.asarray(self.function(x), dtype=np.float64)
+        score = np.asarray(call_user_function("score function", self.function, x), dtype=np.float64)
         if score.shape != x.shape:
             raise ValueError(f"score function returned shape {score.shape}, expected {x.shape}")
         return score, np.ones(x.shape[0], dtype=bool)
@@ -152,7 +168,7 @@ class Observable:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.function is None:
             return x
-        a = np.asarray(self.function(x), dtype=np.float64)
+        a = np.asarray(call_user_function("observable", self.function, x), dtype=np.float64)
         if a.ndim == 1:
             a = a[:, None]
         if a.shape != (x.shape[0], len(self.names)):
@@ -177,7 +193,9 @@ class Forcing:
         """``c`` and ``∂_i c_i`` at ``x (n, d)``, each ``(n, d)``."""
         if self.function is None:
             return np.ones(x.shape), np.zeros(x.shape)
-        c, dc = (np.asarray(v, dtype=np.float64) for v in self.function(x))
+        c, dc = (
+            np.asarray(v, dtype=np.float64) for v in call_user_function("forcing", self.function, x)
+        )
         if c.shape != x.shape or dc.shape != x.shape:
             raise ValueError(
                 f"forcing returned shapes {c.shape} and {dc.shape}, expected {x.shape} each"
