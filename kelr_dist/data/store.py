@@ -203,7 +203,7 @@ def as_trajectory(
     da = _with_coords(da, source, variable)
     da.attrs = {**attrs, "dt": dt, "store": source}
     if units is not None:
-        da.attrs["time_units"] = units
+        da.attrs["time_units"] = units[0]
     da.name = variable
     return da
 
@@ -275,31 +275,25 @@ def _is_clock(dtype: np.dtype) -> bool:
     return np.issubdtype(dtype, np.datetime64) or np.issubdtype(dtype, np.timedelta64)
 
 
-def _time_units(da: xr.DataArray, attrs: Mapping[str, Any]) -> str | None:
-    """The unit of ``dt``: ``"s"`` for a datetime64/timedelta64 ``time`` coordinate (its step
-    is taken in seconds), else the ``units`` attribute of a numeric ``time`` coordinate (the
-    CF/xarray convention), else a ``time_units`` attribute; None when nothing says."""
-    time = da.coords.get("time")
-    if time is not None and _is_clock(time.dtype):
-        return "s"
-    for found in (time.attrs.get("units") if time is not None else None, attrs.get("time_units")):
-        if isinstance(found, str) and found.strip():
-            return found.strip()
-    return None
-
-
-def _time_units_source(da: xr.DataArray) -> str | None:
-    """Where :func:`_time_units` found the unit of a validated trajectory (for ``kelr info``)."""
-    if "time_units" not in da.attrs:
-        return None
+def _time_units(da: xr.DataArray, attrs: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The unit of ``dt`` and where it was found: ``"s"`` for a datetime64/timedelta64 ``time``
+    coordinate (its step is taken in seconds), else the ``units`` attribute of a numeric
+    ``time`` coordinate (the CF/xarray convention), else a ``time_units`` attribute; None when
+    nothing says. On a validated trajectory (which carries the unit as ``time_units``) it finds
+    the same unit from the same source."""
     time = da.coords.get("time")
     if time is not None and np.issubdtype(time.dtype, np.datetime64):
-        return "from datetime coordinates"
+        return "s", "from datetime coordinates"
     if time is not None and np.issubdtype(time.dtype, np.timedelta64):
-        return "from timedelta coordinates"
-    if time is not None and isinstance(time.attrs.get("units"), str):
-        return "from the time coordinate's units"
-    return "from the time_units attribute"
+        return "s", "from timedelta coordinates"
+    found = [
+        (time.attrs.get("units") if time is not None else None, "from the time coordinate's units"),
+        (attrs.get("time_units"), "from the time_units attribute"),
+    ]
+    for units, where in found:
+        if isinstance(units, str) and units.strip():
+            return units.strip(), where
+    return None
 
 
 def _coordinate_step(da: xr.DataArray, source: str, variable: str) -> tuple[float, float]:
@@ -503,8 +497,8 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
         "length": da.sizes["time"],
         "dt": da.attrs["dt"],
         "duration": (da.sizes["time"] - 1) * da.attrs["dt"],
-        "time_units": da.attrs.get("time_units"),
-        "time_units_source": _time_units_source(da),
+        "time_units": units[0] if (units := _time_units(da, da.attrs)) else None,
+        "time_units_source": units[1] if units else None,
         "components": [str(c) for c in da.coords["component"].values],
         "dtype": str(da.dtype),
         "time_chunk": max(time_chunks),

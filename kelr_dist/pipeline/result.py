@@ -172,14 +172,6 @@ def check_apart(source: str | os.PathLike[str], target: str | os.PathLike[str]) 
     )
 
 
-def _is_result(path: Path) -> bool:
-    """Whether ``path`` holds a result of :func:`write_result` (a zarr store or netCDF file
-    whose attributes carry ``estimator`` and ``kelr_dist_version``): the only thing an
-    overwrite may replace."""
-    attrs = _attributes(path)
-    return attrs is not None and "estimator" in attrs and "kelr_dist_version" in attrs
-
-
 def _attributes(path: Path) -> dict[str, Any] | None:
     """The global attributes of the netCDF file or zarr store at ``path`` (metadata only, no
     warning for an unconsolidated store), or None when it is neither."""
@@ -197,9 +189,12 @@ def result_attrs(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     :func:`write_result`: attributes ``estimator`` and ``kelr_dist_version``), or None when
     ``path`` holds anything else (a trajectory store, a folder, nothing, a URL)."""
     target = Path(path)
-    if "://" in os.fspath(path) or not target.exists() or not _is_result(target):
+    if "://" in os.fspath(path) or not target.exists():
         return None
-    return _attributes(target)
+    attrs = _attributes(target)
+    if attrs is None or "estimator" not in attrs or "kelr_dist_version" not in attrs:
+        return None
+    return attrs
 
 
 def check_output(
@@ -220,7 +215,7 @@ def check_output(
             f"output {str(path)!r} exists; remove it, choose another path or pass --overwrite "
             "(overwrite=True)"
         )
-    if target.exists() and not _is_result(target):
+    if target.exists() and result_attrs(target) is None:  # only an earlier result is replaced
         raise ValueError(
             f"output {str(path)!r} exists and is not a kelr_dist result; overwriting replaces "
             "only an earlier result: remove it yourself or choose another path"
