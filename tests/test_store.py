@@ -80,6 +80,27 @@ def test_other_dim_order_and_chunks_spanning_chains_are_rearranged(tmp_path: Pat
     np.testing.assert_array_equal(da.values, DATA_3D)
 
 
+@pytest.mark.parametrize("dims", [("time",), ("chain", "time"), ("time", "chain")])
+def test_scalar_trajectory_gets_one_component_named_after_the_variable(
+    tmp_path: Path, dims: tuple[str, ...]
+) -> None:
+    """A one-component store written without a ``component`` dim (how xarray users write a
+    scalar series) opens as ``(chain, time, 1)``, lazily, the component named after the
+    variable."""
+    by_dim = {"chain": 0, "time": 1}
+    data = DATA_3D[..., 0] if "chain" in dims else DATA_3D[0, :, 0]
+    if "chain" in dims:
+        data = data.transpose([by_dim[d] for d in dims])
+    ds = xr.Dataset({"temperature": (dims, data, {"dt": 0.25})})
+    da = open_trajectory(_save(ds, tmp_path / "scalar.zarr"), variable="temperature")
+    assert da.dims == DIMS and isinstance(da.data, dask.array.Array)
+    assert da.sizes["component"] == 1
+    assert da.coords["component"].values.tolist() == ["temperature"]
+    assert da.attrs["dt"] == 0.25
+    expected = DATA_3D[..., :1] if "chain" in dims else DATA_3D[:1, :, :1]
+    np.testing.assert_array_equal(da.values, expected)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint16])
 def test_integer_data_are_read_as_float64(tmp_path: Path, dtype: type) -> None:
     """An integer store (counts, a discretised signal) opens, converted to float64 lazily; so

@@ -4,7 +4,8 @@ A trajectory store is a zarr store that :func:`xarray.open_zarr` opens, holding 
 variable (default ``x``) with
 
 - dims ``(time, component)`` or ``(chain, time, component)`` (any order; it is transposed),
-  chunked along ``time``;
+  chunked along ``time``; a scalar trajectory may leave ``component`` out (``(time,)``,
+  ``(chain, time)``): its one component is named after the variable;
 - dtype float32 or float64 (kept as stored), or an integer type (read as float64; bool is
   refused);
 - a uniform sample interval: a ``time`` coordinate (numeric; or datetime64 / timedelta64,
@@ -209,13 +210,19 @@ def as_trajectory(
 
 
 def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
-    """Transpose to ``(chain, time, component)``, adding a length-1 chain to a 2-D array."""
-    if set(da.dims) not in ({"time", "component"}, set(DIMS)) or len(da.dims) != len(set(da.dims)):
+    """Transpose to ``(chain, time, component)``, adding a length-1 chain to an array without
+    one and, to a scalar trajectory (``(time,)`` or ``(chain, time)``), one component named
+    after the variable."""
+    accepted = ({"time", "component"}, set(DIMS), {"time"}, {"chain", "time"})
+    if set(da.dims) not in accepted or len(da.dims) != len(set(da.dims)):
         raise _error(
             source,
             variable,
-            f"dims {tuple(da.dims)} found, expected ('time', 'component') or {DIMS}",
+            f"dims {tuple(da.dims)} found, expected ('time', 'component') or {DIMS} (or, for "
+            "one component, ('time',) or ('chain', 'time'))",
         )
+    if "component" not in da.dims:
+        da = da.expand_dims(component=[variable], axis=-1)
     if "chain" not in da.dims:
         da = da.expand_dims("chain")
     return da.transpose(*DIMS)
