@@ -293,6 +293,9 @@ OTHER_BAD_INPUTS = [
      lambda f, s: ["estimate", s, f / "out.zarr", "--estimator", "neural"],
      "--estimator: expected one of ['auto', 'kernel-embedding', 'score-matching']",
      ["out.zarr"]),
+    ("a largest lag beyond the chains, named as the command line names it",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--max-lag", 100000],
+     "--max-lag=100000 is more than a quarter of the chain length", ["out.zarr"]),
     ("score-matching degree too large for memory",
      lambda f, s: ["estimate", s, f / "out.zarr", "--degree", 3000, "--scheduler",
                    "synchronous"],
@@ -303,7 +306,7 @@ OTHER_BAD_INPUTS = [
     ("max-time shorter than dt: no lag beyond 0",
      lambda f, s: ["estimate", s, f / "out.zarr", "--max-time", 0.01, "--scheduler",
                    "synchronous"],
-     "max_time=0.01 is shorter than the sample interval dt=0.05 of", ["out.zarr"]),
+     "--max-time=0.01 is shorter than the sample interval dt=0.05 of", ["out.zarr"]),
     ("bad job estimator",
      lambda f, s: ["run", job_file(f, f"input: {{store: {s}}}\nestimator: {{method: knn}}\n"
                                       "outputs: {result: out.zarr}\n")],
@@ -568,10 +571,10 @@ def test_info_on_a_result_points_to_kelr_report(tmp_path, capsys, monkeypatch):
     [
         ("input: {store: missing.zarr}", "job.yaml: store '"),
         ("input: {store: STORE, variable: y}", "job.yaml: store '"),
-        ("input: {store: STORE}\nlags: {max_lag: 100000}", "job.yaml: max_lag=100000 is more"),
+        ("input: {store: STORE}\nlags: {max_lag: 100000}", "job.yaml: lags.max_lag=100000 is more"),
         ("input: {store: STORE}\nbasis: {spec: hermite}", "job.yaml: basis spec 'hermite' has"),
         ("input: {store: STORE}\nestimator: {folds: 5000}", "job.yaml: folds=5000"),
-        ("input: {store: STORE}\nlags: {max_time: 0.01}", "job.yaml: max_time=0.01 is shorter"),
+        ("input: {store: STORE}\nlags: {max_time: 0.01}", "job.yaml: lags.max_time=0.01 is"),
         ("input: {store: STORE}\noutputs: {result: exists}", "job.yaml: output '"),
         ('input: {store: STORE}\noutputs: {result: "r\\0.zarr"}', "job.yaml: outputs.result: "),
         ('input: {store: "s\\0.zarr"}', "job.yaml: input.store: "),
@@ -643,6 +646,6 @@ def test_estimate_on_selected_components(tmp_path, store, capsys, monkeypatch):
     captured = capsys.readouterr()
     check_failure(
         exit_info.value.code, captured.out, captured.err, tmp_path,
-        "components: 'y' not in", ["out2.zarr"],
+        "--components: 'y' not in", ["out2.zarr"],
     )  # fmt: skip
     assert "available: x1, x2" in captured.err

@@ -648,7 +648,7 @@ def test_bad_component_of_a_store_is_named(
 
 def test_exact_without_a_model_is_rejected() -> None:
     x = np.random.default_rng(0).standard_normal((1_000, 2))
-    message = "exact=True needs the store's model.*or its score function.*--score"
+    message = "^exact: the exact response needs the store's model.*or its score function: score="
     with pytest.raises(ValueError, match=message):
         estimate_response(x, client="synchronous", exact=True, max_order=4, max_lag=5)
 

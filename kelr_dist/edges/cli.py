@@ -25,7 +25,7 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.data.models import MODEL_NAMES
-from kelr_dist.edges.jobfile import Job, JobError, load_job, schema_yaml
+from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, schema_yaml
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 from kelr_dist.pipeline.options import (
     ClusterOptions,
@@ -498,7 +498,7 @@ def _run_estimate(
 
     try:
         _check_outputs(store, [result, netcdf], overwrite, figures)
-        check_inputs(store, options)
+        check_inputs(store, options, name=cli_name if job is None else KEY_PATHS.__getitem__)
     except (ValueError, OSError) as err:
         if job is None:
             raise

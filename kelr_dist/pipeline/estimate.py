@@ -59,7 +59,7 @@ from kelr_dist.kernels.response import (
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
 from kelr_dist.kernels.selection import active_coordinates
-from kelr_dist.pipeline.options import EstimateOptions, checked
+from kelr_dist.pipeline.options import EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
     KernelEmbeddingChoice,
@@ -142,7 +142,7 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
 SHOWN_COMPONENTS = 20
 
 
-def _select(traj: xr.DataArray, components: Sequence[str] | None) -> xr.DataArray:
+def _select(traj: xr.DataArray, components: Sequence[str] | None, name: Name = str) -> xr.DataArray:
     """The ``components`` of ``traj`` (all when None), in the order given (lazily: a store's
     blocks are still read whole, the other components dropped per block)."""
     if components is None:
@@ -153,37 +153,42 @@ def _select(traj: xr.DataArray, components: Sequence[str] | None) -> xr.DataArra
         shown = ", ".join(available[:SHOWN_COMPONENTS])
         more = f", ... ({len(available)} in all)" if len(available) > SHOWN_COMPONENTS else ""
         raise ValueError(
-            f"components: {', '.join(map(repr, unknown))} not in the trajectory "
+            f"{name('components')}: {', '.join(map(repr, unknown))} not in the trajectory "
             f"{traj.attrs.get('store', '<in-memory>')!r}; available: {shown}{more}"
         )
     return traj.sel(component=list(components))
 
 
-def check_max_time(max_time: float | None, dt: float, source: str) -> None:
+def check_max_time(max_time: float | None, dt: float, source: str, name: Name = str) -> None:
     """Refuse a ``max_time`` shorter than the sample interval ``dt`` of the trajectory
     ``source`` (but not 0, which asks for lag 0 alone): it is rounded to whole lags, and would
     leave no lag beyond 0. (The CLI calls it before a cluster starts.)"""
     if max_time is not None and 0 < max_time < dt:
         raise ValueError(
-            f"max_time={max_time:g} is shorter than the sample interval dt={dt:g} of "
-            f"{source!r}: lags are whole multiples of dt, so no lag beyond 0 would be "
-            f"estimated; give max_time={dt:g} or more (or 0 for lag 0 alone)"
+            f"{name('max_time')}={max_time:g} is shorter than the sample interval dt={dt:g} "
+            f"of {source!r}: lags are whole multiples of dt, so no lag beyond 0 would be "
+            f"estimated; give {name('max_time')}={dt:g} or more (or 0 for lag 0 alone)"
         )
 
 
-def _max_lag(options: EstimateOptions, dt: float, n: int, source: str) -> int:
+def _max_lag(options: EstimateOptions, dt: float, n: int, source: str, name: Name = str) -> int:
     """The largest lag in rows: given, from ``max_time`` (:func:`check_max_time`), or the
     default; at most a quarter of a chain."""
     max_lag = options.max_lag
     if options.max_time is not None:
-        check_max_time(options.max_time, dt, source)
+        check_max_time(options.max_time, dt, source, name)
         max_lag = int(round(options.max_time / dt))
     elif max_lag is None:
         max_lag = min(DEFAULT_MAX_LAG, max(1, n // 20))
     if max_lag > MAX_LAG_FRACTION * n:
+        given = (
+            f"{name('max_lag')}={max_lag} is"
+            if options.max_time is None
+            else f"{name('max_time')}={options.max_time:g} gives lag {max_lag},"
+        )
         raise ValueError(
-            f"max_lag={max_lag} is more than a quarter of the chain length {n}: the lagged means "
-            "and their error bars need chains several times longer than the largest lag"
+            f"{given} more than a quarter of the chain length {n}: the lagged means and their "
+            "error bars need chains several times longer than the largest lag"
         )
     return max_lag
 
@@ -206,7 +211,7 @@ def _orders(options: EstimateOptions, d: int) -> tuple[Any, Any]:
     return fitted, chosen
 
 
-def _degree(options: EstimateOptions, d: int) -> int | None:
+def _degree(options: EstimateOptions, d: int, name: Name = str) -> int | None:
     """The requested score-matching degree (None: automatic); refuses one whose Gram matrices
     would not fit in memory, naming the bytes."""
     if options.degree == "auto":
@@ -216,7 +221,7 @@ def _degree(options: EstimateOptions, d: int) -> int | None:
     nbytes = 8 * size * size * (options.folds + 1)
     if nbytes > MAX_GRAM_BYTES:
         raise ValueError(
-            f"degree={degree} gives {size} features in d = {d}: its Gram matrices need "
+            f"{name('degree')}={degree} gives {size} features in d = {d}: its Gram matrices need "
             f"{nbytes / 2**30:.1f} GiB (limit {MAX_GRAM_BYTES / 2**30:.0f} GiB); choose a "
             "smaller degree"
         )
@@ -239,7 +244,9 @@ def _resolve_index_set(
     return "box", box, None if chosen is None else tuple(chosen if a else 0 for a in active)
 
 
-def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable | None:
+def _exact_score(
+    trajectory: xr.DataArray, score: Callable | None, name: Name = str
+) -> Callable | None:
     if score is not None:
         return score
     from kelr_dist.data.models import make_model
@@ -247,9 +254,10 @@ def _exact_score(trajectory: xr.DataArray, score: Callable | None) -> Callable |
     attrs = trajectory.attrs
     if "model" not in attrs:
         raise ValueError(
-            f"exact=True needs the store's model (attribute 'model', missing in "
+            f"{name('exact')}: the exact response needs the store's model (attribute 'model', "
+            f"missing in "
             f"{attrs.get('store', 'the trajectory')!r}) or its score function: "
-            "score='package.module:function' or a callable (kelr estimate --score)"
+            f"{name('score')}='package.module:function' (a callable in Python)"
         )
     params = attrs.get("model_params", "{}")
     model = make_model(
@@ -272,7 +280,9 @@ class Inputs(NamedTuple):
     forcing: Forcing
 
 
-def check_inputs(trajectory: Any, options: EstimateOptions, dt: float | None = None) -> Inputs:
+def check_inputs(
+    trajectory: Any, options: EstimateOptions, dt: float | None = None, name: Name = str
+) -> Inputs:
     """Open the ``trajectory`` (as :func:`estimate_response` takes it), select its
     ``options.components``, and make every check of
     ``options`` against it that needs its metadata but not its values: limits, the largest
@@ -282,23 +292,26 @@ def check_inputs(trajectory: Any, options: EstimateOptions, dt: float | None = N
     Raises
     ------
     ValueError
-        naming the option and what is wrong (:class:`~kelr_dist.data.store.TrajectoryError`
-        for the trajectory itself).
+        naming the option as ``name`` gives it (``max_lag``, ``--max-lag``, ``lags.max_lag``)
+        and what is wrong (:class:`~kelr_dist.data.store.TrajectoryError` for the trajectory
+        itself).
     """
-    traj = _select(_open(trajectory, options.variable, dt), options.components)
+    traj = _select(_open(trajectory, options.variable, dt), options.components, name)
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
     _check_shape(traj, chains, n, d)
-    lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")))
+    lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")), name)
     fitted, chosen = _orders(options, d)
-    sm_degree = _degree(options, d)
+    sm_degree = _degree(options, d, name)
     if options.kde and d > 3:
-        raise ValueError(f"kde=True: the Gaussian-KDE baseline supports d <= 3, the data have {d}")
+        raise ValueError(
+            f"{name('kde')}: the Gaussian-KDE baseline supports d <= 3, the data have {d}"
+        )
     # folds: score matching's held-out choice and the kernel embedding's order floor
     fold_plan = Folds(options.folds, chains, n)
     parse_basis_spec(options.basis, d)  # fail on a bad spec before any pass
-    exact_fn = _exact_score(traj, options.score) if (options.exact or options.score) else None
+    exact_fn = _exact_score(traj, options.score, name) if (options.exact or options.score) else None
     observable = options.observable_for(components)
     forcing = options.forcing_for(components)
     if len(forcing.names) != d:
