@@ -49,9 +49,10 @@ def dask_processes_in(folder: Path, workers: int = 2, cwd: Path | None = None) -
                 )
         yield address
     finally:
+        # the workers first, each to its end, then the scheduler: a worker whose scheduler is
+        # gone while it closes waits 8 s for its nanny to kill it
         for process in reversed(processes):
             process.terminate()
-        for process in processes:
             try:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:

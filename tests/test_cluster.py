@@ -272,6 +272,27 @@ def test_client_for_closes_only_the_clients_it_made(dask_processes: str, no_addr
             pass
 
 
+def test_a_worker_or_nanny_address_is_refused_naming_what_answered(
+    dask_processes: str, no_address
+) -> None:
+    """A worker's or a nanny's address (they speak Dask's protocol too) is not taken for a
+    scheduler's: one ClusterError naming what answered and, for a worker, its scheduler (a
+    client raised a TypeError from inside the worker and hung 20 s at exit)."""
+    with get_client(dask_processes) as own:
+        own.wait_for_workers(1, timeout=60)
+        worker, info = next(iter(own.scheduler_info()["workers"].items()))
+    with pytest.raises(
+        ClusterError,
+        match=re.escape(
+            f"address={worker!r} is a Dask worker, not a scheduler; its scheduler is at "
+            f"{dask_processes!r}"
+        ),
+    ):
+        get_client(worker)
+    with pytest.raises(ClusterError, match="is a Dask nanny, not a scheduler"):
+        get_client(info["nanny"])
+
+
 def test_client_for_closes_a_client_made_from_the_environment(
     dask_processes: str, monkeypatch
 ) -> None:

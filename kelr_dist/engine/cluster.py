@@ -256,6 +256,10 @@ def check_address(address: str | None = None, *, listening: bool = False) -> Non
             raise _unreachable(*named, err) from None
 
 
+#: what else answers Dask's protocol (``identity()["type"]``), refused as a scheduler address
+NOT_SCHEDULERS = ("Worker", "Nanny")
+
+
 def _unreachable(address: str, name: str, err: BaseException) -> ClusterError:
     """The error for a scheduler at ``address`` (``name``: where it came from) that a
     connection failed to reach with ``err``."""
@@ -265,36 +269,50 @@ def _unreachable(address: str, name: str, err: BaseException) -> ClusterError:
 
 
 def _handshake(address: str, name: str, security: Security) -> None:
-    """Raise :class:`ClusterError` unless a Dask endpoint at ``address`` completes Dask's
-    handshake within ``CONNECT_TIMEOUT`` (connection attempts are retried until then, so a
-    scheduler that is still starting is waited for).
+    """Raise :class:`ClusterError` unless a Dask scheduler at ``address`` completes Dask's
+    handshake and answers an ``identity`` request within ``CONNECT_TIMEOUT`` each (connection
+    attempts are retried until then, so a scheduler that is still starting is waited for).
 
     A client's own connect puts no deadline on the handshake (dask/distributed#7698): at an
     address where something accepts connections but never answers (another service's port, a
-    frozen scheduler) it would wait forever. The probe runs its own event loop in a thread, so
-    it works where a loop is already running (Jupyter)."""
-    outcome: list[BaseException | None] = []
+    frozen scheduler) it would wait forever. At a worker's or a nanny's address (they speak the
+    same protocol) it fails with a ``TypeError`` from inside the worker and leaves a client that
+    takes 20 s to give up at exit; the identity names what answered instead, and a worker's
+    names its scheduler. The probe runs its own event loop in a thread, so it works where a
+    loop is already running (Jupyter)."""
+    outcome: list[Any] = []
 
-    async def probe() -> None:
+    async def probe() -> Any:
         args = security.get_connection_args("client")
         comm = await asyncio.wait_for(
             connect(address, timeout=CONNECT_TIMEOUT, **args), CONNECT_TIMEOUT
         )
-        await comm.close()
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await asyncio.wait_for(comm.read(), CONNECT_TIMEOUT)
+        finally:
+            await comm.close()
 
     def run() -> None:
         try:
-            asyncio.run(probe())
-            outcome.append(None)
+            outcome.append(asyncio.run(probe()))
         except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
             outcome.append(err)
 
     thread = threading.Thread(target=run, name="kelr-dist-handshake", daemon=True)
     thread.start()
     thread.join(CONNECT_TIMEOUT + 5.0)
-    error = outcome[0] if outcome else TimeoutError()
-    if error is not None:
-        raise _unreachable(address, name, error)
+    answer = outcome[0] if outcome else TimeoutError()
+    if isinstance(answer, BaseException):
+        raise _unreachable(address, name, answer)
+    kind = answer.get("type") if isinstance(answer, dict) else None
+    if kind in NOT_SCHEDULERS:
+        scheduler = answer.get("scheduler")
+        where = f"; its scheduler is at {scheduler!r}" if scheduler else ""
+        raise ClusterError(
+            f"{name}={address!r} is a Dask {kind.lower()}, not a scheduler{where} (the "
+            "scheduler prints its address at start: 'Scheduler at: tcp://...')"
+        )
 
 
 def _connect(address: str, name: str = "address") -> Client:
