@@ -563,6 +563,9 @@ def test_the_result_says_its_time_unit_when_the_data_do() -> None:
     assert ds["time"].attrs["long_name"] == "time lag (s)"
     plain = estimate_response(x, dt=0.5, **options)
     assert "time_units" not in plain.attrs and plain["time"].attrs["long_name"] == "time lag"
+    steps = estimate_response(x, **options)  # an array without dt: lags counted in samples
+    assert steps.attrs["time_units"] == "steps" and steps.attrs["dt"] == 1.0
+    assert steps["time"].attrs["long_name"] == "time lag (steps)"
 
 
 def test_integer_arrays_are_estimated_as_float64_and_booleans_refused() -> None:

@@ -119,7 +119,8 @@ class ConvergenceWarning(UserWarning):
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     """The trajectory as a validated ``(chain, time, component)`` DataArray: a store path, an
     xarray object in the store layout, or an array-like (numpy array, list) of shape
-    ``(time,)`` (one component), ``(time, component)`` or ``(chain, time, component)``."""
+    ``(time,)`` (one component), ``(time, component)`` or ``(chain, time, component)``; an
+    array without ``dt`` gets ``dt = 1`` in ``time_units = "steps"``."""
     if isinstance(trajectory, str | os.PathLike):
         return open_trajectory(trajectory, variable)
     if not isinstance(trajectory, xr.Dataset | xr.DataArray):
@@ -132,7 +133,9 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
             )
         array = array[:, np.newaxis] if array.ndim == 1 else array
         dims = ("time", "component") if array.ndim == 2 else ("chain", "time", "component")
-        trajectory = xr.DataArray(array, dims=dims, attrs={"dt": 1.0 if dt is None else dt})
+        # without dt the lags are counted in samples, and the result says so
+        attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {"dt": dt}
+        trajectory = xr.DataArray(array, dims=dims, attrs=attrs)
     elif dt is not None:
         trajectory = trajectory.assign_attrs(dt=dt)
     return as_trajectory(trajectory, variable)
@@ -352,7 +355,8 @@ def estimate_response(
     Parameters
     ----------
     trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout, or a
-        numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1).
+        numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1, in
+        ``time_units = "steps"``).
     variable : the trajectory variable of a store/Dataset.
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).
