@@ -184,6 +184,17 @@ BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda p: _plain(p, attrs={}, coords={"time": -np.arange(50.0)}),
         r"dt=-1 from the time coordinate .* \(the time coordinate must increase\)",
     ),
+    "drifting float32 time": (
+        lambda p: _save(
+            xr.Dataset(
+                {"x": (("time",), np.zeros(200_000))},
+                coords={"time": np.cumsum(np.full(200_000, 0.05, dtype=np.float32))},
+            ),
+            p,
+            time_chunk=50_000,
+        ),
+        r"time step is not uniform: .* float32 times accumulated step by step drift like this",
+    ),
     "no time step": (lambda p: _plain(p, attrs={}), "no time step: give a numeric 'time'"),
     "time vs dt": (
         lambda p: _plain(p, coords={"time": 0.4 * np.arange(50)}),
