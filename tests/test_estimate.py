@@ -568,6 +568,35 @@ def test_the_result_says_its_time_unit_when_the_data_do() -> None:
     assert steps["time"].attrs["long_name"] == "time lag (steps)"
 
 
+def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> None:
+    """``dt=`` is the sample interval of data that have none, and must agree with the data's own
+    (a ``dt`` attribute or a ``time`` coordinate) otherwise: the same for a store's path, an
+    opened Dataset and a DataArray (a path ignored it, a Dataset let it override the store's)."""
+    from kelr_dist.data.store import TrajectoryError
+    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.options import EstimateOptions
+
+    x = np.random.default_rng(5).standard_normal((3_000, 2))
+    with_dt, without = tmp_path / "dt.zarr", tmp_path / "none.zarr"
+    xr.Dataset({"x": (("time", "component"), x, {"dt": 0.05})}).to_zarr(with_dt, consolidated=False)
+    xr.Dataset({"x": (("time", "component"), x)}).to_zarr(without, consolidated=False)
+    options = EstimateOptions()
+    own = [
+        with_dt,
+        xr.open_zarr(with_dt, consolidated=False),
+        xr.DataArray(x, dims=("time", "component"), coords={"time": 0.05 * np.arange(3_000)}),
+    ]
+    for data in own:
+        assert check_inputs(data, options, dt=0.05).trajectory.attrs["dt"] == 0.05
+        with pytest.raises(TrajectoryError, match=r"dt=0.1 given, but the data's .* says 0.05"):
+            check_inputs(data, options, dt=0.1)
+    assert check_inputs(without, options, dt=0.2).trajectory.attrs["dt"] == 0.2
+    with pytest.raises(TrajectoryError, match=r"no time step: .* \(or dt= to estimate_response\)"):
+        check_inputs(without, options)
+    with pytest.raises(TrajectoryError, match="dt=-1.0 is not a positive finite number"):
+        check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
+
+
 def test_integer_arrays_are_estimated_as_float64_and_booleans_refused() -> None:
     """Integer data (counts, a discretised signal) give the estimate of their float64 copy."""
     x = np.random.default_rng(2).integers(-50, 50, size=(2_000, 2))

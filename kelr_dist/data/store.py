@@ -82,13 +82,16 @@ def _human_bytes(n: float) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def open_trajectory(path: str | os.PathLike[str], variable: str = "x") -> xr.DataArray:
+def open_trajectory(
+    path: str | os.PathLike[str], variable: str = "x", *, dt: float | None = None
+) -> xr.DataArray:
     """Open and validate the trajectory store at ``path``.
 
     Parameters
     ----------
     path : a zarr store (local directory, or a URL xarray can open).
     variable : name of the trajectory variable.
+    dt : the sample interval, for a store without its own (see :func:`as_trajectory`).
 
     Returns
     -------
@@ -139,11 +142,15 @@ def open_trajectory(path: str | os.PathLike[str], variable: str = "x") -> xr.Dat
     if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
         decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
         ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
-    return as_trajectory(ds, variable, source=source)
+    return as_trajectory(ds, variable, source=source, dt=dt)
 
 
 def as_trajectory(
-    obj: xr.Dataset | xr.DataArray, variable: str = "x", *, source: str | None = None
+    obj: xr.Dataset | xr.DataArray,
+    variable: str = "x",
+    *,
+    source: str | None = None,
+    dt: float | None = None,
 ) -> xr.DataArray:
     """Validate an opened ``Dataset`` (its ``variable``) or ``DataArray`` as a trajectory.
 
@@ -198,7 +205,7 @@ def as_trajectory(
             raise _error(
                 source, variable, f"{da.sizes[dim]} entries along {dim!r}, at least {least} needed"
             )
-    dt = _time_step(da, attrs, source, variable)
+    dt = _time_step(da, attrs, source, variable, dt)
     units = _time_units(da, attrs)
     da = _chunked(da, source, variable)
     da = _with_coords(da, source, variable)
@@ -249,8 +256,20 @@ def _real(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
     )
 
 
-def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable: str) -> float:
-    """The sample interval from the ``time`` coordinate and/or the ``dt`` attribute."""
+def _time_step(
+    da: xr.DataArray,
+    attrs: Mapping[str, Any],
+    source: str,
+    variable: str,
+    given: float | None = None,
+) -> float:
+    """The sample interval from the ``time`` coordinate and/or the ``dt`` attribute; ``given``
+    (the caller's ``dt=``) is used when the data have neither and must agree with what they
+    have otherwise."""
+    if given is not None and not (
+        isinstance(given, int | float | np.number) and math.isfinite(given) and given > 0
+    ):
+        raise _error(source, variable, f"dt={given!r} is not a positive finite number")
     from_coord, slack = (
         _coordinate_step(da, source, variable) if "time" in da.coords else (None, 0.0)
     )
@@ -265,8 +284,22 @@ def _time_step(da: xr.DataArray, attrs: Mapping[str, Any], source: str, variable
         if not (math.isfinite(from_attr) and from_attr > 0):
             raise _error(source, variable, f"dt={from_attr:g} is not a positive finite number")
     if from_coord is None and from_attr is None:
+        if given is not None:
+            return given
         raise _error(
-            source, variable, "no time step: give a numeric 'time' coordinate or a 'dt' attribute"
+            source,
+            variable,
+            "no time step: give a numeric 'time' coordinate or a 'dt' attribute (or dt= to "
+            "estimate_response)",
+        )
+    own = from_attr if from_attr is not None else from_coord
+    if given is not None and abs(given - own) > DT_RTOL * own + slack:  # type: ignore[operator]
+        where = "dt attribute" if from_attr is not None else "time coordinate"
+        raise _error(
+            source,
+            variable,
+            f"dt={given:.10g} given, but the data's {where} says {own:.10g}; leave dt out (or "
+            "correct the data)",
         )
     if from_coord is not None and from_attr is not None:
         if abs(from_coord - from_attr) > DT_RTOL * from_attr + slack:

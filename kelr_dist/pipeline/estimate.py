@@ -122,7 +122,7 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     ``(time,)`` (one component), ``(time, component)`` or ``(chain, time, component)``; an
     array without ``dt`` gets ``dt = 1`` in ``time_units = "steps"``."""
     if isinstance(trajectory, str | os.PathLike):
-        return open_trajectory(trajectory, variable)
+        return open_trajectory(trajectory, variable, dt=dt)
     if not isinstance(trajectory, xr.Dataset | xr.DataArray):
         array = np.asarray(trajectory)
         if array.ndim not in (1, 2, 3):
@@ -136,9 +136,8 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
         # without dt the lags are counted in samples, and the result says so
         attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {"dt": dt}
         trajectory = xr.DataArray(array, dims=dims, attrs=attrs)
-    elif dt is not None:
-        trajectory = trajectory.assign_attrs(dt=dt)
-    return as_trajectory(trajectory, variable)
+        return as_trajectory(trajectory, variable)
+    return as_trajectory(trajectory, variable, dt=dt)
 
 
 #: an unknown component's message lists at most this many of the available ones
