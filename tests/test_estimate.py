@@ -495,8 +495,8 @@ def test_exact_from_store_attributes_equals_given_score(ou_oracle) -> None:
         ({"estimator": "neural"}, "^estimator: expected one of.*'neural'"),
         ({"degree": 0}, "^degree: expected 'auto' or an integer >= 1, got 0"),
         ({"degree": 4000}, r"degree=4000 gives .* features in d = 2: .* GiB"),
-        ({"folds": 400}, r"folds=400: .* fold of only 100 samples"),
-        ({"folds": 1}, "^folds: expected an integer >= 2, got 1"),
+        ({"folds": 400}, "^folds: expected an integer from 2 to 20, got 400"),
+        ({"folds": 1}, "^folds: expected an integer from 2 to 20, got 1"),
         ({"kde": "yes"}, "^kde: expected true or false, got 'yes'"),
         ({"stein_correction": 1}, "^stein_correction: expected true or false, got 1"),
         ({"score": "no_such_module_kelr:f"}, "^score: cannot import module 'no_such_module_kelr'"),
@@ -518,6 +518,8 @@ def test_transposed_and_too_short_arrays_are_named() -> None:
     assert "transposed" not in str(info.value)
     with pytest.raises(ValueError, match="has 10 samples per chain; .* at least 1000"):
         estimate_response(np.zeros((10, 2)), client="synchronous")
+    with pytest.raises(ValueError, match=r"folds=20: .* fold of only 150 samples"):
+        estimate_response(np.zeros((3_000, 2)), folds=20, client="synchronous")
 
 
 def test_one_dimensional_arrays_and_lists_are_trajectories() -> None:
@@ -595,6 +597,18 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
         check_inputs(without, options)
     with pytest.raises(TrajectoryError, match="dt=-1.0 is not a positive finite number"):
         check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
+
+
+@pytest.mark.parametrize(("max_time", "lag"), [(3.049, 60), (3.0, 60), (0.15, 3), (0.05, 1)])
+def test_max_time_gives_the_lags_up_to_it(max_time: float, lag: int) -> None:
+    """The largest lag is the last whole lag at or before ``max_time`` (3.049 with dt = 0.05
+    gave lag 61, time 3.05, past it), counting a ratio a rounding below a whole number
+    (0.15 / 0.05 = 2.9999999999999996) as that number."""
+    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.options import EstimateOptions
+
+    x = np.random.default_rng(6).standard_normal((3_000, 2))
+    assert check_inputs(x, EstimateOptions(max_time=max_time), dt=0.05).max_lag == lag
 
 
 def test_integer_arrays_are_estimated_as_float64_and_booleans_refused() -> None:

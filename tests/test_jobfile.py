@@ -134,7 +134,7 @@ def test_defaults_and_built_ins(tmp_path):
          "give lags.max_lag or lags.max_time, not both"),
         (with_("basis", "order", [3, 0]) | {"basis": {"order": [3, 0], "index_set": "total"}},
          "a per-coordinate basis.order (3, 0) needs basis.index_set='box'"),
-        (with_("estimator", "folds", True), "estimator.folds: expected an integer >= 2, got True"),
+        (with_("estimator", "folds", True), "estimator.folds: expected an integer from 2 to 20"),
         (with_("estimator", "degree", 0), "estimator.degree: expected 'auto' or an integer >= 1"),
         (with_("estimator", "stein_correction", "no"), "stein_correction: expected true or"),
         (with_("baselines", "score", "no_such_module_kelr:f"),

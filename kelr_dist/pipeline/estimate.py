@@ -27,6 +27,7 @@ and rebuilds ``p_M`` from it).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -179,7 +180,9 @@ def _max_lag(options: EstimateOptions, dt: float, n: int, source: str, name: Nam
     max_lag = options.max_lag
     if options.max_time is not None:
         check_max_time(options.max_time, dt, source, name)
-        max_lag = int(round(options.max_time / dt))
+        # the lags up to max_time, not past it (a ratio a rounding below a whole number counts)
+        ratio = options.max_time / dt
+        max_lag = math.floor(ratio + 1e-9 * max(1.0, ratio))
     elif max_lag is None:
         max_lag = min(DEFAULT_MAX_LAG, max(1, n // 20))
     if max_lag > MAX_LAG_FRACTION * n:

@@ -36,7 +36,7 @@ from pydantic_core import PydanticCustomError
 
 from kelr_dist.kernels.basis_spec import parse_basis_spec, split_entries
 from kelr_dist.kernels.checks import is_whole
-from kelr_dist.kernels.folds import DEFAULT_FOLDS
+from kelr_dist.kernels.folds import DEFAULT_FOLDS, MAX_FOLDS
 from kelr_dist.kernels.heldout import ESTIMATORS
 from kelr_dist.kernels.observables import linear_forcing, square, square_derivative
 from kelr_dist.kernels.response import (
@@ -111,11 +111,15 @@ def _items(value: Any) -> list[Any] | None:
     return None
 
 
-def _integer(minimum: int) -> Callable[[Any], int]:
+def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    phrase = (
+        _integer_phrase(minimum) if maximum is None else f"an integer from {minimum} to {maximum}"
+    )
+
     def check(value: Any) -> int:
         number = whole_number(value, minimum)
-        if number is None:
-            raise _invalid(f"expected {_integer_phrase(minimum)}, got {value!r}")
+        if number is None or (maximum is not None and number > maximum):
+            raise _invalid(f"expected {phrase}, got {value!r}")
         return number
 
     return check
@@ -423,9 +427,10 @@ class EstimateOptions(_Options):
         "score matching: 'auto' (held-out loss) or a total degree q >= 1",
         metavar="auto|Q",
     )
-    folds: Annotated[int, _checks(_integer(2))] = option(
+    folds: Annotated[int, _checks(_integer(2, MAX_FOLDS))] = option(
         DEFAULT_FOLDS,
-        "held-out folds (an integer >= 2): whole chains or contiguous blocks of each chain",
+        f"held-out folds (an integer from 2 to {MAX_FOLDS}): whole chains or contiguous blocks "
+        "of each chain",
         metavar="K",
     )
     stein_correction: Annotated[bool, _checks(_boolean)] = option(
