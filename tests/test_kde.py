@@ -18,8 +18,13 @@ from kelr_dist.kernels.kde import (
     make_grid,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.quasi_gaussian import gaussian_score, mean_covariance_reduction
+from kelr_dist.kernels.quasi_gaussian import (
+    SampleMoments,
+    gaussian_score,
+    mean_covariance_reduction,
+)
 from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.pipeline.steps import kde_grid_and_bandwidth
 
 WEIGHTS = np.array([0.6, 0.4])
 MEANS = np.array([[-1.5, 0.0], [1.5, 1.0]])
@@ -349,3 +354,18 @@ def test_mean_covariance_accepts_empty_blocks():
     moments = reduction.finalize(reduction.combine(empty, merged))
     assert rel(moments.cov, np.cov(x.T)) < 1e-12
     np.testing.assert_array_equal(moments.minimum, x.min(0))
+
+
+def test_a_grid_too_large_for_the_baseline_says_what_the_user_can_do() -> None:
+    """The pipeline's KDE baseline at d = 3 and 1e6 samples needs more than its grid budget:
+    the message names the grid and the way out a user has (leave it out, fewer components),
+    not the kernel's max_bytes, which no interface exposes."""
+    d = 3
+    sample = SampleMoments(10**6, np.zeros(d), np.eye(d), np.full(d, -5.0), np.full(d, 5.0))
+    with pytest.raises(ValueError, match=r"^kde: .* grid of \(\d+, \d+, \d+\) nodes") as info:
+        kde_grid_and_bandwidth(sample)
+    assert "leave the baseline out, or estimate fewer components" in str(info.value)
+    assert "max_bytes" not in str(info.value)
+    small = SampleMoments(10**4, np.zeros(d), np.eye(d), sample.minimum, sample.maximum)
+    grid, _ = kde_grid_and_bandwidth(small)
+    assert len(grid.shape) == d

@@ -253,7 +253,7 @@ def make_grid(
     lower: np.ndarray,
     upper: np.ndarray,
     shape: tuple[int, ...] | np.ndarray,
-    max_bytes: int = DEFAULT_MAX_GRID_BYTES,
+    max_bytes: float = DEFAULT_MAX_GRID_BYTES,
 ) -> Grid:
     """Validate a grid for d = 1..3; ``ValueError`` if it is malformed or needs > ``max_bytes``."""
     lower = as_finite_array("lower", lower, 1)
@@ -286,7 +286,7 @@ def default_grid(
     *,
     pad: float = DEFAULT_PAD,
     spacing: float = DEFAULT_SPACING,
-    max_bytes: int = DEFAULT_MAX_GRID_BYTES,
+    max_bytes: float = DEFAULT_MAX_GRID_BYTES,
 ) -> Grid:
     """The grid for a binned KDE of data in ``[minimum, maximum]``.
 

@@ -36,6 +36,7 @@ from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
 from kelr_dist.kernels.kde import (
+    DEFAULT_MAX_GRID_BYTES,
     BinnedKDE,
     binned_kde_reduction,
     default_grid,
@@ -175,12 +176,15 @@ def kde_grid_and_bandwidth(sample: SampleMoments) -> tuple[Any, np.ndarray]:
     """The binned KDE's grid and Silverman bandwidth; ``ValueError`` (naming the bytes) before any
     further pass when the grid would not fit."""
     h = silverman_bandwidth(np.sqrt(np.diag(np.atleast_2d(sample.cov))), int(sample.count))
-    try:
-        grid = default_grid(sample.minimum, sample.maximum, h)
-    except ValueError as err:
+    grid = default_grid(sample.minimum, sample.maximum, h, max_bytes=math.inf)
+    if grid.working_bytes > DEFAULT_MAX_GRID_BYTES:
         raise ValueError(
-            f"kde=True: the Gaussian-KDE baseline's grid is too large: {err}"
-        ) from None
+            f"kde: the Gaussian-KDE baseline would need a grid of {grid.shape} nodes "
+            f"({grid.working_bytes / 2**30:.1f} GiB, more than the "
+            f"{DEFAULT_MAX_GRID_BYTES / 2**30:.0f} GiB it may use: its nodes are a quarter "
+            "bandwidth apart, and the bandwidth shrinks as the samples grow); leave the "
+            "baseline out, or estimate fewer components (components=, --components)"
+        )
     return grid, h
 
 
