@@ -599,6 +599,23 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
         check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
 
 
+def test_the_result_records_its_observable_and_forcing() -> None:
+    """A response of A = x² to a linear forcing says so (attributes and report), as a result of
+    A = x to a constant forcing does: its j labels alone cannot tell them apart."""
+    from kelr_dist.edges.report import summary
+    from kelr_dist.kernels.response import Observable
+
+    x = np.random.default_rng(4).standard_normal((3_000, 2))
+    options = {"dt": 0.1, "max_lag": 3, "max_order": 4, "client": "synchronous"}
+    plain = estimate_response(x, **options)
+    assert (plain.attrs["observable"], plain.attrs["forcing"]) == ("identity", "constant")
+    squared = estimate_response(x, observable="square", forcing="linear", **options)
+    assert (squared.attrs["observable"], squared.attrs["forcing"]) == ("square", "linear")
+    assert "A = square, forcing c = linear" in summary(squared)
+    cubed = estimate_response(x, observable=Observable(("a", "b"), np.negative), **options)
+    assert cubed.attrs["observable"] == "numpy:negative"
+
+
 @pytest.mark.parametrize(("max_time", "lag"), [(3.049, 60), (3.0, 60), (0.15, 3), (0.05, 1)])
 def test_max_time_gives_the_lags_up_to_it(max_time: float, lag: int) -> None:
     """The largest lag is the last whole lag at or before ``max_time`` (3.049 with dt = 0.05

@@ -359,6 +359,10 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
             f"{a.get('n_samples', '?')} samples, dt {a.get('dt', '?')}{_unit(ds)})",
         ),
         ("estimator", _estimator_line(ds)),
+        (
+            "observable",
+            f"A = {a.get('observable', 'identity')}, forcing c = {a.get('forcing', 'constant')}",
+        ),
         ("basis", _short(str(a.get("basis", "?")))),
     ]
     if "order" in a:

@@ -537,6 +537,7 @@ def estimate_response(
         "basis": format_basis(coordinates),
         "rejection": main.rejection,
         "stein_correction": "affine" if stein_correction else "none",
+        **options.function_names(),
         "passes": passes.reads,
         "store_reads": passes.store_reads,
         "chunking": [int(c) for c in traj.chunks[1]],

@@ -520,6 +520,23 @@ class EstimateOptions(_Options):
         spec = self.forcing
         return spec if isinstance(spec, Forcing) else spec.forcing(components)
 
+    def function_names(self) -> dict[str, str]:
+        """``{"observable": ..., "forcing": ...}`` as a result records them: a built-in's name,
+        the reference given, or an object's function as ``module:qualname``."""
+        return {
+            "observable": _spec_name(self.observable, OBSERVABLES[0]),
+            "forcing": _spec_name(self.forcing, FORCINGS[0]),
+        }
+
+
+def _spec_name(spec: FunctionSpec | Observable | Forcing, built_in: str) -> str:
+    if isinstance(spec, FunctionSpec):
+        return spec.name
+    function = spec.function
+    if function is None:  # an Observable or Forcing object of the first built-in's kind
+        return built_in
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+
 
 class ClusterOptions(_Options):
     """Where an estimate runs."""
