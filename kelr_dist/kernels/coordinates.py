@@ -88,7 +88,8 @@ def _resolved_entries(moments: Moments, spec: str | Sequence[object]) -> list[En
         raise CoordinateError(
             k,
             f"constant (every sample is {moments.mean[k]:g}): a component without spread "
-            "can be neither forced nor estimated; remove it from the trajectory",
+            "can be neither forced nor estimated; leave it out (components=, --components, "
+            "input.components)",
         )
     entries = parse_basis_spec(spec, moments.d)
     return [
