@@ -174,6 +174,25 @@ def test_too_few_blocks_is_flagged_not_converged():
     assert res.n_blocks[res.block_sizes == res.block_size[0, 0, 0]][0, 0] >= 32
 
 
+def test_many_short_chains_long_against_the_correlation_time_are_converged():
+    """400 chains of 1024 rows of an AR(1) with ρ = 0.95 (τ ≈ 20 rows): no level within a chain
+    meets K³ > 2 N r⁴ with 4e5 rows pooled (it asks for K > 1077), but whole-chain blocks are on
+    the plateau, and the error is right; chains short against τ (ρ = 0.998, τ ≈ 500) stay
+    flagged."""
+    n, chains, rho = 1024, 400, 0.95
+    x = ar1(n, rho, seed=5, chains=chains)
+    traj = np.stack([x, np.ones_like(x)], axis=-1)
+    res = reduce_in_memory(blocking_reduction(1, 0, 256), traj, chunks=n)
+    assert res.converged[0, 0, 0] and res.block_size[0, 0, 0] == n
+    expected = np.sqrt((1 + rho) / ((1 - rho) * n * chains))
+    assert res.stderr[0, 0, 0] == pytest.approx(expected, rel=0.15)
+    slow = ar1(n, 0.998, seed=6, chains=chains)
+    res = reduce_in_memory(
+        blocking_reduction(1, 0, 256), np.stack([slow, np.ones_like(slow)], axis=-1), chunks=n
+    )
+    assert not res.converged[0, 0, 0]
+
+
 def test_default_base_block():
     assert default_base_block(0) == 256
     assert default_base_block(2000) == 2048

@@ -38,8 +38,12 @@ Choice of the block size (per entry)
     ``K^3 > 2 N_s (sigma_K / sigma_1)^4`` (``N_s`` pairs at lag ``s``), i.e. blocks long against
     the correlation time ``(sigma_K/sigma_1)^2 / 2`` with the bias ``O(tau/K)`` below the
     statistical error ``O(n_b^{-1/2})``, among the levels with at least ``min_blocks`` blocks
-    (default 32). When no level qualifies the largest one with ``min_blocks`` blocks is used and
-    the entry is flagged ``converged = False``. The estimator's own relative error is
+    (default 32). When no level qualifies the largest one with ``min_blocks`` blocks is used, and
+    the entry is flagged ``converged = False`` unless that level is on the plateau all the same:
+    ``K > (sigma_K / sigma_1)^2 / PLATEAU_BIAS``, i.e. blocks longer than ten times the
+    correlation time, whose bias ``~ 2 tau / K`` is below 10% (the criterion alone asks for a
+    bias below the statistical error, which with many pooled blocks — many short chains — no
+    block within a chain can reach). The estimator's own relative error is
     ``1 / sqrt(2 (n_b - 1))`` (``sigma_error``).
 """
 
@@ -54,6 +58,10 @@ from kelr_dist.kernels.lagged import blockwise_lagged_sums, check_lagged_pair, l
 from kelr_dist.kernels.reduction import BlockInfo
 
 Partial = dict
+
+#: a fallback level counts as converged when ``(sigma_K / sigma_1)^2 / K``, the relative bias of
+#: its variance (about ``2 tau / K``), is below this
+PLATEAU_BIAS = 0.1
 
 
 #: bytes of one segment's block sums (and of each temporary of their level statistics): under the
@@ -387,9 +395,14 @@ def block_standard_error(partial: Partial, min_blocks: int = 32) -> BlockingResu
     ratio = np.divide(sigma, sigma[:1], out=np.ones(sigma.shape), where=sigma[:1] > 0)
     sizes = block_sizes.reshape((-1,) + (1,) * (sigma.ndim - 1)).astype(np.float64)
     criterion = enough & (sizes**3 > 2 * n1[None] * ratio**4)
-    converged = criterion.any(axis=0)
     fallback = np.where(enough.any(axis=0), sigma.shape[0] - 1 - np.argmax(enough[::-1], axis=0), 0)
-    chosen = np.where(converged, np.argmax(criterion, axis=0), fallback)
+    # on the plateau though short of the criterion (many short chains: blocks of 512 rows of
+    # chains 50 correlation times long, pooled into many blocks, fail K³ > 2 N r⁴ alone)
+    on_plateau = np.take_along_axis(
+        enough & (sizes * PLATEAU_BIAS > ratio**2), fallback[None], axis=0
+    )[0]
+    converged = criterion.any(axis=0) | on_plateau
+    chosen = np.where(criterion.any(axis=0), np.argmax(criterion, axis=0), fallback)
     stderr = np.take_along_axis(sigma, chosen[None], axis=0)[0]
     return BlockingResult(
         mean=mean,
