@@ -9,6 +9,7 @@ import xarray as xr
 from kelr_dist.data.models import make_model
 from kelr_dist.data.simulate import simulate
 from kelr_dist.edges.report import (
+    TITLE_WIDTH,
     chosen_order,
     open_result,
     plot_density,
@@ -208,6 +209,7 @@ def test_every_figure_axis_is_labelled_and_criteria_show_the_reason(ou_result):
     fig = plot_criteria(ds)
     reason = fig.get_suptitle()
     assert f"chosen M = {chosen_order(ds)}" in reason and "η_M stays below" in reason
+    assert max(map(len, reason.splitlines())) <= TITLE_WIDTH  # wrapped, not clipped at the edges
     eta_axis = fig.axes[0]
     assert eta_axis.get_ylim()[0] > 1e-8  # not stretched to the ~1e-16 of η_0
 

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,6 +48,8 @@ ESTIMATES = {
 }
 #: errors against the exact response are taken over lags with ``time <= ERROR_HORIZON``
 ERROR_HORIZON = 10.0
+#: characters per line of a figure's title (the criteria figure's reason is wrapped, not clipped)
+TITLE_WIDTH = 130
 #: grid points per axis of the density figure, by dimension (at most ~2e5 points)
 DENSITY_GRID = {1: 400, 2: 161, 3: 41}
 # the density figure shows where the marginal exceeds this fraction of its maximum
@@ -538,7 +541,8 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
         reason = f"M = {order} ({selection}: given, not chosen by these criteria)"
     used = str(ds.attrs.get("estimator", "kernel-embedding"))
     note = "" if used == "kernel-embedding" else f"; the estimate used {used} (see selection.png)"
-    fig.suptitle(f"kernel embedding order criteria (log scales)\n{reason}{note}", fontsize="medium")
+    wrapped = "\n".join(textwrap.wrap(reason + note, TITLE_WIDTH))  # a long reason is not clipped
+    fig.suptitle(f"kernel embedding order criteria (log scales)\n{wrapped}", fontsize="medium")
     return fig
 
 
