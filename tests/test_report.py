@@ -246,7 +246,7 @@ def test_the_share_of_k0_is_shown_only_where_k0_is_away_from_0():
     header, row = stein_table(summary(stein_result(1e-12, 1e-3)))
     # the uncorrected ratio and the share apart, the header's columns over their cells
     assert row.split()[-2:] == ["4", "4.0%"]
-    assert "4 = 4.0% of k(0)" in headline(stein_result(1e-12, 1e-3), "out.zarr")
+    assert "4 stderr = 4.0% of k(0)" in headline(stein_result(1e-12, 1e-3), "out.zarr")
     assert header.rstrip().endswith("% of k(0)") and len(header.rstrip()) == len(row.rstrip())
     # no row well away from 0 at all: a dash, never a number
     ds = stein_result(1e-12, 1e-3)

@@ -324,7 +324,8 @@ def headline(ds: xr.Dataset, name: str) -> str:
     elif math.isfinite(stein.raw_ratio) and stein.ratio < EXACT_RATIO:
         bias = (
             f"0 after the affine Stein correction (exact by construction for this observable "
-            f"and forcing); before it {_number(stein.raw_ratio)}{_share_text(stein.raw_share)}"
+            f"and forcing); before it {_number(stein.raw_ratio)} stderr"
+            f"{_share_text(stein.raw_share)}"
             " (the score estimate's own bias at lag 0)"
         )
     else:
