@@ -599,6 +599,27 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
         check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
 
 
+def test_pandas_columns_name_the_components() -> None:
+    """A DataFrame's columns (a named Series' name) are the component names, as a store's
+    component coordinate is; plain arrays get x0, x1, ..."""
+    import pandas as pd
+
+    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.options import EstimateOptions
+
+    x = np.random.default_rng(8).standard_normal((3_000, 2))
+    options = EstimateOptions()
+
+    def names(data: object) -> list[str]:
+        return check_inputs(data, options, dt=0.1).trajectory["component"].values.tolist()
+
+    assert names(pd.DataFrame(x, columns=["u", "v"])) == ["u", "v"]
+    assert names(pd.Series(x[:, 0], name="temperature")) == ["temperature"]
+    assert names(x) == ["x0", "x1"]
+    with pytest.raises(ValueError, match=r"component names \['u', 'u'\] are not unique"):
+        names(pd.DataFrame(x, columns=["u", "u"]))
+
+
 def test_the_result_records_its_observable_and_forcing() -> None:
     """A response of A = x² to a linear forcing says so (attributes and report), as a result of
     A = x to a constant forcing does: its j labels alone cannot tell them apart."""

@@ -117,6 +117,16 @@ class ConvergenceWarning(UserWarning):
     plateau (chains short against the correlation time): those error bars are too small."""
 
 
+def _column_names(table: Any, ndim: int) -> list[str] | None:
+    """Component names of a pandas ``DataFrame`` (its columns) or named ``Series``; None for
+    other array-likes, which get ``x0, x1, ...``."""
+    columns = getattr(table, "columns", None) if ndim == 2 else None
+    if columns is not None:
+        return [str(c) for c in columns]
+    name = getattr(table, "name", None) if ndim == 1 else None
+    return None if name is None else [str(name)]
+
+
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     """The trajectory as a validated ``(chain, time, component)`` DataArray: a store path, an
     xarray object in the store layout, or an array-like (numpy array, list) of shape
@@ -132,11 +142,13 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
                 "expected (time,) for one component, (time, component) or (chain, time, "
                 "component), or a store path or an xarray object in the store layout"
             )
+        names = _column_names(trajectory, array.ndim)
         array = array[:, np.newaxis] if array.ndim == 1 else array
         dims = ("time", "component") if array.ndim == 2 else ("chain", "time", "component")
         # without dt the lags are counted in samples, and the result says so
         attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {"dt": dt}
-        trajectory = xr.DataArray(array, dims=dims, attrs=attrs)
+        coords = {} if names is None else {"component": names}
+        trajectory = xr.DataArray(array, dims=dims, coords=coords, attrs=attrs)
         return as_trajectory(trajectory, variable)
     return as_trajectory(trajectory, variable, dt=dt)
 
