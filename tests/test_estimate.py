@@ -636,6 +636,18 @@ def test_the_result_records_its_observable_and_forcing() -> None:
     cubed = estimate_response(x, observable=Observable(("a", "b"), np.negative), **options)
     assert cubed.attrs["observable"] == "numpy:negative"
 
+    def linear(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return z, np.ones_like(z)
+
+    # a forcing function as it is (its components are the trajectory's); the same as "linear"
+    by_function = estimate_response(x, observable="square", forcing=linear, **options)
+    assert by_function.attrs["forcing"].endswith(
+        ":test_the_result_records_its_observable_and_forcing.<locals>.linear"
+    )
+    np.testing.assert_allclose(by_function["response"], squared["response"], rtol=1e-12)
+    with pytest.raises(ValueError, match=r"needs the names of its components: pass kelr_dist.Obs"):
+        estimate_response(x, observable=np.square, **options)
+
 
 @pytest.mark.parametrize(("max_time", "lag"), [(3.049, 60), (3.0, 60), (0.15, 3), (0.05, 1)])
 def test_max_time_gives_the_lags_up_to_it(max_time: float, lag: int) -> None:

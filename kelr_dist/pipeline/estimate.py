@@ -352,7 +352,7 @@ def estimate_response(
     max_time: float | None = None,
     delta: str | float = "auto",
     observable: Observable | None = None,
-    forcing: Forcing | None = None,
+    forcing: Forcing | Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
     exact: bool = False,
     score: Callable[[np.ndarray], np.ndarray] | None = None,
     kde: bool = False,
@@ -399,7 +399,8 @@ def estimate_response(
         ``"paper"`` (``δ_M`` of eq. 52) or a number, in standardized units (the density of
         ``(x - loc) / scale``).
     observable, forcing : ``A`` and ``c`` (default identity and constant forcing): objects, or
-        names and references as in a job file. ``A`` enters centred (covariance form,
+        names and references as in a job file; a forcing may also be a function
+        ``x (n, d) -> (c, ∂_i c_i)``, each ``(n, d)``. ``A`` enters centred (covariance form,
         :mod:`kelr_dist.kernels.response`).
     exact : also the exact-FDT response with the model's score (built-in models know it from the
         store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``, a

@@ -346,6 +346,14 @@ def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool
         return value
     if value in built_ins:
         return FunctionSpec(value)
+    if callable(value):
+        name = f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', value)}"
+        if names_required:  # an observable's components are named before any pass
+            raise _invalid(
+                f"a function ({name}) needs the names of its components: pass "
+                "kelr_dist.Observable(('a1', 'a2', ...), function) instead"
+            )
+        return FunctionSpec(name, value)
     if isinstance(value, str) and ":" in value and names_required:
         raise _invalid(
             f"the reference {value!r} needs its component names: write "
