@@ -113,6 +113,7 @@ def test_a_listener_that_never_answers_is_an_error_not_a_hang(monkeypatch) -> No
         ({"memory_limit": 0}, "memory_limit=0"),
         ({"n_workers": 0}, "n_workers=0"),
         ({"n_workers": 1.5}, "n_workers=1.5"),
+        ({"memory_limit": "100MiB"}, r"memory_limit='100MiB' \(100 MiB per worker\) is below"),
     ],
 )
 def test_invalid_embedded_settings(no_address: None, kwargs: dict, message: str) -> None:
@@ -150,6 +151,34 @@ def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
     finally:
         close_embedded_cluster()
     close_embedded_cluster()  # a second close is a no-op
+
+
+def test_cli_refuses_a_memory_limit_below_what_a_worker_needs(tmp_path) -> None:
+    """A worker below the floor was killed by its nanny at start-up, again and again, and the
+    estimate hung with no worker left; now one line before any worker starts."""
+    from kelr_dist.data.simulate import simulate
+
+    simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
+    started = time.perf_counter()
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "kelr"), "estimate", str(tmp_path / "ou.zarr"),
+         str(tmp_path / "out.zarr"), "--quiet", "--workers", "1", "--memory-limit", "100MiB"],
+        capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"},
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    floor = cluster.MIN_WORKER_MEMORY // 2**20
+    assert lines[0].startswith("kelr estimate: error: memory_limit='100MiB' (100 MiB per worker)")
+    assert f"below the {floor} MiB a worker process needs" in lines[0]
+    assert "--memory-limit" in lines[0]
+    assert time.perf_counter() - started < 30  # no cluster was started
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_the_floor_is_below_the_limits_the_suite_runs_with() -> None:
+    assert cluster.MIN_WORKER_MEMORY <= 300 * 2**20
 
 
 # --- security: tls:// from the dask config, plain TCP refused under require-encryption --------

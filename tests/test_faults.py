@@ -193,6 +193,42 @@ def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
     record_property("seconds_to_outcome", round(elapsed, 1))  # including the CLI's start-up
 
 
+def test_workers_dying_for_memory_fail_the_pass_instead_of_hanging(tmp_path, monkeypatch):
+    """An embedded worker at the floor's limit is killed by its nanny for memory in the first
+    pass (its kernels peak at ~310 MiB); dask blamed no task, left the loads waiting for the
+    lost worker and the estimate waited forever. Now a ClusterError within NO_WORKERS_TIMEOUT
+    of the last task's run, naming the pass, the memory kills and --memory-limit."""
+    from kelr_dist.engine import cluster, passes
+
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, 200_000, seed=0, progress=False)
+    client = cluster.get_client(n_workers=1, memory_limit=cluster.MIN_WORKER_MEMORY, quiet=True)
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            estimate_response(path, client=client, max_time=3, progress=False)
+            outcome["error"] = None
+        except Exception as err:  # noqa: B902 - recorded for the test
+            outcome["error"] = err
+
+    try:
+        started = time.monotonic()
+        job = threading.Thread(target=run, daemon=True)
+        job.start()
+        job.join(timeout=passes.NO_WORKERS_TIMEOUT + 90)
+        assert not job.is_alive(), "the estimate still waits for a worker"
+        error = outcome["error"]
+        assert isinstance(error, ClusterError), repr(error)
+        assert re.match(r"pass '[^']+': ", str(error)), str(error)
+        assert "keep dying for memory" in str(error) and "--memory-limit" in str(error)
+        assert f"memory_limit={cluster.MIN_WORKER_MEMORY // 2**20} MiB" in str(error)
+        assert time.monotonic() - started < passes.NO_WORKERS_TIMEOUT + 90
+    finally:
+        cluster.close_embedded_cluster()
+
+
 # --------------------------------------------------------------------------------------------
 # the scheduler lost
 # --------------------------------------------------------------------------------------------

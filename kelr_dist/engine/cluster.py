@@ -50,6 +50,7 @@ __all__ = [
     "client_for",
     "close_embedded_cluster",
     "get_client",
+    "memory_kills",
     "thread_share",
 ]
 
@@ -57,6 +58,15 @@ CONNECT_TIMEOUT = 10.0  # seconds to reach a named scheduler
 #: the address schemes of a scheduler to connect to (``scheme://host:port``)
 SCHEMES = ("tcp", "tls", "ws", "wss")
 MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
+#: the least memory_limit an embedded worker is started with. Measured (distributed 2026.8.0,
+#: numba 0.68.1, Python 3.11, x86-64 Linux, 3 runs): an idle embedded worker holds 103 MiB RSS,
+#: 192 MiB once numpy, xarray, zarr, numba and kelr_dist.kernels are imported (as its first
+#: task does). Its nanny kills and restarts a worker above 95% of its limit
+#: (distributed.worker.memory.terminate), so below 202 MiB a worker is killed before or during
+#: its first task, again and again (at 100 MiB: at start-up, before any task); 256 MiB leaves
+#: ~50 MiB for a task. A real pass needs more (the OU estimate of 200000 samples peaked at
+#: 314 MiB): workers that keep dying later are caught by the passes (NO_WORKERS_TIMEOUT).
+MIN_WORKER_MEMORY = 256 * 2**20
 
 #: thread-pool variables of the embedded workers (set to their share of the cores)
 THREAD_VARIABLES = (
@@ -104,11 +114,40 @@ class ThreadLimits(WorkerPlugin):
 
 
 class ClusterError(ValueError):
-    """The Dask scheduler named by the user cannot be reached."""
+    """The Dask scheduler named by the user cannot be reached, or the cluster cannot run the
+    work (settings its workers cannot run with, workers that keep dying)."""
+
+
+class _MemoryKills(logging.Filter):
+    """Counts the embedded nannies' kills of their worker for exceeding its memory limit (their
+    log records, in this process; the records pass on unchanged)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "memory budget" in record.getMessage():
+            self.count += 1
+        return True
+
+
+#: the logger of the nannies' memory monitor (its warning: "... exceeded 95% memory budget")
+_NANNY_MEMORY_LOGGER = "distributed.nanny.memory"
+_memory_kills = _MemoryKills()
 
 
 # The embedded cluster: (cluster, client, (n_workers, memory_limit in bytes)) or None.
 _embedded: tuple[LocalCluster, Client, tuple[int, int]] | None = None
+
+
+def memory_kills(client: Any) -> tuple[int, int] | None:
+    """``(kills, memory_limit)`` when ``client`` is the embedded cluster's: how many times its
+    nannies killed a worker for exceeding its memory limit (bytes per worker) since it
+    started; ``None`` for any other client (its nannies log in their own processes)."""
+    if _embedded is None or _embedded[1] is not client:
+        return None
+    return _memory_kills.count, _embedded[2][1]
 
 
 def _scheduler_address(address: str | None) -> tuple[str, str] | None:
@@ -128,7 +167,14 @@ def _scheduler_address(address: str | None) -> tuple[str, str] | None:
 def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
     """Bytes per worker: ``memory_limit`` ("300MiB", "2GB", bytes) or a share of the machine."""
     if memory_limit is None:
-        return int(MEMORY_FRACTION * distributed.system.MEMORY_LIMIT / n_workers)
+        share = int(MEMORY_FRACTION * distributed.system.MEMORY_LIMIT / n_workers)
+        if share < MIN_WORKER_MEMORY:
+            raise ClusterError(
+                f"n_workers={n_workers} workers would get {share / 2**20:.0f} MiB each (a share "
+                f"of this machine's memory), below the {MIN_WORKER_MEMORY // 2**20} MiB a worker "
+                "process needs to run at all; use fewer workers (n_workers= / --workers)"
+            )
+        return share
     try:
         nbytes = parse_bytes(memory_limit) if isinstance(memory_limit, str) else int(memory_limit)
     except (TypeError, ValueError) as err:
@@ -137,6 +183,14 @@ def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
         ) from err
     if nbytes <= 0:
         raise ValueError(f"memory_limit={memory_limit!r} must be a positive memory size")
+    if nbytes < MIN_WORKER_MEMORY:
+        raise ClusterError(
+            f"memory_limit={memory_limit!r} ({nbytes / 2**20:.0f} MiB per worker) is below the "
+            f"{MIN_WORKER_MEMORY // 2**20} MiB a worker process needs to run at all (with the "
+            "kernels loaded it holds ~192 MiB, and its nanny kills it above 95% of its limit); "
+            f"give each worker at least {MIN_WORKER_MEMORY // 2**20}MiB (memory_limit= / "
+            "--memory-limit)"
+        )
     return nbytes
 
 
@@ -339,6 +393,8 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
     # of a small limit would pause for good and hang the job. Over the limit the nanny still
     # restarts the worker, which fails the job with a clear error instead.
     threads = thread_share(n_workers)
+    _memory_kills.count = 0  # the nannies run in this process: their kills are counted here
+    logging.getLogger(_NANNY_MEMORY_LOGGER).addFilter(_memory_kills)  # added once (a set)
     # A short message log: the scheduler (in this process) keeps the last messages to each
     # worker, task specs included; at dask's 1000 an embedded client grew 10-12% over 50
     # estimates, at 100 it stays within 5% (scripts/soak.py)
@@ -395,7 +451,8 @@ def get_client(
         The address cannot be parsed (unknown scheme, no host or port: at once); the
         scheduler at the address cannot be reached within 10 s; a ``tls://`` address
         without TLS settings in the dask config; a ``tcp://`` address of another host while
-        the dask config sets ``distributed.comm.require-encryption``.
+        the dask config sets ``distributed.comm.require-encryption``; an embedded worker
+        would get less than ``MIN_WORKER_MEMORY`` (``memory_limit`` or the default share).
     ValueError
         ``n_workers``/``memory_limit`` are invalid, or given together with an address.
     """

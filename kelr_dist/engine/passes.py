@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
@@ -60,7 +61,7 @@ from distributed import Client, KilledWorker, as_completed, get_worker
 from tqdm.auto import tqdm
 
 from kelr_dist.engine.allocator import release_free_memory, tune_allocator
-from kelr_dist.engine.cluster import ClusterError, thread_share
+from kelr_dist.engine.cluster import ClusterError, memory_kills, thread_share
 from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import SYNCHRONOUS, BlockInfo, Partial, Reduction
 
@@ -86,6 +87,18 @@ DIMS = ("chain", "time", "component")
 TASK_BYTES = 16 * 2**20
 #: with the default target, a task holds at most this fraction of the trajectory (1/MIN_TASKS)
 MIN_TASKS = 32
+#: a pass fails (ClusterError) after this many seconds in which none of its tasks finished and
+#: no worker connected for WORKER_SETTLE seconds was running a task: its workers keep dying
+#: without dask blaming a task (killed by their nanny for memory at start-up or between tasks),
+#: there are none (LocalCluster closes for good a nanny whose worker stays lost 15 s), or a
+#: task is stuck (dask leaves a task whose loose worker restriction names a lost worker in
+#: 'no-worker' when the other workers were lost too, e.g. keep_in_memory's loads); dask itself
+#: would wait forever
+NO_WORKERS_TIMEOUT = 30.0
+#: seconds a worker must stay connected to count as alive (restart loops last ~1-4 s each)
+WORKER_SETTLE = 10.0
+#: seconds between two looks at the scheduler's workers while a pass waits
+WATCH_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
@@ -525,14 +538,15 @@ def run_reductions(
         disable=not _show_progress(progress),
         file=sys.stderr,
     )
-    done = as_completed(futures, loop=client.loop)
+    done = as_completed([*futures, total], loop=client.loop)
     del futures  # block partials are released as soon as they are counted
     try:
         with bar:
-            for future in done:
+            for future in _finishing(done, _Liveness(client, where)):
                 if future.status != "finished":
                     raise where.failure(client, future)
-                bar.update()
+                if future is not total:
+                    bar.update()
         if total.status not in ("pending", "finished"):
             raise where.failure(client, total)
         try:
@@ -548,6 +562,49 @@ def run_reductions(
             client.cancel(remaining)
         raise
     return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
+
+
+def _finishing(done: as_completed, watch: _Liveness) -> Iterator[Any]:
+    """The futures of ``done`` as they finish; while none is ready, ``watch.check()`` (which
+    raises :class:`ClusterError` when the cluster has no live worker)."""
+    while done.count():
+        if done.has_ready():
+            watch.progress()
+            yield next(done)
+        else:
+            watch.check()
+            time.sleep(0.02)
+
+
+class _Liveness:
+    """Whether a pass's cluster has a live worker: one connected for :data:`WORKER_SETTLE`
+    seconds and running a task, looked at every :data:`WATCH_INTERVAL` seconds
+    (``client.processing()``)."""
+
+    def __init__(self, client: Client, where: _PassContext) -> None:
+        self.client, self.where = client, where
+        self.alive_at = self.next_look = time.monotonic()
+        self.seen: dict[str, float] = {}  # connected workers -> first seen
+        self.left = 0  # workers seen to leave while the pass waited
+
+    def progress(self) -> None:
+        self.alive_at = time.monotonic()
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now < self.next_look or self.client.status != "running":
+            return  # a lost scheduler cancels the futures: failure() says so
+        self.next_look = now + WATCH_INTERVAL
+        try:
+            present = self.client.processing()
+        except Exception:  # the client's own failure ends the pass's futures
+            return
+        self.left += len(set(self.seen) - set(present))
+        self.seen = {w: self.seen.get(w, now) for w in present}
+        if any(now - t >= WORKER_SETTLE and present[w] for w, t in self.seen.items()):
+            self.alive_at = now
+        elif now - self.alive_at >= NO_WORKERS_TIMEOUT:
+            raise self.where.no_live_workers(self.client, len(present), self.left)
 
 
 @dataclass(frozen=True)
@@ -597,6 +654,32 @@ class _PassContext:
                 f"{self.name}: lost the connection to the Dask scheduler at {self.scheduler} "
                 f"(the client is {client.status})"
             )
+
+    def no_live_workers(self, client: Client, connected: int, left: int) -> ClusterError:
+        """The error for a pass none of whose tasks finished in :data:`NO_WORKERS_TIMEOUT`
+        seconds while no worker stayed connected (``connected`` now, ``left`` seen leaving)."""
+        stuck = (
+            f"{self.name}: no task finished or ran for {NO_WORKERS_TIMEOUT:g} s on the cluster at "
+            f"{self.scheduler} (no worker up for {WORKER_SETTLE:g} s was running one)"
+        )
+        kills = memory_kills(client)
+        if kills is not None and kills[0]:
+            return ClusterError(
+                f"{stuck}: the workers keep dying for memory ({kills[0]} killed by their nanny "
+                f"for exceeding memory_limit={kills[1] / 2**20:.0f} MiB per worker); give each "
+                "worker more memory (--memory-limit / memory_limit=), with fewer workers "
+                "(--workers / n_workers=) if the machine has no more"
+            )
+        if connected == 0:
+            return ClusterError(
+                f"{stuck}: the cluster has no workers ({left} left while the pass waited); "
+                "start workers, or see their logs for why they died (e.g. killed for exceeding "
+                "their memory limit: give them more memory)"
+            )
+        return ClusterError(
+            f"{stuck}: {left} workers left while the pass waited; see the workers' logs for why "
+            "they died (e.g. killed for exceeding their memory limit: give them more memory)"
+        )
 
     def failure(self, client: Client, future: Any) -> BaseException:
         """The exception to raise for a failed or cancelled future of this pass."""
