@@ -229,6 +229,52 @@ def test_workers_dying_for_memory_fail_the_pass_instead_of_hanging(tmp_path, mon
         cluster.close_embedded_cluster()
 
 
+def test_a_cluster_of_ones_own_without_workers_yet_is_waited_for(tmp_path, monkeypatch):
+    """An external scheduler that has had no worker yet (an adaptive or batch-queue cluster
+    starts from none) is waited for past NO_WORKERS_TIMEOUT, as dask does: the estimate ends
+    once a worker joins; the watchdog is for workers that die."""
+    from conftest import dask_processes_in
+
+    from kelr_dist.engine import passes
+
+    monkeypatch.setattr(passes, "NO_WORKERS_TIMEOUT", 1.0)
+    # a worker counts as alive once seen running a task for WORKER_SETTLE, looked at every
+    # WATCH_INTERVAL: both below the timeout, as the defaults are
+    monkeypatch.setattr(passes, "WORKER_SETTLE", 0.2)
+    monkeypatch.setattr(passes, "WATCH_INTERVAL", 0.05)
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, 20_000, seed=0, progress=False)
+    with dask_processes_in(tmp_path, workers=0) as address:
+        outcome: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = estimate_response(
+                    path, client=address, max_order=4, max_lag=20, progress=False
+                )
+            except Exception as err:  # noqa: B902 - recorded for the test
+                outcome["result"] = err
+
+        job = threading.Thread(target=run, daemon=True)
+        job.start()
+        time.sleep(4 * passes.NO_WORKERS_TIMEOUT + 2)
+        assert job.is_alive(), outcome  # still waiting, not failed
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", "--no-dashboard"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            job.join(timeout=120)
+            assert not job.is_alive()
+            assert isinstance(outcome["result"], xr.Dataset), outcome["result"]
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+
+
 # --------------------------------------------------------------------------------------------
 # the scheduler lost
 # --------------------------------------------------------------------------------------------

@@ -601,7 +601,10 @@ class _Liveness:
             return
         self.left += len(set(self.seen) - set(present))
         self.seen = {w: self.seen.get(w, now) for w in present}
-        if any(now - t >= WORKER_SETTLE and present[w] for w, t in self.seen.items()):
+        # a cluster of one's own that has had no worker yet is waited for, as dask does (an
+        # adaptive or batch-queue cluster starts from none); the embedded one has its workers
+        waiting = not present and not self.left and memory_kills(self.client) is None
+        if waiting or any(now - t >= WORKER_SETTLE and present[w] for w, t in self.seen.items()):
             self.alive_at = now
         elif now - self.alive_at >= NO_WORKERS_TIMEOUT:
             raise self.where.no_live_workers(self.client, len(present), self.left)
