@@ -153,6 +153,21 @@ def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
     close_embedded_cluster()  # a second close is a no-op
 
 
+def test_the_default_size_gives_each_worker_at_least_the_floor(monkeypatch) -> None:
+    """Many cores and little memory (a small container): the default embedded cluster starts
+    as many workers as get MIN_WORKER_MEMORY each, not one per core that the floor would then
+    refuse; a machine that cannot give even one worker the floor is refused, naming it."""
+    monkeypatch.setattr(dask.system, "CPU_COUNT", 8)
+    monkeypatch.setattr(distributed.system, "MEMORY_LIMIT", 1_000 * 2**20)
+    workers = cluster._parse_workers(None)
+    assert workers == 3  # 0.8 x 1000 MiB / 256 MiB
+    assert cluster._parse_memory(None, workers) >= cluster.MIN_WORKER_MEMORY
+    assert cluster._parse_workers(None, "2GiB") == 8  # a given limit: one worker per core
+    monkeypatch.setattr(distributed.system, "MEMORY_LIMIT", 200 * 2**20)
+    with pytest.raises(ClusterError, match="below the 256 MiB a worker process needs"):
+        cluster._parse_memory(None, cluster._parse_workers(None))
+
+
 def test_cli_refuses_a_memory_limit_below_what_a_worker_needs(tmp_path) -> None:
     """A worker below the floor was killed by its nanny at start-up, again and again, and the
     estimate hung with no worker left; now one line before any worker starts."""

@@ -9,7 +9,8 @@ of a CLI run). :func:`client_for` is the context-manager form: it closes a clien
 from an address, and only such a client.
 
 The embedded cluster is sized with dask's own figures, which honour cgroup quotas and CPU
-affinity: ``dask.system.CPU_COUNT`` worker processes and ``MEMORY_FRACTION`` of
+affinity: ``dask.system.CPU_COUNT`` worker processes (fewer when the machine's share would
+give each less than ``MIN_WORKER_MEMORY``) and ``MEMORY_FRACTION`` of
 ``distributed.system.MEMORY_LIMIT`` between them. Each worker process runs its BLAS, OpenMP
 and numba thread pools at its share of the cores (:func:`thread_share`), whatever the caller's
 environment says: the nanny passes ``OMP_NUM_THREADS`` & co. from the caller's environment to
@@ -194,9 +195,14 @@ def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
     return nbytes
 
 
-def _parse_workers(n_workers: int | None) -> int:
+def _parse_workers(n_workers: int | None, memory_limit: str | int | None = None) -> int:
+    """``n_workers``, or one per usable core, as many as get ``MIN_WORKER_MEMORY`` each of the
+    machine's share when no ``memory_limit`` is given (a small container with many cores)."""
     if n_workers is None:
-        return dask.system.CPU_COUNT
+        if memory_limit is not None:
+            return dask.system.CPU_COUNT
+        fit = int(MEMORY_FRACTION * distributed.system.MEMORY_LIMIT // MIN_WORKER_MEMORY)
+        return max(1, min(dask.system.CPU_COUNT, fit))
     if not is_whole(n_workers, 1):
         raise ValueError(f"n_workers={n_workers!r} must be a positive integer")
     return n_workers
@@ -467,7 +473,7 @@ def get_client(
                     f"not to the scheduler at {origin}={target!r}"
                 )
         return _connect(target, origin)
-    workers = _parse_workers(n_workers)
+    workers = _parse_workers(n_workers, memory_limit)
     settings = (workers, _parse_memory(memory_limit, workers))
     if _embedded is not None:
         cluster, client, running = _embedded
