@@ -187,7 +187,12 @@ def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
-    assert lines[0].startswith("kelr estimate: error: pass 'criteria': chain 0, rows 5000-7500")
+    # the block that kills (rows 5000-7500), or one that was processing beside it on both dying
+    # workers: keep_in_memory's tasks carry worker restrictions, so they skip dask's queue and
+    # several sit in 'processing' on a worker, each charged when it dies (seen once in CI)
+    assert re.match(
+        r"kelr estimate: error: pass 'criteria': chain 0, rows \d+-\d+ of store ", lines[0]
+    ), lines[0]
     assert "killed the 2 worker processes" in lines[0] and "allowed-failures=1" in lines[0]
     assert not out.exists() and not list(tmp_path.glob(".out.zarr*"))
     record_property("seconds_to_outcome", round(elapsed, 1))  # including the CLI's start-up
