@@ -285,7 +285,7 @@ def _time_step(
             raise _error(source, variable, f"dt={from_attr:g} is not a positive finite number")
     if from_coord is None and from_attr is None:
         if given is not None:
-            return given
+            return float(given)
         raise _error(
             source,
             variable,

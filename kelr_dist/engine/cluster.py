@@ -165,10 +165,16 @@ def _scheduler_address(address: str | None) -> tuple[str, str] | None:
     return None
 
 
+def _usable_memory() -> float:
+    """Bytes the embedded workers may use together: ``MEMORY_FRACTION`` of the machine's
+    (dask's cgroup-aware figure)."""
+    return MEMORY_FRACTION * distributed.system.MEMORY_LIMIT
+
+
 def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
     """Bytes per worker: ``memory_limit`` ("300MiB", "2GB", bytes) or a share of the machine."""
     if memory_limit is None:
-        share = int(MEMORY_FRACTION * distributed.system.MEMORY_LIMIT / n_workers)
+        share = int(_usable_memory() / n_workers)
         if share < MIN_WORKER_MEMORY:
             raise ClusterError(
                 f"n_workers={n_workers} workers would get {share / 2**20:.0f} MiB each (a share "
@@ -201,7 +207,7 @@ def _parse_workers(n_workers: int | None, memory_limit: str | int | None = None)
     if n_workers is None:
         if memory_limit is not None:
             return dask.system.CPU_COUNT
-        fit = int(MEMORY_FRACTION * distributed.system.MEMORY_LIMIT // MIN_WORKER_MEMORY)
+        fit = int(_usable_memory() // MIN_WORKER_MEMORY)
         return max(1, min(dask.system.CPU_COUNT, fit))
     if not is_whole(n_workers, 1):
         raise ValueError(f"n_workers={n_workers!r} must be a positive integer")

@@ -401,8 +401,9 @@ def block_standard_error(partial: Partial, min_blocks: int = 32) -> BlockingResu
     on_plateau = np.take_along_axis(
         enough & (sizes * PLATEAU_BIAS > ratio**2), fallback[None], axis=0
     )[0]
-    converged = criterion.any(axis=0) | on_plateau
-    chosen = np.where(criterion.any(axis=0), np.argmax(criterion, axis=0), fallback)
+    met = criterion.any(axis=0)
+    converged = met | on_plateau
+    chosen = np.where(met, np.argmax(criterion, axis=0), fallback)
     stderr = np.take_along_axis(sigma, chosen[None], axis=0)[0]
     return BlockingResult(
         mean=mean,

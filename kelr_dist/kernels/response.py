@@ -91,6 +91,11 @@ class DensityScore:
         return score / self.density.scales, kept
 
 
+def function_reference(function: Any) -> str:
+    """``module:qualname`` of a user-supplied function, as messages and results name it."""
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+
+
 def call_user_function(kind: str, function: Callable[..., Any], x: np.ndarray) -> Any:
     """``function(x)`` for a user-supplied ``kind`` ("score function", "observable", "forcing"):
     whatever it raises becomes a :class:`ValueError` naming it and the block's shape (the CLI's
@@ -98,12 +103,9 @@ def call_user_function(kind: str, function: Callable[..., Any], x: np.ndarray) -
     try:
         return function(x)
     except Exception as err:
-        name = (
-            f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
-        )
         raise ValueError(
-            f"the {kind} {name} failed on a block of shape {x.shape} (rows of the trajectory, "
-            f"(n, d)): {type(err).__name__}: {err}"
+            f"the {kind} {function_reference(function)} failed on a block of shape {x.shape} "
+            f"(rows of the trajectory, (n, d)): {type(err).__name__}: {err}"
         ) from err
 
 

@@ -146,10 +146,9 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
         array = array[:, np.newaxis] if array.ndim == 1 else array
         dims = ("time", "component") if array.ndim == 2 else ("chain", "time", "component")
         # without dt the lags are counted in samples, and the result says so
-        attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {"dt": dt}
+        attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {}
         coords = {} if names is None else {"component": names}
         trajectory = xr.DataArray(array, dims=dims, coords=coords, attrs=attrs)
-        return as_trajectory(trajectory, variable)
     return as_trajectory(trajectory, variable, dt=dt)
 
 

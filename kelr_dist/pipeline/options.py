@@ -43,6 +43,7 @@ from kelr_dist.kernels.response import (
     Forcing,
     Observable,
     constant_forcing,
+    function_reference,
     identity_observable,
 )
 
@@ -347,7 +348,7 @@ def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool
     if value in built_ins:
         return FunctionSpec(value)
     if callable(value):
-        name = f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', value)}"
+        name = function_reference(value)
         if names_required:  # an observable's components are named before any pass
             raise _invalid(
                 f"a function ({name}) needs the names of its components: pass "
@@ -543,7 +544,7 @@ def _spec_name(spec: FunctionSpec | Observable | Forcing, built_in: str) -> str:
     function = spec.function
     if function is None:  # an Observable or Forcing object of the first built-in's kind
         return built_in
-    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+    return function_reference(function)
 
 
 class ClusterOptions(_Options):
