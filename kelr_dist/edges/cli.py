@@ -25,7 +25,7 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.data.models import MODEL_NAMES
-from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, schema_yaml
+from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, load_yaml, schema_yaml
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 from kelr_dist.pipeline.options import (
     ClusterOptions,
@@ -181,7 +181,7 @@ def _model_params(ctx: click.Context, param: click.Parameter, values: Sequence[s
         if not eq or not key.strip():
             raise click.BadParameter(f"expected key=value, got {item!r}", ctx, param)
         try:
-            params[key.strip()] = yaml.safe_load(text)
+            params[key.strip()] = load_yaml(text)
         except yaml.YAMLError:
             raise click.BadParameter(f"cannot read the value of {item!r}", ctx, param) from None
     return params
@@ -511,9 +511,7 @@ def _run_estimate(
         if client != SYNCHRONOUS:
             client.close()
         close_embedded_cluster()
-    write_result(ds, result, overwrite=overwrite)
-    if netcdf is not None:
-        write_result(ds, netcdf, overwrite=overwrite)
+    write_result(ds, result, overwrite=overwrite, also=[netcdf] if netcdf is not None else [])
     click.echo(headline(ds, str(result)))  # the whole table is 'kelr report's
     if figures is not None:
         for path in write_figures(ds, figures):

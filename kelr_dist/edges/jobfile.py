@@ -46,6 +46,7 @@ from kelr_dist.pipeline.options import (
     OptionsError,
     checked,
     error_lines,
+    shown,
 )
 
 #: section -> key -> field of the options models; a plain string is a top-level key
@@ -87,6 +88,34 @@ KEY_PATHS = {
 
 class JobError(ValueError):
     """A job file that breaks the schema (message: file, key path, problem)."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases (``*name``): a few hundred bytes of nested aliases
+    ("billion laughs") would expand to gigabytes before anything could be validated."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases (*{event.anchor}) are not allowed here; write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` read as YAML without aliases (:class:`_NoAliasLoader`); the work and memory
+    are then linear in the text's length.
+
+    Raises
+    ------
+    yaml.YAMLError
+        invalid YAML, or an alias.
+    """
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader
 
 
 def _field(name: str) -> tuple[Any, Any]:
@@ -159,7 +188,7 @@ def parse_job(document: Any, source: str | os.PathLike[str]) -> Job:
     source = Path(source).absolute()
     if not isinstance(document, Mapping):
         raise JobError(
-            f"{source.name}: expected a mapping of sections at the top level, got {document!r}"
+            f"{source.name}: expected a mapping of sections at the top level, got {shown(document)}"
         )
     # an empty section or top-level key (``basis:``) is an absent one
     given = {str(k): v for k, v in document.items() if v is not None}
@@ -202,7 +231,7 @@ def load_job(path: str | os.PathLike[str]) -> Job:
             f"{path.name}: cannot read the job file ({type(err).__name__}: {err})"
         ) from None
     try:
-        document = yaml.safe_load(text)
+        document = load_yaml(text)
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -58,6 +59,23 @@ Name = Callable[[str], str]
 
 class OptionsError(ValueError):
     """Options that break the model: one line ``<key>: <problem>`` per bad key, joined by ``;``."""
+
+
+#: how much of a bad value an error message quotes: nesting levels, items per container,
+#: characters per string and in all (a value can be a deeply nested YAML structure)
+SHOWN_LEVELS, SHOWN_ITEMS, SHOWN_CHARS = 3, 6, 120
+
+
+def shown(value: Any) -> str:
+    """A short repr of a bad value for an error message: at most ``SHOWN_LEVELS`` levels,
+    ``SHOWN_ITEMS`` items per level and ``SHOWN_CHARS`` characters, ``...`` where cut (the work
+    is bounded too: nothing beyond those limits is visited)."""
+    limits = reprlib.Repr()
+    limits.maxlevel = SHOWN_LEVELS
+    limits.maxtuple = limits.maxlist = limits.maxdict = limits.maxset = SHOWN_ITEMS
+    limits.maxstring = limits.maxother = limits.maxlong = SHOWN_CHARS
+    short = limits.repr(value)
+    return short if len(short) <= SHOWN_CHARS else short[: SHOWN_CHARS - 3] + "..."
 
 
 def _invalid(message: str) -> PydanticCustomError:
@@ -120,7 +138,7 @@ def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         number = whole_number(value, minimum)
         if number is None or (maximum is not None and number > maximum):
-            raise _invalid(f"expected {phrase}, got {value!r}")
+            raise _invalid(f"expected {phrase}, got {shown(value)}")
         return number
 
     return check
@@ -133,7 +151,7 @@ def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
     def check(value: Any) -> str:
         if value not in choices:
-            raise _invalid(f"expected one of {list(choices)}, got {value!r}")
+            raise _invalid(f"expected one of {list(choices)}, got {shown(value)}")
         return str(value)
 
     return check
@@ -141,13 +159,13 @@ def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
 
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool | np.bool_):
-        raise _invalid(f"expected true or false, got {value!r}")
+        raise _invalid(f"expected true or false, got {shown(value)}")
     return bool(value)
 
 
 def _string(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _invalid(f"expected a non-empty string, got {value!r}")
+        raise _invalid(f"expected a non-empty string, got {shown(value)}")
     return value.strip()
 
 
@@ -156,7 +174,7 @@ def _path(value: Any) -> str:
     them; ``open`` said only "embedded null byte")."""
     path = _string(value)
     if "\0" in path:
-        raise _invalid(f"a path cannot hold a NUL character, got {value!r}")
+        raise _invalid(f"a path cannot hold a NUL character, got {shown(value)}")
     return path
 
 
@@ -168,11 +186,12 @@ def _components(value: Any) -> tuple[str, ...] | None:
     items = [value.strip()] if isinstance(value, str) and "," not in value else _items(value)
     if not items or not all(isinstance(v, str) and v.strip() for v in items):
         raise _invalid(
-            f"expected component names, comma-separated like 'x1,x3' (or a list), got {value!r}"
+            "expected component names, comma-separated like 'x1,x3' (or a list), "
+            f"got {shown(value)}"
         )
     names = tuple(v.strip() for v in items)
     if len(set(names)) != len(names):
-        raise _invalid(f"expected distinct component names, got {value!r}")
+        raise _invalid(f"expected distinct component names, got {shown(value)}")
     return names
 
 
@@ -188,7 +207,7 @@ def _orders(value: Any, auto: bool) -> Order:
     elif (order := whole_number(value)) is not None:
         return order
     expected = "'auto' or a non-negative integer" if auto else "a non-negative integer"
-    raise _invalid(f"expected {expected} (or a list of them), got {value!r}")
+    raise _invalid(f"expected {expected} (or a list of them), got {shown(value)}")
 
 
 def _order(value: Any) -> Order:
@@ -204,7 +223,7 @@ def _degree(value: Any) -> str | int:
         return "auto"
     degree = whole_number(value, 1)
     if degree is None:
-        raise _invalid(f"expected 'auto' or an integer >= 1, got {value!r}")
+        raise _invalid(f"expected 'auto' or an integer >= 1, got {shown(value)}")
     return degree
 
 
@@ -213,7 +232,7 @@ def _max_time(value: Any) -> float | None:
         return None
     number = _number(value)
     if number is None or number < 0:
-        raise _invalid(f"expected a non-negative number (time units), got {value!r}")
+        raise _invalid(f"expected a non-negative number (time units), got {shown(value)}")
     return number
 
 
@@ -222,7 +241,7 @@ def _delta(value: Any) -> str | float:
         return str(value)
     number = _number(value)
     if number is None or number <= 0:
-        raise _invalid(f"expected 'auto', 'paper' or a positive number, got {value!r}")
+        raise _invalid(f"expected 'auto', 'paper' or a positive number, got {shown(value)}")
     return number
 
 
@@ -237,14 +256,18 @@ def _basis(value: Any) -> str | tuple[Any, ...]:
         return value.strip()
     if isinstance(value, Sequence) and not isinstance(value, str) and len(value):
         return tuple(value)
-    raise _invalid(f"expected a basis spec string like 'auto' or 'hermite,hermite', got {value!r}")
+    raise _invalid(
+        f"expected a basis spec string like 'auto' or 'hermite,hermite', got {shown(value)}"
+    )
 
 
 def _memory(value: Any) -> str | int | None:
     if value is None:
         return None
     if whole_number(value, 1) is None and not (isinstance(value, str) and value.strip()):
-        raise _invalid(f"expected a memory size like '2GiB' or a number of bytes, got {value!r}")
+        raise _invalid(
+            f"expected a memory size like '2GiB' or a number of bytes, got {shown(value)}"
+        )
     return value
 
 
@@ -252,10 +275,10 @@ def resolve_reference(reference: Any) -> Callable[..., Any]:
     """Import ``"package.module:function"`` (``function`` may be dotted) with importlib; the
     text is never evaluated. Raises ``ValueError`` naming what is wrong."""
     if not isinstance(reference, str) or reference.count(":") != 1:
-        raise ValueError(f"expected a reference 'package.module:function', got {reference!r}")
+        raise ValueError(f"expected a reference 'package.module:function', got {shown(reference)}")
     module_name, _, attribute = (part.strip() for part in reference.partition(":"))
     if not module_name or not attribute:
-        raise ValueError(f"expected a reference 'package.module:function', got {reference!r}")
+        raise ValueError(f"expected a reference 'package.module:function', got {shown(reference)}")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as err:
@@ -312,7 +335,7 @@ class FunctionSpec:
 def _reference(value: Any, names_required: bool) -> FunctionSpec:
     """``{function: "module:function", names: [...]}`` (``names`` for observables only)."""
     if not isinstance(value, Mapping):
-        raise _invalid(f"expected a name or a mapping with 'function', got {value!r}")
+        raise _invalid(f"expected a name or a mapping with 'function', got {shown(value)}")
     allowed = {"function", "names"} if names_required else {"function"}
     unknown = sorted(set(map(str, value)) - allowed)
     if unknown:
@@ -332,7 +355,7 @@ def _reference(value: Any, names_required: bool) -> FunctionSpec:
             or len(set(names)) != len(names)
         ):
             raise _invalid(
-                f"'names' must be a non-empty list of distinct component names, got {names!r}"
+                f"'names' must be a non-empty list of distinct component names, got {shown(names)}"
             )
         names = tuple(names)
     return FunctionSpec(str(value["function"]), function, names)
@@ -361,7 +384,9 @@ def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool
             f"{{function: {value!r}, names: [a1, a2, ...]}}"
         )
     if isinstance(value, str) and ":" not in value:
-        raise _invalid(f"expected one of {list(built_ins)} or a function reference, got {value!r}")
+        raise _invalid(
+            f"expected one of {list(built_ins)} or a function reference, got {shown(value)}"
+        )
     return _reference(value if isinstance(value, Mapping) else {"function": value}, names_required)
 
 
@@ -617,9 +642,9 @@ def error_lines(
             keys = allowed(loc[:-1])
             message = "unknown key" + (f"; allowed: {', '.join(keys)}" if keys else "")
         elif kind in ("model_type", "dict_type"):
-            message = f"expected a mapping of keys, got {error.get('input')!r}"
+            message = f"expected a mapping of keys, got {shown(error.get('input'))}"
         elif kind != "kelr_invalid":
-            message = f"{message}, got {error.get('input')!r}"
+            message = f"{message}, got {shown(error.get('input'))}"
         where = key(loc)
         lines.append(message if where is None else f"{where}: {message}")
     return "; ".join(lines)

@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from kelr_dist.data.atomic import write_dataset
+from kelr_dist.data.atomic import write_datasets
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.basis_spec import coordinates_from_spec
 from kelr_dist.kernels.density import KernelDensity
@@ -238,11 +238,33 @@ def check_output(
     os.unlink(probe)
 
 
-def write_result(ds: xr.Dataset, path: str | os.PathLike[str], overwrite: bool = False) -> None:
-    """Write a result atomically (:func:`kelr_dist.data.atomic.write_dataset`): to a temporary
-    sibling, flushed, then put in place in one step; ``*.nc`` gives netCDF, anything else a
-    zarr store. An interrupted or failed write (a full disk) leaves ``path`` as it was; an
-    output over the store the result was estimated from (``ds.attrs["store"]``) is refused."""
+def write_result(
+    ds: xr.Dataset,
+    path: str | os.PathLike[str],
+    overwrite: bool = False,
+    *,
+    also: Sequence[str | os.PathLike[str]] = (),
+) -> None:
+    """Write a result atomically (:func:`kelr_dist.data.atomic.write_datasets`) to ``path``
+    and every path in ``also``, all or nothing: each is written to a temporary sibling and
+    flushed, and only when every one succeeded are they put in place; ``*.nc`` gives netCDF,
+    anything else a zarr store. An interrupted or failed write (a full disk) leaves every path
+    as it was; an output over the store the result was estimated from (``ds.attrs["store"]``)
+    is refused.
+
+    Raises
+    ------
+    ValueError
+        an output that exists (without ``overwrite``), overlaps the input store or cannot be
+        created (:func:`check_output`).
+    kelr_dist.data.atomic.OutputExists
+        another writer created an output while this one wrote (a ``FileExistsError``); the
+        other writer's output is kept and nothing of this one is left.
+    OSError
+        a write failed (full disk, ...; the message names the path).
+    """
     store = ds.attrs.get("store")
-    check_output(path, overwrite, store if store and os.path.exists(str(store)) else None)
-    write_dataset(ds, path, overwrite)
+    targets = [path, *also]
+    for target in targets:
+        check_output(target, overwrite, store if store and os.path.exists(str(store)) else None)
+    write_datasets(ds, targets, overwrite)
