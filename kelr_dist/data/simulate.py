@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from kelr_dist import __version__
 from kelr_dist.data.atomic import new_directory, replacement
 from kelr_dist.data.models import Model, make_model
-from kelr_dist.data.store import open_trajectory, read_progress
+from kelr_dist.data.store import open_trajectory, parse_json_attr, read_progress
 from kelr_dist.data.writer import (
     create_store,
     mark_complete,
@@ -133,7 +133,7 @@ def _settings_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> list[s
     for key in _SETTINGS:
         have, want = stored.get(key), wanted[key]
         if key == "model_params":
-            have_p, want_p = json.loads(have or "{}"), json.loads(want)
+            have_p, want_p = parse_json_attr(have or "{}"), json.loads(want)
             for name in sorted(set(have_p) | set(want_p)):
                 if have_p.get(name) != want_p.get(name):
                     differences.append(

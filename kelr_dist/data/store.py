@@ -59,6 +59,16 @@ DT_RTOL = 1e-6
 # from 88
 MIN_SAMPLES = 1000
 MAX_COMPONENTS = 64
+# the client holds a task graph of a few tasks per block (one chain, one time chunk) of a
+# store and, on the embedded cluster, the scheduler's task states: the first pass over 1e5
+# blocks grew `kelr estimate` by 380 MB, about 4 KiB per block
+CLIENT_BYTES_PER_BLOCK = 4 * 2**10
+# share of the client machine's available memory the graph of one store may take
+CLIENT_MEMORY_SHARE = 0.25
+# nesting depth of a JSON attribute (model_params): deeper documents are refused, not parsed
+MAX_JSON_DEPTH = 32
+# longest attribute text `kelr info` shows as it is
+MAX_ATTR_CHARS = 2000
 PROVENANCE_ATTRS = ("model", "model_params", "seed", "burn_in", "kelr_dist_version")
 PROGRESS_GROUP = "_progress"
 PROGRESS_ARRAY = "record"
@@ -124,25 +134,209 @@ def open_trajectory(
         source = os.path.abspath(source)
         if not Path(source).exists():
             raise _error(source, variable, "the store does not exist")
+    _check_metadata(source, variable)
+    opening = {
+        "consolidated": False,
+        "decode_times": False,
+        "decode_timedelta": False,
+        "create_default_indexes": False,  # no index: the time coordinate is not loaded
+    }
     try:
-        ds = xr.open_zarr(
-            source,
-            chunks={},
-            consolidated=False,
-            decode_times=False,
-            decode_timedelta=False,
-            create_default_indexes=False,  # no index: the time coordinate is not loaded
-        )
+        ds = xr.open_zarr(source, chunks={}, **opening)
     except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
         raise _error(
             source, variable, f"not a readable zarr store ({type(exc).__name__}: {exc})"
         ) from None
     if ds.attrs.get("complete") is False:
         raise _error(source, variable, _incomplete_message(source, ds.attrs))
+    if variable in ds.data_vars:
+        ds = _reads_named(ds, source, variable, opening)
     if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
         decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
         ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
     return as_trajectory(ds, variable, source=source, dt=dt)
+
+
+# --------------------------------------------------------------------------------------------
+# the metadata against the data, and reads that name a damaged chunk
+# --------------------------------------------------------------------------------------------
+
+
+def _check_metadata(source: str, variable: str) -> None:
+    """Check the variable's metadata against the data before anything is sized from it.
+
+    A ``zarr.json`` (or ``.zarray``) can claim any shape: 1e12 samples in a store of a few
+    chunk files would make the client build a task graph without bound. So, from the metadata
+    and one listing of the variable's chunk files: the chunk files must reach the last chunk of
+    the grid along every axis (a store whose data end earlier has a damaged or hand-edited
+    shape); a generated store's ``n_samples`` and ``chains`` must be its shape; and the blocks
+    the client would hold (chains x time chunks, ``CLIENT_BYTES_PER_BLOCK`` each) must fit in
+    ``CLIENT_MEMORY_SHARE`` of the machine's available memory. Anything that does not open as
+    a zarr array is left to :func:`xarray.open_zarr` to name; an incomplete generated store
+    (whose chunks are still being written) to its own message.
+    """
+    try:
+        group = zarr.open_group(source, mode="r")
+        array = group[variable]
+    except Exception:  # not a store, no such variable: xarray.open_zarr says which
+        return
+    if not isinstance(array, zarr.Array) or group.attrs.get("complete") is False:
+        return
+    shape = tuple(int(n) for n in array.shape)
+    files = tuple(int(n) for n in (array.shards or array.chunks))
+    grid = tuple(-(-n // c) for n, c in zip(shape, files, strict=True))
+    names = _dimension_names(array)
+    reach = _chunk_files_reach(array, len(grid))
+    short = [a for a, (r, g) in enumerate(zip(reach, grid, strict=True)) if r < g]
+    if short and math.prod(shape):
+        axis = short[0]
+        found = (
+            "it has no chunk files"
+            if not any(reach)
+            else f"its chunk files end at chunk {reach[axis] - 1} along {names[axis]!r} "
+            f"(entry {min(reach[axis] * files[axis], shape[axis])})"
+        )
+        raise _error(
+            source,
+            variable,
+            f"the metadata says shape {shape} ({grid[axis]} chunks of {files[axis]} along "
+            f"{names[axis]!r}), but {found}: the metadata (zarr.json) does not match the data; "
+            "restore the store or correct its shape",
+        )
+    attrs = group.attrs
+    for key, dim in (("n_samples", "time"), ("chains", "chain")):
+        said = attrs.get(key)
+        if (
+            "model" in attrs
+            and dim in names
+            and isinstance(said, int)
+            and not isinstance(said, bool)
+        ):
+            if said != shape[names.index(dim)]:
+                raise _error(
+                    source,
+                    variable,
+                    f"the store's attribute {key}={said} disagrees with its shape {shape} "
+                    f"({dim!r}: {shape[names.index(dim)]}); the metadata is damaged",
+                )
+    chunks = tuple(int(n) for n in array.chunks)
+    blocks = math.prod(
+        -(-n // c) for n, c, dim in zip(shape, chunks, names, strict=True) if dim != "component"
+    )
+    budget = CLIENT_MEMORY_SHARE * _available_memory()
+    if blocks * CLIENT_BYTES_PER_BLOCK > budget:
+        raise _error(
+            source,
+            variable,
+            f"{blocks} blocks (chains x time chunks of {chunks}) would take the client about "
+            f"{_human_bytes(blocks * CLIENT_BYTES_PER_BLOCK)} of task graph, more than "
+            f"{_human_bytes(budget)} ({CLIENT_MEMORY_SHARE:.0%} of this machine's available "
+            "memory); rechunk the store into fewer, longer time chunks",
+        )
+
+
+def _dimension_names(array: zarr.Array) -> list[str]:
+    """The dims of a zarr array: zarr 3's ``dimension_names``, else xarray's
+    ``_ARRAY_DIMENSIONS`` attribute (zarr 2), else ``dim_0, dim_1, ...``."""
+    names = getattr(array.metadata, "dimension_names", None)
+    names = names or array.attrs.get("_ARRAY_DIMENSIONS")
+    if not isinstance(names, list | tuple) or len(names) != array.ndim:
+        names = [f"dim_{a}" for a in range(array.ndim)]
+    return [str(n) for n in names]
+
+
+def _chunk_files_reach(array: zarr.Array, ndim: int) -> tuple[int, ...]:
+    """One more than the largest chunk (or shard) index with a stored object, per axis (0
+    along every axis when nothing is stored), from one listing of the array's keys."""
+    from zarr.core.sync import sync
+
+    encoding = array.metadata.chunk_key_encoding
+    separator = getattr(encoding, "separator", "/")
+    prefix = f"{array.path}/" if array.path else ""
+    lead = "" if getattr(encoding, "name", "default") == "v2" else f"c{separator}"
+
+    async def keys() -> list[str]:
+        return [key async for key in array.store_path.store.list_prefix(prefix)]
+
+    reach = [0] * ndim
+    for key in sync(keys()):
+        relative = key[len(prefix) :]
+        if not relative.startswith(lead):
+            continue
+        parts = relative[len(lead) :].split(separator)
+        if len(parts) != ndim or not all(p.isdigit() for p in parts):
+            continue
+        reach = [max(r, int(p) + 1) for r, p in zip(reach, parts, strict=True)]
+    return tuple(reach)
+
+
+def _available_memory() -> int:
+    """Bytes of memory available on this machine (Linux: ``SC_AVPHYS_PAGES``; else the
+    physical memory)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return int(os.sysconf(name)) * int(page)
+        except (ValueError, OSError):
+            continue
+    return 2**40
+
+
+def _reads_named(
+    ds: xr.Dataset, source: str, variable: str, opening: Mapping[str, Any]
+) -> xr.Dataset:
+    """``ds`` with ``variable``'s dask array reading through :class:`_ChunkReader` (same chunks,
+    same decoding): a chunk that cannot be read or decoded (truncated, zero-length, garbage, a
+    checksum that does not match) is then a :class:`TrajectoryError` naming the store, the
+    chunk and its time range, wherever the read runs."""
+    import dask.array
+
+    lazy = xr.open_dataset(source, engine="zarr", chunks=None, cache=False, **opening)
+    stored = ds[variable]
+    reader = _ChunkReader(lazy[variable].variable, source, variable)
+    data = dask.array.from_array(
+        reader,
+        chunks=stored.data.chunks,
+        name=f"read-{stored.data.name}",
+        meta=np.empty((0,) * stored.ndim, dtype=stored.dtype),
+        asarray=False,
+        lock=False,
+    )
+    return ds.assign({variable: stored.copy(data=data)})
+
+
+class _ChunkReader:
+    """A stored variable (lazily indexed, not loaded) that dask reads region by region; a
+    region that fails to read is one :class:`TrajectoryError` line: store, variable, chain,
+    time range, the stored chunk and the reason."""
+
+    def __init__(self, data: xr.Variable, source: str, variable: str) -> None:
+        self.data, self.source, self.variable = data, source, variable
+        self.shape, self.dtype, self.ndim = data.shape, data.dtype, data.ndim
+        self.chunks = data.encoding.get("chunks") or data.shape
+
+    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
+        try:
+            return np.asarray(self.data[key].values)
+        except Exception as exc:  # whatever the codecs raise: truncated, garbage, checksum
+            raise _error(self.source, self.variable, self._where(key, exc)) from None
+
+    def _where(self, key: tuple[slice, ...], exc: Exception) -> str:
+        region = {
+            dim: (range(n)[k], chunk)
+            for dim, n, k, chunk in zip(self.data.dims, self.shape, key, self.chunks, strict=True)
+        }
+        parts = []
+        if "chain" in region:
+            parts.append(f"chain {region['chain'][0].start}")
+        if "time" in region:
+            rows, chunk = region["time"]
+            parts.append(f"time {rows.start}-{rows.stop - 1} (stored chunk {rows.start // chunk})")
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        return (
+            f"a damaged chunk at {', '.join(parts) or 'an unknown position'} cannot be read "
+            f"({reason}); restore the store from a copy or regenerate it"
+        )
 
 
 def as_trajectory(
@@ -518,6 +712,39 @@ def estimate_limits(n: int, d: int) -> list[str]:
     return problems
 
 
+def parse_json_attr(text: str, name: str = "attribute") -> Any:
+    """The JSON text of an attribute (``model_params``, an order) parsed, refusing documents
+    nested deeper than ``MAX_JSON_DEPTH`` before parsing them (Python's parser would recurse
+    out of its stack on a few thousand levels; the nesting is counted in one linear scan).
+
+    Raises
+    ------
+    ValueError
+        invalid JSON, or nested too deep (the message names ``name``).
+    """
+    depth = deepest = 0
+    quoted = escaped = False
+    for char in text:
+        if quoted:
+            escaped, quoted = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            quoted = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                raise ValueError(
+                    f"{name}: JSON nested deeper than {MAX_JSON_DEPTH} levels ({len(text)} "
+                    "characters), not read"
+                )
+        elif char in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"{name}: not valid JSON ({err})") from None
+
+
 def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     """A summary of a validated trajectory (from :func:`open_trajectory`) for ``kelr info``.
 
@@ -534,9 +761,10 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}
     if isinstance(origin.get("model_params"), str):
         try:
-            origin["model_params"] = json.loads(origin["model_params"])
-        except json.JSONDecodeError:
-            pass  # an arbitrary user attribute: shown as it is
+            origin["model_params"] = parse_json_attr(origin["model_params"], "model_params")
+        except ValueError as err:  # an arbitrary user attribute: shown as it is, or why not
+            text = origin["model_params"]
+            origin["model_params"] = str(err) if len(text) > MAX_ATTR_CHARS else text
     time_chunks = da.chunks[1] if da.chunks is not None else (da.sizes["time"],)
     n_blocks = (len(da.chunks[0]) if da.chunks is not None else 1) * len(time_chunks)
     return {

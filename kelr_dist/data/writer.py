@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 
 from kelr_dist.data.atomic import consolidated_metadata
 from kelr_dist.data.store import DIMS, PROGRESS_ARRAY, PROGRESS_GROUP
@@ -39,7 +39,9 @@ def create_store(
     """Create an empty, pre-sized generated store (metadata only; call from one process).
 
     Layout: ``variable`` ``(chain, time, component)`` of ``dtype`` (NaN until written),
-    chunks ``(1, chunk, d)``, Blosc-zstd compressed, not sharded, ``dt`` in its attributes;
+    chunks ``(1, chunk, d)``, Blosc-zstd compressed with a crc32c checksum of each chunk (zarr
+    3's ``crc32c`` codec: a damaged chunk file fails to decode instead of reading as other
+    numbers), not sharded, ``dt`` in its attributes;
     ``chain`` and ``component`` coordinates; ``attrs`` plus ``complete=False`` on the root
     group; and ``_progress/record``, ``(chains, progress_width)`` uint64 with one chunk per
     chain, zero until a chain records its progress; a record's first entry is the number of
@@ -55,7 +57,8 @@ def create_store(
         chunks=(1, chunk, len(components)),
         dtype=dtype,
         fill_value=np.nan,
-        compressors=BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"),
+        # the checksum covers the compressed bytes: any damage to a chunk file fails its read
+        compressors=(BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"), Crc32cCodec()),
         dimension_names=DIMS,
         attributes={"dt": dt},
     )

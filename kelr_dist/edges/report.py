@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -34,6 +33,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.kernels.response import relative_to_lag0
 
@@ -101,7 +101,7 @@ def chosen_order(ds: xr.Dataset) -> int | tuple[int, ...] | None:
     results of earlier versions), or None if absent."""
     value = ds.attrs.get("order")
     if isinstance(value, str):
-        value = json.loads(value)
+        value = parse_json_attr(value, "order")
     if value is None:
         return None
     if np.ndim(value) > 0:
@@ -677,7 +677,7 @@ def _true_density(ds: xr.Dataset, points: np.ndarray) -> np.ndarray | None:
 
     params = ds.attrs.get("model_params", "{}")
     try:
-        model = make_model(ds.attrs["model"], **json.loads(params))
+        model = make_model(ds.attrs["model"], **parse_json_attr(params, "model_params"))
         log_p = np.asarray(model.log_density(points), dtype=float)
     except (ValueError, TypeError):  # not a built-in model after all: no reference
         return None

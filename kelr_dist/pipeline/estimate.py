@@ -26,7 +26,6 @@ and rebuilds ``p_M`` from it).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -39,7 +38,12 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
-from kelr_dist.data.store import as_trajectory, estimate_limits, open_trajectory
+from kelr_dist.data.store import (
+    as_trajectory,
+    estimate_limits,
+    open_trajectory,
+    parse_json_attr,
+)
 from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.bases import TensorBasis
@@ -277,7 +281,8 @@ def _exact_score(
         )
     params = attrs.get("model_params", "{}")
     model = make_model(
-        attrs["model"], **(json.loads(params) if isinstance(params, str) else params)
+        attrs["model"],
+        **(parse_json_attr(params, "model_params") if isinstance(params, str) else params),
     )
     return model.score
 

@@ -14,6 +14,7 @@ import xarray as xr
 import zarr
 
 from kelr_dist.data.atomic import write_datasets
+from kelr_dist.data.store import parse_json_attr
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.basis_spec import coordinates_from_spec
 from kelr_dist.kernels.density import KernelDensity
@@ -147,7 +148,7 @@ def _order(value: Any) -> int | tuple[int, ...]:
     """An order attribute back as ``int`` or ``tuple`` (also from the JSON strings of results
     written by earlier versions)."""
     if isinstance(value, str):
-        value = json.loads(value)
+        value = parse_json_attr(value, "max_order")
     if np.ndim(value) == 0:
         return int(value)
     return tuple(int(v) for v in np.asarray(value).ravel())
