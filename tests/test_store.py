@@ -143,6 +143,9 @@ def _huge_single_chunk(path: Path) -> Path:
     lazy = dask.array.zeros((n, 2), chunks=(n, 2))
     ds = xr.Dataset({"x": (("time", "component"), lazy, {"dt": 1.0})})
     ds.to_zarr(path, compute=False, consolidated=False)  # metadata only
+    chunk = path / "x" / "c" / "0" / "0"  # and its one chunk file, never read: the layout is
+    chunk.parent.mkdir(parents=True)  # refused first (a store without chunk files would be
+    chunk.write_bytes(b"")  # refused as one whose metadata does not match its data)
     return path
 
 

@@ -348,7 +348,9 @@ def write_datasets(
 
 def _write_one(ds: Any, tmp: Path, target: Path) -> None:
     """``ds`` written and flushed to ``tmp`` (netCDF when ``target`` ends in ``.nc``, else zarr);
-    an ``OSError`` that names no file, or the temporary one, names ``target`` instead."""
+    an ``OSError`` that names no file, or the temporary one, names ``target`` instead, and so
+    does the netCDF library's own error (a ``RuntimeError`` ``"NetCDF: ..."`` without an
+    errno, e.g. for a full disk), raised as an ``OSError`` (EIO)."""
     try:
         if target.suffix == ".nc":
             ds.to_netcdf(tmp)
@@ -361,3 +363,11 @@ def _write_one(ds: Any, tmp: Path, target: Path) -> None:
         if unnamed and err.errno is not None:
             raise type(err)(err.errno, f"{err.strerror} (writing {target})") from err
         raise
+    except RuntimeError as err:
+        if not str(err).startswith("NetCDF:"):
+            raise
+        raise OSError(
+            errno.EIO,
+            f"the netCDF library failed ({err}): a full disk, a file-size limit or an I/O "
+            f"error (writing {target})",
+        ) from err

@@ -712,6 +712,18 @@ def estimate_limits(n: int, d: int) -> list[str]:
     return problems
 
 
+def checksums(path: str, variable: str) -> str | None:
+    """The checksum codec of the zarr store ``path``'s ``variable`` (``"crc32c"``), or None
+    when its chunks carry none (or it is not a local zarr array)."""
+    try:
+        codecs = zarr.open_array(path, path=variable, mode="r").metadata.codecs
+    except Exception:  # no zarr 3 array: no checksums this package can name
+        return None
+    codecs = [*codecs, *(c for codec in codecs for c in getattr(codec, "codecs", ()))]
+    names = [str(codec.to_dict().get("name", "")) for codec in codecs]  # and inside a shard
+    return "crc32c" if "crc32c" in names else None
+
+
 def parse_json_attr(text: str, name: str = "attribute") -> Any:
     """The JSON text of an attribute (``model_params``, an order) parsed, refusing documents
     nested deeper than ``MAX_JSON_DEPTH`` before parsing them (Python's parser would recurse

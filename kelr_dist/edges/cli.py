@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -199,7 +200,15 @@ def _progress(quiet: bool) -> bool | None:
 
 @click.group(cls=KelrGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kelr")
-def main() -> None:
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Show Dask's own tracebacks (a lost scheduler, a failing connection) besides the "
+    "one-line error.",
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """Kernel-embedding linear response (kelr) from long equilibrium trajectories.
 
     \b
@@ -211,6 +220,7 @@ def main() -> None:
 
     Exit codes: 0 success, 2 usage or input error (one line on stderr).
     """
+    ctx.obj = {"verbose": verbose}
 
 
 @main.command()
@@ -301,8 +311,24 @@ def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet
 
     if scheduler == SYNCHRONOUS:
         return SYNCHRONOUS
+    context = click.get_current_context(silent=True)
+    if not (context is not None and (context.find_root().obj or {}).get("verbose")):
+        _without_tracebacks(logging.getLogger("distributed"))
     check_address(scheduler, listening=True)
     return get_client(scheduler, n_workers=workers, memory_limit=memory_limit, quiet=quiet)
+
+
+def _no_traceback(record: logging.LogRecord) -> bool:
+    return record.exc_info is None and record.exc_text is None
+
+
+def _without_tracebacks(logger: logging.Logger) -> None:
+    """Drop the log records that carry a traceback from ``logger``'s handlers (Dask's client
+    logs one when it loses its scheduler; the command's own error line says what happened, and
+    ``kelr --verbose`` keeps them)."""
+    for handler in logger.handlers:
+        if _no_traceback not in handler.filters:
+            handler.addFilter(_no_traceback)
 
 
 def _describe(trajectory: Any) -> dict[str, Any]:
@@ -364,18 +390,21 @@ def _format_info(summary: dict[str, Any]) -> str:
 @click.option(
     "--scan",
     is_flag=True,
-    help="Also read the data, block by block, and report non-finite values (NaN, ±inf): how "
-    "many per component and the first positions (chain, time index, component). Exit code 1 "
-    "when there are any.",
+    help="Also read the data, block by block, verifying the chunks' checksums where the store "
+    "has them, and report non-finite values (NaN, ±inf): how many per component and the first "
+    "positions (chain, time index, component). Exit code 1 when there are any, 2 for a chunk "
+    "that cannot be read or decoded (named with its chain and time range).",
 )
 def info(store: str, variable: str, as_json: bool, scan: bool) -> int:
     """Validate the trajectory STORE and print its summary.
 
     Shows dims, length, dt, chunking, size and where the data came from, from the metadata
     alone; a store that breaks the trajectory contract is reported with what is wrong (exit
-    code 2). With --scan the data are read too (one block at a time, in this process) and
-    non-finite values are reported with their positions: exit code 1 when any are found,
-    0 when the data are finite. A result of 'kelr estimate' is named as such, with the
+    code 2). With --scan the data are read too (one block at a time, in this process; crc32c
+    checksums verified where the store has them) and non-finite values are reported with
+    their positions: exit code 1 when any are found, 0 when the data are finite; a damaged
+    chunk (it cannot be decoded, or its checksum does not match) is named with its chain and
+    time range, exit code 2. A result of 'kelr estimate' is named as such, with the
     command that reads it ('kelr report').
 
     \b
@@ -425,12 +454,14 @@ def _result_info(store: str, attrs: dict[str, Any], as_json: bool) -> str:
 def _scan(trajectory: Any) -> dict[str, Any]:
     """Non-finite values of ``trajectory`` (:mod:`kelr_dist.kernels.scan` on the engine, in
     this process, one block at a time) as a JSON-ready dict."""
+    from kelr_dist.data.store import checksums
     from kelr_dist.engine.passes import run_reduction
     from kelr_dist.kernels.scan import nonfinite_reduction
 
     result = run_reduction(trajectory, nonfinite_reduction(), SYNCHRONOUS, progress=None)
     names = [str(c) for c in trajectory["component"].values]
     return {
+        "checksums": checksums(trajectory.attrs["store"], str(trajectory.name)),
         "count": result.count,
         "by_component": dict(zip(names, map(int, result.by_component), strict=True)),
         "first": [
@@ -442,15 +473,19 @@ def _scan(trajectory: Any) -> dict[str, Any]:
 
 def _format_scan(found: dict[str, Any]) -> str:
     """The ``kelr info --scan`` lines."""
+    verified = f"{found['checksums']} checksums verified, " if found["checksums"] else ""
     if not found["count"]:
-        return f"{'scan':<12}  all values finite"
+        return f"{'scan':<12}  {verified}all values finite"
     counts = ", ".join(f"{name} {n}" for name, n in found["by_component"].items())
     first = "; ".join(
         f"chain {p['chain']}, time {p['time']}, {p['component']} = {p['value']}"
         for p in found["first"]
     )
     shown = f"first {len(found['first'])}" if found["count"] > len(found["first"]) else "at"
-    return f"{'scan':<12}  {found['count']} non-finite values ({counts})\n{shown:<12}  {first}"
+    return (
+        f"{'scan':<12}  {verified}{found['count']} non-finite values ({counts})\n"
+        f"{shown:<12}  {first}"
+    )
 
 
 def _check_outputs(
