@@ -331,9 +331,10 @@ def write_datasets(
             staged.append((tmp, target))
             _write_one(ds, tmp, target)
         # new paths first: a lost race is the only failure left, and it is undone
-        staged.sort(key=lambda pair: pair[1].exists())
+        replaced = {t for _, t in staged if overwrite and (t.exists() or t.is_symlink())}
+        staged.sort(key=lambda pair: pair[1] in replaced)
         for tmp, target in staged:
-            if target.exists() or target.is_symlink():
+            if target in replaced:
                 replace_atomically(tmp, target)
             else:
                 create_atomically(tmp, target)
