@@ -318,17 +318,19 @@ def _client(scheduler: str | None, workers: int | None, memory_limit: Any, quiet
     return get_client(scheduler, n_workers=workers, memory_limit=memory_limit, quiet=quiet)
 
 
-def _no_traceback(record: logging.LogRecord) -> bool:
-    return record.exc_info is None and record.exc_text is None
+def _quiet_client(record: logging.LogRecord) -> bool:
+    """Whether a Dask log record is shown without ``--verbose``: not one with a traceback, not
+    one of the client's own (its lost connection: the command's error line says it)."""
+    traceback = record.exc_info is not None or record.exc_text is not None
+    return not traceback and not record.name.startswith("distributed.client")
 
 
 def _without_tracebacks(logger: logging.Logger) -> None:
-    """Drop the log records that carry a traceback from ``logger``'s handlers (Dask's client
-    logs one when it loses its scheduler; the command's own error line says what happened, and
-    ``kelr --verbose`` keeps them)."""
+    """Filter ``logger``'s handlers with :func:`_quiet_client` (Dask's client logs a traceback
+    and a line of its own when it loses its scheduler; ``kelr --verbose`` keeps them)."""
     for handler in logger.handlers:
-        if _no_traceback not in handler.filters:
-            handler.addFilter(_no_traceback)
+        if _quiet_client not in handler.filters:
+            handler.addFilter(_quiet_client)
 
 
 def _describe(trajectory: Any) -> dict[str, Any]:
