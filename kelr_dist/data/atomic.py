@@ -43,6 +43,7 @@ __all__ = [
     "consolidated_metadata",
     "create_atomically",
     "new_directory",
+    "remove_stale",
     "replacement",
     "replace_atomically",
     "write_dataset",
@@ -77,7 +78,7 @@ def _writer_gone(owner: str) -> bool:
     except ProcessLookupError:
         return True
     except OSError:  # alive, another user's
-        return False
+        pass
     return False
 
 
