@@ -600,6 +600,7 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
         check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
 
 
+@pytest.mark.slow
 def test_a_netcdf_file_is_read_through_the_xarray_object(
     tmp_path: Path, stores: dict[str, Path], process_client: Client
 ) -> None:
