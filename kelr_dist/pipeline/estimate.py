@@ -377,9 +377,11 @@ def estimate_response(
 
     Parameters
     ----------
-    trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout, or a
-        numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1, in
-        ``time_units = "steps"``).
+    trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout (one
+        opened from a netCDF or other non-zarr file is read through the object), or a numpy
+        array ``(n, d)`` / ``(chains, n, d)`` or pandas DataFrame (sample interval ``dt``,
+        default 1 in ``time_units = "steps"``, when ``max_time`` is not given). Unnamed
+        components are ``x1, x2, ...`` by every route.
     variable : the trajectory variable of a store/Dataset.
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).
