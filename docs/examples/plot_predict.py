@@ -36,8 +36,9 @@ if __name__ == "__main__":
     model = kelr_dist.make_model("ou")
     drift = model.gamma
     t = ds.time.values
-    exact = np.array([0.1 * (np.linalg.solve(drift, np.eye(2) - expm(-drift * s)))[:, 0]
-                      for s in t])
+    exact = np.array(
+        [0.1 * (np.linalg.solve(drift, np.eye(2) - expm(-drift * s)))[:, 0] for s in t]
+    )
     fig, ax = plt.subplots(figsize=(7, 4))
     for c, name in enumerate(change.i.values):
         m, se = change.sel(i=name), change.stderr.sel(i=name)

@@ -35,8 +35,9 @@ if __name__ == "__main__":
     for (i, j), ax in zip([(0, 0), (0, 1), (1, 0), (1, 1)], axes.flat, strict=True):
         k = ds.response.isel(i=i, j=j)
         se = ds.response_stderr.isel(i=i, j=j)
-        ax.fill_between(ds.time, k - 2 * se, k + 2 * se, color="C0", alpha=0.3, lw=0,
-                        label="±2 standard errors")
+        ax.fill_between(
+            ds.time, k - 2 * se, k + 2 * se, color="C0", alpha=0.3, lw=0, label="±2 standard errors"
+        )
         ax.plot(ds.time, k, color="C0", label=f"estimate ({ds.attrs['estimator']})")
         ax.plot(ds.time, ds.response_exact.isel(i=i, j=j), "k--", label="exact FDT")
         ax.set_title(f"$k_{{{i + 1}{j + 1}}}(t)$")
@@ -50,5 +51,7 @@ if __name__ == "__main__":
 # The error against the exact response, beside the largest standard error.
 if __name__ == "__main__":
     error = abs(ds.response - ds.response_exact).max().item()
-    print(f"max |k - k_exact| = {error:.3f}, largest standard error "
-          f"{ds.response_stderr.max().item():.3f}")
+    print(
+        f"max |k - k_exact| = {error:.3f}, largest standard error "
+        f"{ds.response_stderr.max().item():.3f}"
+    )
