@@ -313,6 +313,7 @@ def test_store_kept_in_memory_is_read_once_with_the_same_result(
     assert keep_in_memory(data, "synchronous") == (data, False)
 
 
+@pytest.mark.slow
 def test_killed_worker_gives_identical_result(tmp_path, process_client: Client) -> None:
     x = make_trajectory(np.random.default_rng(9), chains=2, n=3000)
     data = write_zarr(tmp_path / "t.zarr", x, time_chunk=50)  # 120 blocks, 20 ms each
@@ -472,6 +473,7 @@ def failing_kernel_at_10(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
     return {"count": len(x)}
 
 
+@pytest.mark.slow
 def test_numpy_input_is_not_in_the_graph(thread_client: Client) -> None:
     """1e7 rows (160 MB) of numpy input: scattered once, every pass's graph holds keys only."""
     from kelr_dist.data.store import as_trajectory

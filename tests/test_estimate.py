@@ -528,7 +528,7 @@ def test_one_dimensional_arrays_and_lists_are_trajectories() -> None:
     x = np.random.default_rng(1).standard_normal((2_000, 2))
     options = {"client": "synchronous", "max_order": 4, "max_lag": 3, "dt": 0.1}
     one = estimate_response(x[:, 0], **options)
-    assert one.response.shape == (4, 1, 1) and one.i.values.tolist() == ["x0"]
+    assert one.response.shape == (4, 1, 1) and one.i.values.tolist() == ["x1"]
     from_list = estimate_response(x.tolist(), **options)
     xr.testing.assert_allclose(from_list.response, estimate_response(x, **options).response)
     with pytest.raises(ValueError, match=r"shape \(2, 2, 2, 2\) .* expected \(time,\) for one"):
@@ -600,9 +600,61 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
         check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
 
 
+@pytest.mark.slow
+def test_a_netcdf_file_is_read_through_the_xarray_object(
+    tmp_path: Path, stores: dict[str, Path], process_client: Client
+) -> None:
+    """A trajectory opened from a netCDF file by xarray, lazily and after ``.load()``, is
+    estimated on the embedded cluster through the object itself (its samples scattered once),
+    never reopened as a zarr store from its path: the response of the zarr store it came from."""
+    path = tmp_path / "traj.nc"
+    dt = open_trajectory(stores["base"]).attrs["dt"]
+    with xr.open_zarr(stores["base"], consolidated=False) as ds:
+        ds.drop_attrs().assign_attrs(dt=dt).to_netcdf(path)
+    want = estimate_response(stores["base"], client=process_client, **SMALL)
+    with xr.open_dataset(path) as ds:
+        lazy = estimate_response(ds, client=None, **SMALL)
+        loaded = estimate_response(ds.load(), client=None, **SMALL)
+    for got in (lazy, loaded):
+        np.testing.assert_allclose(got.response, want.response, rtol=1e-10, atol=1e-13)
+        assert got.attrs["store"] == f"{path} (read through the xarray object)"
+
+
+def test_max_time_for_an_array_without_dt_is_refused() -> None:
+    """An array has no sample interval of its own: ``max_time`` without ``dt`` would count
+    samples (5 steps for max_time=5) and is refused in one line; with ``dt`` it is time."""
+    x = np.random.default_rng(2).standard_normal((2_000, 2))
+    message = r"^max_time=5 given for an array without dt: .* give dt= .* or max_lag \(in"
+    with pytest.raises(ValueError, match=message):
+        estimate_response(x, client="synchronous", max_order=4, max_time=5)
+    ds = estimate_response(x, client="synchronous", max_order=4, max_time=0.5, dt=0.1)
+    assert ds.sizes["lag"] == 6
+
+
+def test_one_naming_rule_for_components_by_every_route(tmp_path: Path) -> None:
+    """A simulated store's components (x1, x2) and the same samples given as an array, a
+    DataFrame with default columns or an unnamed DataArray carry the same names, so responses
+    of the same data by two routes align."""
+    import pandas as pd
+
+    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.options import EstimateOptions
+
+    path = tmp_path / "tw.zarr"
+    simulate("triple-well", path, 2_000, seed=1, progress=False)
+    options = EstimateOptions()
+    store = check_inputs(path, options).trajectory
+    values = store.values[0]
+    routes = [values, pd.DataFrame(values), xr.DataArray(values, dims=("time", "component"))]
+    for data in routes:
+        names = check_inputs(data, options, dt=0.1).trajectory["component"].values.tolist()
+        assert names == store["component"].values.tolist() == ["x1", "x2"]
+
+
 def test_pandas_columns_name_the_components() -> None:
     """A DataFrame's columns (a named Series' name) are the component names, as a store's
-    component coordinate is; plain arrays get x0, x1, ..."""
+    component coordinate is; plain arrays and default columns get x1, x2, ... as unnamed
+    components of a store do"""
     import pandas as pd
 
     from kelr_dist.pipeline.estimate import check_inputs
@@ -616,7 +668,10 @@ def test_pandas_columns_name_the_components() -> None:
 
     assert names(pd.DataFrame(x, columns=["u", "v"])) == ["u", "v"]
     assert names(pd.Series(x[:, 0], name="temperature")) == ["temperature"]
-    assert names(x) == ["x0", "x1"]
+    assert names(x) == ["x1", "x2"]
+    assert names(pd.DataFrame(x)) == ["x1", "x2"]
+    unnamed = xr.DataArray(x, dims=("time", "component"), attrs={"dt": 0.1})
+    assert names(unnamed) == names(x)
     with pytest.raises(ValueError, match=r"component names \['u', 'u'\] are not unique"):
         names(pd.DataFrame(x, columns=["u", "u"]))
 
@@ -701,7 +756,8 @@ def test_unwritable_outputs_are_refused_before_any_work(tmp_path: Path) -> None:
 def test_non_finite_samples_are_rejected() -> None:
     x = np.random.default_rng(0).standard_normal((1_000, 2))
     x[700, 1] = np.nan
-    with pytest.raises(ValueError, match="'<in-memory>', component 'x1': 1 non-finite samples"):
+    message = "'<in-memory>', component 'x2': the earliest non-finite sample"
+    with pytest.raises(ValueError, match=message):
         estimate_response(x, client="synchronous", max_order=4, max_lag=5)
     x[700, 1] = np.inf
     with pytest.raises(ValueError, match="non-finite"):
@@ -713,8 +769,8 @@ def test_non_finite_samples_are_rejected() -> None:
     [
         (
             np.nan,
-            r"component 'v': 1 non-finite samples \(NaN or inf\); the first is at chain 0, "
-            r"time index 700",
+            r"component 'v': the earliest non-finite sample \(NaN or inf\) is at chain 0, "
+            r"time index 700; 1 in all, all in this component \(`kelr info --scan` lists them\)",
         ),
         (1e300, r"component 'v': values too large \(max \|x\| = 1e\+300;"),
         (None, r"component 'v': constant \(every sample is 2\.5\): .* leave it out \(components="),

@@ -40,6 +40,7 @@ def systems(tmp_path_factory) -> dict[str, object]:
     ("system", "expected", "tolerance"),
     [("curved-wells", "score-matching", 0.05), ("triple-well", "kernel-embedding", 0.06)],
 )
+@pytest.mark.slow
 def test_the_held_out_choice_picks_the_estimator_the_system_needs(
     systems, system, expected, tolerance
 ):
@@ -67,6 +68,7 @@ def test_the_held_out_choice_picks_the_estimator_the_system_needs(
     assert error(ds, "response_gaussian") > 3 * error(ds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("system", "warns"), [("curved-wells", True), ("triple-well", False)])
 def test_a_poor_kernel_embedding_warns_by_its_uncorrected_stein_residual(systems, system, warns):
     """For A = x and a constant forcing the affine correction makes the lag-0 residual 0 by

@@ -158,6 +158,7 @@ def fault(client: Client) -> Iterator[callable]:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pass_name", PASSES)
 def test_worker_killed_in_a_pass_gives_the_same_result(
     pass_name, store, client, reference, fault, tmp_path, record_property
@@ -171,6 +172,7 @@ def test_worker_killed_in_a_pass_gives_the_same_result(
     assert_same_result(result, reference)
 
 
+@pytest.mark.slow
 def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
     store, client, reference, fault, tmp_path, record_property
 ) -> None:
@@ -198,6 +200,7 @@ def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
     record_property("seconds_to_outcome", round(elapsed, 1))  # including the CLI's start-up
 
 
+@pytest.mark.slow
 def test_workers_dying_for_memory_fail_the_pass_instead_of_hanging(tmp_path, monkeypatch):
     """An embedded worker at the floor's limit is killed by its nanny for memory in the first
     pass (its kernels peak at ~310 MiB); dask blamed no task, left the loads waiting for the
@@ -234,6 +237,7 @@ def test_workers_dying_for_memory_fail_the_pass_instead_of_hanging(tmp_path, mon
         cluster.close_embedded_cluster()
 
 
+@pytest.mark.slow
 def test_a_cluster_of_ones_own_without_workers_yet_is_waited_for(tmp_path, monkeypatch):
     """An external scheduler that has had no worker yet (an adaptive or batch-queue cluster
     starts from none) is waited for past NO_WORKERS_TIMEOUT, as dask does: the estimate ends
@@ -302,6 +306,7 @@ def stop(processes: list[subprocess.Popen]) -> None:
         process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_scheduler_killed_mid_job_raises_within_60_s(store, tmp_path, record_property) -> None:
     address = f"tcp://127.0.0.1:{free_port()}"
     port = address.rsplit(":", 1)[1]

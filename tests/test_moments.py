@@ -131,9 +131,20 @@ def test_nonfinite_samples_are_reported_with_first_position():
     x[1, 17, 2] = np.nan
     x[1, 40, 2] = np.inf
     x[1, 90, 2] = -np.inf
-    with pytest.raises(
-        mom.CoordinateError, match=r"coordinate 2: 3 non-finite .* chain 1, time index 17"
-    ):
+    message = r"coordinate 2: the earliest non-finite .* chain 1, time index 17; 3 in all, all in"
+    with pytest.raises(mom.CoordinateError, match=message):
+        _moments(x, [30, 30, 40])
+
+
+def test_the_earliest_nonfinite_sample_over_all_components_is_named():
+    """A later NaN in the first component does not hide an earlier one in another: the message
+    names the earliest (chain, time) over every component, and the count over all."""
+    x = _skewed_sample(200, 5).reshape(2, 100, 3)
+    x[1, 80, 0] = np.nan
+    x[0, 60, 2] = np.nan
+    x[1, 5, 1] = np.inf
+    message = r"coordinate 2: the earliest .* chain 0, time index 60; 3 in all, in 3 components"
+    with pytest.raises(mom.CoordinateError, match=message):
         _moments(x, [30, 30, 40])
 
 

@@ -1,4 +1,4 @@
-"""The one options model: the README's job-file schema and the ``--help`` of ``kelr estimate``
+"""The one options model: the documented job-file schema and the ``--help`` of ``kelr estimate``
 and ``kelr run`` agree with it, every field has one key in a job file, the module is pure, and
 ``kelr estimate --score package.module:function`` gives the exact-FDT reference."""
 
@@ -17,16 +17,16 @@ from kelr_dist.edges.cli import cli_name, main
 from kelr_dist.edges.jobfile import KEY_PATHS, LAYOUT, schema_yaml
 from kelr_dist.pipeline.options import FIELDS, ClusterOptions, EstimateOptions
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CLI_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "cli.md"
 
 
-def test_readme_job_schema_is_the_models():
-    text = README.read_text()
-    section = text[text.index("### Job files") :]
+def test_documented_job_schema_is_the_models():
+    text = CLI_GUIDE.read_text()
+    section = text[text.index("## Job files") :]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert block is not None
     assert block.group(1) == schema_yaml(), (
-        "README's job-file schema is out of date: replace it by the output of "
+        "docs/guide/cli.md's job-file schema is out of date: replace it by the output of "
         "'python -m kelr_dist.edges.jobfile'"
     )
 

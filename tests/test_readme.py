@@ -1,4 +1,6 @@
-"""The README runs: every code block a reader runs, in the order a reader meets it, verbatim.
+"""The README runs: every code block a reader runs, in the order a reader meets it, verbatim;
+it is a front page of at most 400 lines with the sections a newcomer needs, its commands are the
+ones CI runs, and nothing users read speaks of how the package was developed.
 
 Bash blocks (``kelr ...``, ``python ...``) and Python blocks are extracted from README.md and run
 in one fresh folder with the installed package, real files, no mocks: each Python block is saved
@@ -17,7 +19,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MAX_LINES = 400
+#: the front page's sections, in order
+SECTIONS = [
+    "Set-up", "Python quickstart", "Post-analysis with xarray", "Inputs",
+    "Command line and job files", "Running on a cluster", "Reading the report", "Accuracy",
+    "Speed", "Documentation",
+]  # fmt: skip
+#: how a development diary reads: issue numbers, numbered work periods, blocked targets
+DIARY = re.compile(r"\bissues? #?\d+|\bsessions?\b|\bwork periods?\b|\bblocked\b", re.IGNORECASE)
 NOT_RUN = "<!-- not-run -->"
 TIMEOUT = 600
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -46,6 +60,7 @@ def test_the_readme_blocks_are_found():
     assert any("kelr report" in code for _, code in blocks)
 
 
+@pytest.mark.slow
 def test_the_readme_runs_in_order(tmp_path):
     env = {
         **os.environ,
@@ -72,3 +87,59 @@ def test_the_readme_runs_in_order(tmp_path):
         for noise in ("UnstableSpecificationWarning", "consolidated metadata"):
             assert noise not in run.stderr, f"{where}stderr:\n{run.stderr}"
     assert (tmp_path / "runs" / "quick-response.zarr").is_dir()
+
+
+def test_the_readme_is_a_front_page():
+    """At most 400 lines, its sections in order, one accuracy and one speed table each with the
+    command that regenerates it, and links to the documentation."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= MAX_LINES
+    headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    assert [h for h in headings if h in SECTIONS] == SECTIONS
+    for section, command in (
+        ("Accuracy", "python scripts/accuracy_suite.py"),
+        ("Speed", "python scripts/bench_pipeline.py --only speed"),
+    ):
+        body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+        assert command in " ".join(body.split()), section
+        assert body.count("\n|---") == 1, f"{section}: one table"
+    for page in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (ROOT / page).exists(), page
+
+
+def test_the_readme_commands_are_the_ones_ci_runs():
+    """The set-up's test command and the documentation build command are what .ci/run runs."""
+    text = README.read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    setup = [code for language, code in _FENCE.findall(text) if language == "bash"]
+    tests = next(c for c in setup if "pytest" in c and "pip install" in c)
+    assert tests.split("&& ", 2)[2].strip() in ci  # pip install -e ".[test]" && ruff ... pytest
+    docs = next(c for c in setup if "sphinx-build" in c)
+    assert docs.strip() in ci
+
+
+def _user_texts() -> dict[str, str]:
+    """What users read: the README, the documentation's pages and examples, the package's
+    docstrings and messages, and the scripts' --help (their module docstrings and arguments)."""
+    texts = {"README.md": README.read_text()}
+    for path in (ROOT / "docs").rglob("*"):
+        parts = path.relative_to(ROOT / "docs").parts
+        if parts[0] in ("_build", "auto_examples") or path.suffix not in (".md", ".py", ".txt"):
+            continue
+        texts[str(path.relative_to(ROOT))] = path.read_text()
+    for folder in ("kelr_dist", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            texts[str(path.relative_to(ROOT))] = path.read_text()
+    return texts
+
+
+def test_nothing_users_read_is_a_development_diary():
+    """No issue numbers, numbered work periods or blocked targets in the README, the docs (the
+    changelog is where history goes), the package or the scripts."""
+    found = [
+        f"{name}:{text[: m.start()].count(chr(10)) + 1}: {m.group(0)!r}"
+        for name, text in _user_texts().items()
+        for m in DIARY.finditer(text)
+    ]
+    assert not found, "development diary in what users read:\n" + "\n".join(found)
+    assert DIARY.search("issue 10 is marked blocked") and DIARY.search("in the ninth session")

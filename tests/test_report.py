@@ -137,6 +137,67 @@ def test_density_figure_compares_with_the_true_density(ou_result):
     assert "true p_eq" not in titles and "estimated p_M" in titles
 
 
+def _panels(fig) -> list:
+    """The visible axes of a figure that are plots (not colour bars)."""
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+
+
+def test_no_density_panel_is_empty_and_the_density_is_named(ou_result):
+    """Every panel of density.png draws something; the title says which density it is and,
+    when the response used score matching, that it is not that estimator's."""
+    ds = open_result(ou_result / "result.zarr")
+    for data in (ds, ds.assign_attrs(model="none")):
+        fig = plot_density(data)
+        for ax in _panels(fig):
+            assert ax.get_lines() or ax.collections, ax.get_title()
+        assert "the kernel embedding's p_M" in fig.get_suptitle()
+    used = plot_density(ds.assign_attrs(estimator="score-matching")).get_suptitle()
+    assert "the response used score matching, whose score is not the gradient" in used
+
+
+def test_selection_puts_order_and_degree_on_their_own_axes_and_clips_nothing(ou_result):
+    """Order M and degree q have one axis each; every candidate's loss and error bar lies
+    inside the loss axis, also when an unstable degree's loss is far above the best."""
+    from kelr_dist.edges.report import plot_selection
+
+    ds = open_result(ou_result / "result.zarr")
+    degrees = ds["candidate_order"].values
+    sm = ds["candidate_estimator"].values == "score-matching"
+    loss = ds["candidate_loss"].values.copy()
+    loss[sm & (degrees == degrees[sm].max())] = 5e3  # an unstable highest degree
+    for data in (ds, ds.assign(candidate_loss=("candidate", loss))):
+        fig = plot_selection(data)
+        axes = _panels(fig)
+        assert [ax.get_title() for ax in axes] == ["kernel embedding", "score matching"]
+        assert axes[0].get_xlabel().startswith("order M")
+        assert axes[1].get_xlabel().startswith("degree q")
+        low, high = axes[0].get_ylim()
+        for ax in axes:  # every point drawn, with its error bar, is inside the loss axis
+            for container in ax.containers:
+                for segment in container.lines[2][0].get_segments():
+                    assert low <= segment[:, 1].min() and segment[:, 1].max() <= high
+    assert 5e3 in axes[1].containers[0].lines[0].get_ydata()  # drawn, inside the axes
+
+
+def test_response_legend_colours_each_band_as_its_estimate_and_marks_the_chosen(ou_result):
+    """The legend pairs each estimate's line with its own band (same colour), and names the
+    chosen estimator."""
+    from matplotlib.colors import to_rgb
+
+    ds = open_result(ou_result / "result.zarr")
+    legend = plot_responses(ds).axes[0].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    chosen = ds.attrs["estimator"].replace("-", " ")
+    assert f"{chosen}, chosen ± 2 stderr" in texts
+    assert "exact FDT" in texts
+    for handle in legend.legend_handles:
+        assert handle is not None
+    figure = plot_responses(ds)
+    ax = figure.axes[0]
+    for band, line in zip(ax.collections, ax.get_lines()[: len(ax.collections)], strict=True):
+        assert to_rgb(band.get_facecolor()[0][:3]) == to_rgb(line.get_color())
+
+
 def test_open_result_errors(tmp_path, ou_result):
     with pytest.raises(ValueError, match="does not exist"):
         open_result(tmp_path / "missing.zarr")

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
 FIGURES = ("fig_p_tri.png", "fig_KELR_tri.png", "fig_phat_Lan.png", "fig_KELR_Lan.png")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -22,6 +24,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_reproduce_paper_writes_figures_and_tables(tmp_path: Path) -> None:
     out, figures = tmp_path / "run", tmp_path / "figures"
     done = _run(

@@ -64,7 +64,7 @@ def test_3d_store_with_dt_attribute_and_default_names_opens(tmp_path: Path) -> N
     assert da.dims == DIMS
     assert da.dtype == np.float64
     assert da.attrs["dt"] == 0.5
-    assert da.coords["component"].values.tolist() == ["x0", "x1", "x2"]
+    assert da.coords["component"].values.tolist() == ["x1", "x2", "x3"]
     assert da.coords["chain"].values.tolist() == [0, 1]
     np.testing.assert_array_equal(da.values, DATA_3D)
 

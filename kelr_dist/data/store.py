@@ -13,7 +13,8 @@ variable (default ``x``) with
   on the variable or the dataset (when both are given they must agree); its unit is
   ``attrs["time_units"]``: ``"s"`` from dates and durations, else the numeric coordinate's
   ``units`` attribute or a ``time_units`` attribute, else absent (the data's own unit);
-- optionally a ``component`` coordinate of names (otherwise ``x0, x1, ...``);
+- optionally a ``component`` coordinate of names (otherwise ``x1, x2, ...``, numbered from 1
+  as the built-in models name theirs, the same for every input route);
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
   ``seed``, ``burn_in``, ``kelr_dist_version``).
 
@@ -352,8 +353,10 @@ def as_trajectory(
     ----------
     obj : the data; numpy-backed data are chunked (blocks of about 4 MiB along time).
     variable : the variable of a ``Dataset`` (a ``DataArray`` is used as it is).
-    source : name of the store for messages and ``attrs["store"]`` (default: the path the
-        object was opened from, else ``"<in-memory>"``).
+    source : name of the store for messages and ``attrs["store"]`` (default: the zarr store
+        the object was opened from, else ``"<in-memory>"``; an object opened from a netCDF or
+        other non-zarr file is read through the object itself, loaded here unless dask-backed,
+        and never reopened from its path).
 
     Returns
     -------
@@ -377,8 +380,9 @@ def as_trajectory(
         at most ``MAX_CHUNK_BYTES`` (256 MiB); a larger chunk (for instance the whole array in
         one time chunk) is rejected with the advice to rechunk the store along ``time``.
     """
+    through_object = False
     if source is None:
-        source = str(getattr(obj, "encoding", {}).get("source", "<in-memory>"))
+        source, through_object = _object_source(obj)
     if isinstance(obj, xr.Dataset):
         if variable not in obj.data_vars:
             present = ", ".join(repr(v) for v in obj.data_vars) or "none"
@@ -392,6 +396,8 @@ def as_trajectory(
     else:
         raise _error(source, variable, f"expected an xarray Dataset or DataArray, not {type(obj)}")
 
+    if through_object and da.chunks is None:
+        da = da.compute()  # read here once; the engine scatters the samples to the workers
     da = _standard_dims(da, source, variable)
     da = _real(da, source, variable)
     for dim, least in (("chain", 1), ("time", 2), ("component", 1)):
@@ -408,6 +414,24 @@ def as_trajectory(
         da.attrs["time_units"] = units[0]
     da.name = variable
     return da
+
+
+def _object_source(obj: Any) -> tuple[str, bool]:
+    """The name of an opened object's data for messages and ``attrs["store"]``, and whether it
+    must be read through the object itself.
+
+    A zarr store (a directory, or a URL) the object was opened from is named by its path, which
+    the workers reopen. Any other file (netCDF, HDF5, GRIB, ...) is not a store the workers can
+    open: its samples are read through the object (loaded here unless dask-backed, then by the
+    object's own tasks), and its name says so, so that no worker reopens it as zarr.
+    """
+    path = getattr(obj, "encoding", {}).get("source")
+    if path is None:
+        return "<in-memory>", False
+    path = str(path)
+    if "://" in path or Path(path).is_dir():
+        return path, False
+    return f"{path} (read through the xarray object)", True
 
 
 def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
@@ -678,12 +702,12 @@ def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
 
 
 def _with_coords(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
-    """Plain-string component names (``x0, x1, ...`` when absent) and a chain coordinate."""
+    """Plain-string component names (``x1, x2, ...`` when absent) and a chain coordinate."""
     n_comp = da.sizes["component"]
     if "component" in da.coords:
         names = np.asarray([str(v) for v in da.coords["component"].values], dtype=str)
     else:
-        names = np.asarray([f"x{i}" for i in range(n_comp)], dtype=str)
+        names = np.asarray([f"x{i + 1}" for i in range(n_comp)], dtype=str)
     if len(set(names.tolist())) != n_comp:
         raise _error(source, variable, f"component names {names.tolist()} are not unique")
     da = da.assign_coords(component=names)

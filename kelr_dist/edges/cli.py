@@ -212,7 +212,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
     """Kernel-embedding linear response (kelr) from long equilibrium trajectories.
 
     \b
-    A typical session on this machine (embedded local Dask cluster):
+    Typical use on this machine (embedded local Dask cluster):
       kelr simulate triple-well tw.zarr --samples 1000000 --chunk 250000
       kelr info tw.zarr
       kelr estimate tw.zarr tw-response.zarr --max-time 10 --exact --kde

@@ -9,7 +9,7 @@ moved as a whole.
 
 :data:`LAYOUT` says which section key is which field; the schema with its defaults
 (:func:`schema_yaml`) is printed by ``python -m kelr_dist.edges.jobfile``, shown by
-``kelr run --help`` and written in the README (a test keeps the README's copy up to date).
+``kelr run --help`` and written in ``docs/guide/cli.md`` (a test keeps that copy up to date).
 
 Observables ``A(x)`` (``x`` is ``(n, d)``, the result ``(n, q)``): ``identity`` (named after the
 store's components), ``square`` (``x**2`` per component, named ``<component>^2``) or a reference

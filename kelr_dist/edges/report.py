@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.legend_handler import HandlerTuple
 
 from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
@@ -563,17 +563,21 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     fig = Figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
     axes = fig.subplots(q, d, squeeze=False)
     time = ds["time"].values
+    legend: dict[str, tuple[Any, ...]] = {}  # variable -> its band and line, for one legend
     for (a, i), (b, j) in ((x, y) for x in enumerate(names_i) for y in enumerate(names_j)):
         ax = axes[a, b]
         for name in _STYLE:
             if name not in shown:
                 continue
             k = shown[name].sel(i=i, j=j).values
-            ax.plot(time, k, label=label(ds, name), **_STYLE[name])
+            style = {**_STYLE[name], "linewidth": 2.0} if name == "response" else _STYLE[name]
+            (line,) = ax.plot(time, k, **style)
+            band = None
             if f"{name}_stderr" in shown and name != "response_exact":
                 s = shown[f"{name}_stderr"].sel(i=i, j=j).values
                 color = _STYLE[name]["color"]
-                ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
+                band = ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
+            legend.setdefault(name, (line,) if band is None else (band, line))
         diagonal = a == b
         ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
         unit = _unit(ds) or ", the data's time unit"
@@ -581,10 +585,16 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    handles.append(Patch(color="grey", alpha=0.3))
-    labels.append("± 2 stderr (sampling error)")
-    axes[0, 0].legend(handles, labels, fontsize="small")
+    labels = []
+    for name, parts in legend.items():
+        text = label(ds, name) + (", chosen" if name == "response" else "")
+        labels.append(f"{text} ± 2 stderr" if len(parts) == 2 else text)
+    axes[0, 0].legend(
+        list(legend.values()),
+        labels,
+        handler_map={tuple: HandlerTuple(ndivide=1)},
+        fontsize="small",
+    )
     stein = stein_rows(ds).get("response")
     bias = (
         "\nlag-0 Stein residual (bias) of the chosen estimate: "
@@ -611,48 +621,77 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
 
 
 def plot_selection(ds: xr.Dataset) -> Figure:
-    """Held-out Hyvärinen loss of every candidate against its order (kernel embedding) or degree
-    (score matching: the best ridge per degree), ± its fold standard error; the choice marked."""
+    """Held-out Hyvärinen loss of every candidate, ± its fold standard error: the kernel
+    embedding against its order ``M`` and score matching against its degree ``q`` (the best
+    ridge per degree), each on its own axis, one loss scale for both; the choice starred and
+    its loss drawn across both. Every candidate is inside the axes: when unstable fits reach
+    losses far from the best, the scale is linear near the best and logarithmic beyond
+    (symlog)."""
     estimators = np.array([str(v) for v in ds["candidate_estimator"].values])
     orders = ds["candidate_order"].values
     losses = ds["candidate_loss"].values
-    errors = ds["candidate_loss_stderr"].values
+    errors = np.nan_to_num(ds["candidate_loss_stderr"].values, nan=0.0)
     chosen = ds["candidate_chosen"].values.astype(bool)
-    fig = Figure(figsize=(7, 4.2), layout="constrained")
-    ax = fig.subplots()
     finite = np.isfinite(losses)
     sm = (estimators == "score-matching") & finite
-    ke = (estimators == "kernel-embedding") & finite
-    shown = list(losses[ke])
-
-    def errorbars(rows: np.ndarray | list[int], **style: Any) -> None:
-        """The candidates ``rows`` (indices or a mask): loss against order, ± its stderr."""
-        ax.errorbar(orders[rows], losses[rows], yerr=errors[rows], **style)
-
-    if sm.any():
-        best_rows = [
-            np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
-            for q in np.unique(orders[sm])
-        ]
-        errorbars(
-            best_rows, fmt="o-", ms=4, color="C2", label="score matching, degree q (best ridge)"
-        )
-        shown += list(losses[best_rows])
-    if shown:
-        # unstable high-degree fits reach losses of 1e3 and more: show what is near the best
-        low = min(shown)
-        high = max(v for v in shown if v <= low + max(2.0 * abs(low), 1.0))
-        pad = 0.1 * max(high - low, 1e-3 * max(abs(low), 1.0))
-        ax.set_ylim(low - pad, high + pad)
-    if ke.any():
-        errorbars(ke, fmt="s", ms=7, color="C4", label="kernel embedding, order M (paper's rules)")
-    if chosen.any():
-        ax.plot(orders[chosen], losses[chosen], "*", ms=16, color="red", label="chosen")
-    ax.set_xlabel("order M / degree q (dimensionless)")
-    ax.set_ylabel("held-out loss J = E[|s|²/2 + div s]\n(units of 1/x², lower is better)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    ax.set_title("estimator choice on held-out folds (Fisher divergence up to a constant)")
+    best_ridge = [
+        np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
+        for q in np.unique(orders[sm])
+    ]
+    rows = {
+        "kernel-embedding": np.flatnonzero((estimators == "kernel-embedding") & finite),
+        "score-matching": np.array(best_ridge, dtype=int),
+    }
+    rows = {name: r for name, r in rows.items() if r.size}
+    panels = {
+        "kernel-embedding": ("kernel embedding", "order M (paper's rules)", "C4", "s"),
+        "score-matching": ("score matching", "degree q (best ridge per degree)", "C2", "o-"),
+    }
+    widths = [1.0 if name == "kernel-embedding" else 2.5 for name in rows] or [1.0]
+    fig = Figure(figsize=(3.0 + 2.6 * sum(widths), 4.6), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(widths), sharey=True, width_ratios=widths))
+    for ax, (name, r) in zip(axes, rows.items(), strict=False):
+        title, xlabel, color, fmt = panels[name]
+        ax.errorbar(orders[r], losses[r], yerr=errors[r], fmt=fmt, ms=5, color=color, capsize=2)
+        mark = r[chosen[r]]
+        if mark.size:
+            ax.plot(orders[mark], losses[mark], "*", ms=16, color="red", label="chosen", zorder=3)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlim(orders[r].min() - 1, orders[r].max() + 1)
+        ax.grid(True, alpha=0.3)
+    if (chosen & finite).any():
+        best = float(losses[chosen & finite][0])
+        for ax in axes:
+            ax.axhline(best, color="red", lw=0.8, ls=":", label="loss of the chosen")
+    symlog = False
+    if rows:
+        shown = np.concatenate(list(rows.values()))
+        low = float(losses[shown].min())
+        near = max(abs(low), 1.0)  # losses within a few times the best are what matters
+        span = np.concatenate([losses[shown] - errors[shown], losses[shown] + errors[shown]])
+        symlog = bool(span.max() > low + 2.0 * near or span.min() < low - 2.0 * near)
+        if symlog:
+            axes[0].set_yscale("symlog", linthresh=3.0 * near)
+        pad = 0.05 * (span.max() - span.min() + 1e-3 * near)
+        if symlog:  # a margin on the logarithmic part is a share of the value
+            pad = max(pad, 0.2 * max(abs(span.max()), abs(span.min())))
+        axes[0].set_ylim(span.min() - pad, span.max() + pad)
+    axes[0].set_ylabel("held-out loss J = E[|s|²/2 + div s]\n(units of 1/x², lower is better)")
+    for ax in axes[1:]:
+        ax.set_ylabel("held-out loss J (same scale)")
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(text, handle)
+    axes[-1].legend(list(handles.values()), list(handles), fontsize="small")
+    scale = "\nloss axis linear near the best, logarithmic beyond" if symlog else ""
+    fig.suptitle(
+        "estimator choice on held-out folds: Hyvärinen loss (Fisher divergence up to a "
+        f"constant), ± its standard error over the folds{scale}",
+        fontsize="medium",
+    )
     return fig
 
 
@@ -738,16 +777,27 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     truth = _true_density(ds, points)
     truth = None if truth is None else _normalise(truth.reshape(shape), axes)
     names = [str(c) for c in ds["component"].values] if "component" in ds else list(range(d))
-    maps = d == 2
-    rows = 2 if maps else 1
-    columns = 3 if maps and truth is not None else d
-    fig = Figure(figsize=(4.5 * columns, 3.8 * rows), layout="constrained")
-    grid = fig.subplots(rows, columns, squeeze=False)
+    maps = [("estimated p_M", estimate, "viridis")] if d == 2 else []
+    if maps and truth is not None:
+        error = np.abs(estimate - truth)
+        maps += [("true p_eq", truth, "viridis"), ("|p_M - p_eq|", error, "magma")]
+    # one panel per marginal and per map, none left empty: the maps get a row of their own
+    # when there are three of them, else they follow the marginals
+    if len(maps) == 3:
+        layout = [
+            [f"m{k}" for k in range(d) for _ in range(3)],
+            [f"p{c}" for c in range(3) for _ in range(2)],
+        ]
+    else:
+        layout = [[f"m{k}" for k in range(d)] + [f"p{c}" for c in range(len(maps))]]
+    columns = len(maps) if len(maps) == 3 else d + len(maps)
+    fig = Figure(figsize=(4.5 * columns, 3.8 * len(layout)), layout="constrained")
+    panel = fig.subplot_mosaic(layout)
     est_marginals = _marginals(estimate, axes)
     true_marginals = _marginals(truth, axes) if truth is not None else [None] * d
     for k in range(d):
-        ax = grid[0, k]
-        ax.plot(axes[k], est_marginals[k], color="C0", label=f"p_M (M = {order})")
+        ax = panel[f"m{k}"]
+        ax.plot(axes[k], est_marginals[k], color="C0", label=f"p_M, kernel embedding (M = {order})")
         curves = [est_marginals[k]]
         if true_marginals[k] is not None:
             ax.plot(axes[k], true_marginals[k], color="black", lw=0.9, ls="--", label="true p_eq")
@@ -758,16 +808,10 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
         ax.set_ylabel(f"density (per unit of {names[k]})")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    for k in range(d, columns):
-        grid[0, k].set_visible(False)
     if maps:
-        limits = [grid[0, k].get_xlim() for k in range(2)]
-        panels = [("estimated p_M", estimate, "viridis")]
-        if truth is not None:
-            error = np.abs(estimate - truth)
-            panels += [("true p_eq", truth, "viridis"), ("|p_M - p_eq|", error, "magma")]
-        for c, (title, values, cmap) in enumerate(panels):
-            ax = grid[1, c]
+        limits = [panel[f"m{k}"].get_xlim() for k in range(2)]
+        for c, (title, values, cmap) in enumerate(maps):
+            ax = panel[f"p{c}"]
             image = ax.pcolormesh(axes[0], axes[1], values.T, cmap=cmap, shading="auto")
             unit = f"(per unit of {names[0]} x {names[1]})"
             fig.colorbar(image, ax=ax, label=f"density {unit}" if c < 2 else f"|error| {unit}")
@@ -776,10 +820,17 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
             ax.set_title(title)
             ax.set_xlabel(f"{names[0]} (the data's units)")
             ax.set_ylabel(f"{names[1]} (the data's units)")
-        for c in range(len(panels), columns):
-            grid[1, c].set_visible(False)
+    used = str(ds.attrs.get("estimator", "kernel-embedding"))
+    note = (
+        ""
+        if used == "kernel-embedding"
+        else f"\nthe response used {used.replace('-', ' ')}, whose score is not the gradient of "
+        "this density: p_M is the kernel embedding's fit, shown for comparison"
+    )
     fig.suptitle(
-        "estimated equilibrium density" + (" and the true one" if truth is not None else "")
+        f"equilibrium density: the kernel embedding's p_M at order M = {order}"
+        + (" and the true p_eq" if truth is not None else "")
+        + note
     )
     return fig
 

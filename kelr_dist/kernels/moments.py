@@ -234,11 +234,15 @@ def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> d
 def _finalize_moments(p: dict) -> Moments:
     """:class:`Moments` of the merged partial; :class:`CoordinateError` for non-finite samples,
     or for units outside :data:`UNIT_LIMIT` (values too large, or a spread too small)."""
-    for k in np.flatnonzero(p["nonfinite"]):
+    bad = np.flatnonzero(p["nonfinite"])
+    if bad.size:  # named by the component of the earliest one, over all components
+        k = bad[np.lexsort((p["bad_time"][bad], p["bad_chain"][bad]))[0]]
+        where = f"in {bad.size} components" if bad.size > 1 else "all in this component"
         raise CoordinateError(
-            k,
-            f"{p['nonfinite'][k]} non-finite samples (NaN or inf); the first is at chain "
-            f"{p['bad_chain'][k]}, time index {p['bad_time'][k]}",
+            int(k),
+            f"the earliest non-finite sample (NaN or inf) is at chain {p['bad_chain'][k]}, "
+            f"time index {p['bad_time'][k]}; {int(p['nonfinite'].sum())} in all, {where} "
+            "(`kelr info --scan` lists them)",
         )
     if not np.all(p["n"] > 0):
         raise ValueError("the trajectory has no samples")

@@ -123,9 +123,12 @@ class ConvergenceWarning(UserWarning):
 
 def _column_names(table: Any, ndim: int) -> list[str] | None:
     """Component names of a pandas ``DataFrame`` (its columns) or named ``Series``; None for
-    other array-likes, which get ``x0, x1, ...``."""
+    other array-likes and for a DataFrame's default columns ``0, 1, ...``, which get
+    ``x1, x2, ...`` as every unnamed component does (:mod:`kelr_dist.data.store`)."""
     columns = getattr(table, "columns", None) if ndim == 2 else None
     if columns is not None:
+        if list(columns) == list(range(len(columns))):
+            return None
         return [str(c) for c in columns]
     name = getattr(table, "name", None) if ndim == 1 else None
     return None if name is None else [str(name)]
@@ -317,6 +320,13 @@ def check_inputs(
         and what is wrong (:class:`~kelr_dist.data.store.TrajectoryError` for the trajectory
         itself).
     """
+    array = not isinstance(trajectory, str | os.PathLike | xr.Dataset | xr.DataArray)
+    if array and dt is None and options.max_time is not None:
+        raise ValueError(
+            f"{name('max_time')}={options.max_time:g} given for an array without dt: its lags "
+            f"would count samples, not time; give dt= (the sample interval) or "
+            f"{name('max_lag')} (in samples)"
+        )
     traj = _select(_open(trajectory, options.variable, dt), options.components, name)
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
@@ -372,9 +382,11 @@ def estimate_response(
 
     Parameters
     ----------
-    trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout, or a
-        numpy array ``(n, d)`` / ``(chains, n, d)`` (sample interval ``dt``, default 1, in
-        ``time_units = "steps"``).
+    trajectory : a store path, an xarray ``Dataset``/``DataArray`` in the store layout (one
+        opened from a netCDF or other non-zarr file is read through the object), or a numpy
+        array ``(n, d)`` / ``(chains, n, d)`` or pandas DataFrame (sample interval ``dt``,
+        default 1 in ``time_units = "steps"``, when ``max_time`` is not given). Unnamed
+        components are ``x1, x2, ...`` by every route.
     variable : the trajectory variable of a store/Dataset.
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).

@@ -412,7 +412,8 @@ def option(
     example: str | None = None,
 ) -> Any:
     """A field: its default (``...``: required, shown by an ``example``), one-phrase
-    ``description`` (help text, README) and, for the command line, ``choices`` and ``metavar``."""
+    ``description`` (help text, the documented job-file schema) and, for the command line,
+    ``choices`` and ``metavar``."""
     extra = {"choices": list(choices), "metavar": metavar, "example": example}
     return Field(
         default,
