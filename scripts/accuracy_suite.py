@@ -40,6 +40,8 @@ SYSTEMS = {
     "coupled-6d": "coupled-6d",
     "heavy-tail": "heavy-tail",
     "wall": "wall",
+    "trig-4d": "trig-4d",
+    "gamma-3d": "gamma-3d",
 }
 BASELINES = {"kde": "response_kde", "gaussian": "response_gaussian"}
 

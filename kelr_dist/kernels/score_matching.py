@@ -325,10 +325,13 @@ class ScoreModel:
         return score, np.ones(x.shape[0], dtype=bool)
 
 
-def fit_score(sums: GramSums, degree: int, ridge: float = 0.0) -> ScoreModel:
-    """The score model of ``degree`` and ridge factor ``ridge`` fitted on every row."""
+def fit_score(
+    sums: GramSums, degree: int, ridge: float = 0.0, without: int | None = None
+) -> ScoreModel:
+    """The score model of ``degree`` and ridge factor ``ridge`` fitted on every row, or on every
+    held-out fold but ``without`` (a jackknife replicate)."""
     keep = sums.features.mask(degree)
-    gram, b = sums.means()
+    gram, b = sums.means(without, left_out=True)
     (weights,) = solve_weights(gram[np.ix_(keep, keep)], b[:, keep], (ridge,))
     return ScoreModel(sums.features.truncated(degree), weights)
 

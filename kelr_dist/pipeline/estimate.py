@@ -49,7 +49,6 @@ from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.response import (
-    DensityScore,
     Forcing,
     FunctionScore,
     KDEScore,
@@ -497,10 +496,14 @@ def estimate_response(
             sm = choose_score_matching(fits.gram, sm_degree)
 
         scores: dict[str, Score] = {}
+        # the estimated scores refitted without each fold: their jackknife error, same read
+        replicates: dict[str, tuple[Score, ...]] = {}
         if ke is not None:
-            scores["response_kernel_embedding"] = DensityScore(ke.density, ke.order, ke.delta)
+            scores["response_kernel_embedding"] = ke.score
+            replicates["response_kernel_embedding"] = ke.refits()
         if sm is not None:
             scores["response_score_matching"] = sm.model
+            replicates["response_score_matching"] = sm.refits()
         if exact_fn is not None:
             scores["response_exact"] = FunctionScore(exact_fn)
         if fits.kde is not None:
@@ -522,6 +525,7 @@ def estimate_response(
             held_out=(ke, fold_plan) if (ke is not None and use_sm) else None,
             corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
             origin=survey.moments.mean,
+            replicates=replicates,
         )
     candidates = candidate_table(
         estimator,

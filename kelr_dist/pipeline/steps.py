@@ -46,6 +46,7 @@ from kelr_dist.kernels.moments import CoordinateError, Moments, moments_reductio
 from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
+    DensityScore,
     Forcing,
     Observable,
     ResponseResult,
@@ -241,6 +242,20 @@ class KernelEmbeddingChoice:
     def level(self) -> int:
         return max(self.order) if isinstance(self.order, tuple) else int(self.order)
 
+    @property
+    def score(self) -> DensityScore:
+        """``∇ log p_M`` on ``{p_M ≥ δ}`` (eq. 46) at the chosen order and threshold."""
+        return DensityScore(self.density, self.order, self.delta)
+
+    def refits(self) -> tuple[DensityScore, ...]:
+        """The score with ``p_M`` refitted without each held-out fold (eq. 39 over the other
+        folds' sums), at the same order and threshold: the jackknife replicates."""
+        assert self.density.fold_counts is not None
+        return tuple(
+            DensityScore(self.density.held_out(f), self.order, self.delta)
+            for f in range(len(self.density.fold_counts))
+        )
+
 
 def choose_kernel_embedding(
     passes: Passes,
@@ -278,6 +293,14 @@ class ScoreMatchingChoice:
     model: ScoreModel
     pick: Candidate
     candidates: list[Candidate] = field(repr=False)
+    sums: GramSums = field(repr=False)
+
+    def refits(self) -> tuple[ScoreModel, ...]:
+        """The chosen model refitted without each held-out fold (the jackknife replicates)."""
+        return tuple(
+            fit_score(self.sums, self.pick.degree, self.pick.ridge, without=f)
+            for f in range(len(self.sums.n))
+        )
 
     @property
     def degree(self) -> int:
@@ -293,7 +316,7 @@ def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMat
     :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read."""
     candidates = held_out_candidates(gram, None if degree is None else [degree])
     pick = choose_candidate(candidates)
-    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates)
+    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
 
 
 @dataclass(frozen=True)
@@ -318,7 +341,8 @@ def respond(
     """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6), the lag-0
     Stein residuals, the affine Stein correction of the scores named in ``corrected`` and the
     kernel embedding's held-out loss, in the same read. ``options`` (``centre``, ``scales``,
-    ``corrected``, ``origin``) go to :func:`kelr_dist.kernels.response.response_reduction`."""
+    ``corrected``, ``origin``, ``replicates``) go to
+    :func:`kelr_dist.kernels.response.response_reduction`."""
     reductions = [response_reduction(scores, observable, forcing, max_lag, **options)]
     if held_out is not None:
         choice, folds = held_out
