@@ -88,7 +88,10 @@ class DensityScore:
         kept = p >= self.delta
         score = np.zeros_like(grad)
         np.divide(grad, p[:, None], out=score, where=kept[:, None])
-        return score / self.density.scales, kept
+        # a non-finite p_M (or gradient) is not a low density: NaN, counted apart (not kept)
+        broken = ~(np.isfinite(p) & np.isfinite(grad).all(axis=1))
+        score[broken] = np.nan
+        return score / self.density.scales, kept & ~broken
 
 
 def function_reference(function: Any) -> str:
@@ -107,6 +110,21 @@ def call_user_function(kind: str, function: Callable[..., Any], x: np.ndarray) -
             f"the {kind} {function_reference(function)} failed on a block of shape {x.shape} "
             f"(rows of the trajectory, (n, d)): {type(err).__name__}: {err}"
         ) from err
+
+
+def check_finite(kind: str, function: Any, values: np.ndarray, info: BlockInfo) -> None:
+    """Refuse non-finite ``values`` ``(n, ...)`` that the ``kind`` ``function`` returned on the
+    rows of block ``info``: a :class:`ValueError` naming the function and the first offending
+    row of the trajectory (its chain and time index)."""
+    bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(
+            f"the {kind} {function_reference(function)} returned a non-finite value (NaN or "
+            f"inf) on {int(bad.sum())} of {values.shape[0]} rows of a block; the first is time "
+            f"index {info.start + row} of chain {info.chain}: such a function is refused, not "
+            "averaged into an all-NaN response"
+        )
 
 
 @dataclass(frozen=True)
@@ -235,6 +253,9 @@ class ResponseResult:
     #: the affine correction ``(q, d)``; ``None`` for a score that is not refitted by fold
     estimator_stderr: np.ndarray | None = None
     uncorrected_estimator_stderr: np.ndarray | None = None
+    #: rows where the score was not finite (a kernel-embedding ``p_M`` that is NaN or inf there),
+    #: set to ``B = 0`` like the rejected rows but counted apart from them
+    nonfinite: int = 0
 
     @property
     def total_stderr(self) -> np.ndarray:
@@ -295,8 +316,14 @@ class ResponseResult:
 
     @property
     def rejection(self) -> float:
-        """Fraction of samples with ``B = 0`` (outside ``D_{M,δ}``)."""
-        return 1.0 - self.kept / self.n
+        """Fraction of samples with ``B = 0`` because the density is low (outside ``D_{M,δ}``),
+        not counting those where it is not finite (:attr:`nonfinite_rejection`)."""
+        return 1.0 - (self.kept + self.nonfinite) / self.n
+
+    @property
+    def nonfinite_rejection(self) -> float:
+        """Fraction of samples with ``B = 0`` because the score was not finite there."""
+        return self.nonfinite / self.n
 
 
 #: a row ``i`` of ``k(0)`` is "away from 0" (a share of it is defined) when some ``|k_ij(0)|`` is
@@ -411,11 +438,28 @@ class _ResponseKernel:
         a = a_ext[: info.length]
         z = augmented(x, self.origin, self.scales)
         columns, parts = [], {}
+        if self.observable.function is not None:
+            check_finite("observable", self.observable.function, a_ext, info)
+        if self.forcing.function is not None:
+            check_finite("forcing", self.forcing.function, np.hstack(self.forcing.profile(x)), info)
 
         def add(key: str, score: Score, corrected: bool) -> None:
             s, kept = score(x)
+            finite = np.isfinite(s).all(axis=1)
+            if isinstance(score, FunctionScore):
+                check_finite("score function", score.function, s, info)
+            elif not finite[kept].all():  # an estimated score: only where it is used
+                row = int(np.flatnonzero(kept & ~finite)[0])
+                raise ValueError(
+                    f"the estimated score {key!r} is not finite at time index "
+                    f"{info.start + row} of chain {info.chain}"
+                )
             columns.append(self.forcing.conjugate(x, s, kept))
-            parts[key] = {"kept": int(kept.sum()), "n": x.shape[0]}
+            parts[key] = {
+                "kept": int(kept.sum()),
+                "n": x.shape[0],
+                "nonfinite": int((~finite).sum()),
+            }
             if corrected:
                 parts[key]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
 
@@ -486,7 +530,10 @@ def _finalize(
     for k, name in enumerate(names):
         p = parts[name]
         stein_k = stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2)
-        results[name] = corrected(ResponseResult(lagged_mean(k), p["kept"], p["n"], stein_k), p)
+        result = ResponseResult(
+            lagged_mean(k), p["kept"], p["n"], stein_k, nonfinite=p["nonfinite"]
+        )
+        results[name] = corrected(result, p)
     for name, count in replicates.items():
         main = results[name]
         # the refits' own lag-0 residuals are not kept: the score's stands in for them
@@ -599,7 +646,10 @@ def response_reduction(
 def _observable_sums(
     observable: Observable, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
 ) -> dict[str, Any]:
-    return {"sum": observable(x).sum(axis=0), "n": x.shape[0]}
+    a = observable(x)
+    if observable.function is not None:
+        check_finite("observable", observable.function, a, info)
+    return {"sum": a.sum(axis=0), "n": x.shape[0]}
 
 
 def observable_mean_reduction(observable: Observable) -> Reduction:
