@@ -570,8 +570,10 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
                 continue
             k = shown[name].sel(i=i, j=j).values
             ax.plot(time, k, label=label(ds, name), **_STYLE[name])
-            if f"{name}_stderr" in shown and name != "response_exact":
-                s = shown[f"{name}_stderr"].sel(i=i, j=j).values
+            # the total error (sampling and the score's fit) where the result has it
+            band = f"{name}_total_stderr" if f"{name}_total_stderr" in shown else f"{name}_stderr"
+            if band in shown and name != "response_exact":
+                s = shown[band].sel(i=i, j=j).values
                 color = _STYLE[name]["color"]
                 ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
         diagonal = a == b
@@ -583,7 +585,11 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     handles.append(Patch(color="grey", alpha=0.3))
-    labels.append("± 2 stderr (sampling error)")
+    labels.append(
+        "± 2 total stderr (sampling and score fit)"
+        if "response_total_stderr" in ds
+        else "± 2 stderr (sampling error)"
+    )
     axes[0, 0].legend(handles, labels, fontsize="small")
     stein = stein_rows(ds).get("response")
     bias = (
