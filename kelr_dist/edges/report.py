@@ -609,8 +609,13 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         else ""
     )
     fig.suptitle(
-        f"linear response operator ({note})\nbands: ±2 standard errors, sampling error only, "
-        f"not estimator bias{bias}",
+        f"linear response operator ({note})\nbands: ±2 standard errors, "
+        + (
+            "sampling and the score fit's variance (jackknife), "
+            if "response_total_stderr" in ds
+            else "sampling error only, "
+        )
+        + f"not estimator bias{bias}",
         fontsize="medium",
     )
     return fig
