@@ -7,7 +7,11 @@ exact-FDT response on the same samples and the baselines (Gaussian KDE for d <= 
 quasi-Gaussian FDT). "Stein/se" is the largest lag-0 Stein residual of the reported (affinely
 corrected) estimate in standard errors, "raw/se" the uncorrected estimate's: the size of the
 correction; "KE-SM/se" the two families' largest difference in standard errors ("!": a
-DisagreementWarning was raised). Errors are ``max over lags and entries of |k̂ - k_exact|``,
+DisagreementWarning was raised). Coverage: "err/tse" is the largest ``|k̂ - k_exact|`` over the
+total standard error (sampling and the fitted score's jackknife variance), ">2tse" the share of
+entries beyond 2 total standard errors, "tse/se" the median ratio of total to sampling standard
+error, "warn" the warnings raised (T truncation, B bias, D disagreement, C convergence, N
+non-finite). Errors are ``max over lags and entries of |k̂ - k_exact|``,
 diagonal and off-diagonal entries apart. Printed: one table, and (``--figure``) the response
 curves of the two systems where the automatic estimate is furthest from the exact response.
 
@@ -42,6 +46,8 @@ SYSTEMS = {
     "coupled-6d": "coupled-6d",
     "heavy-tail": "heavy-tail",
     "wall": "wall",
+    "trig-4d": "trig-4d",
+    "gamma-3d": "gamma-3d",
 }
 BASELINES = {"kde": "response_kde", "gaussian": "response_gaussian"}
 
@@ -97,9 +103,36 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
         "disagreement_warned": any(
             isinstance(w.message, kelr_dist.DisagreementWarning) for w in caught
         ),
+        **coverage(ds),
+        "warnings": "".join(
+            sorted({WARNING_LETTERS.get(w.category.__name__, "?") for w in caught})
+        ),
         "seconds": seconds,
     }
     return row, ds
+
+
+#: one letter per warning class in the table's "warn" column
+WARNING_LETTERS = {
+    "TruncationWarning": "T",
+    "BiasWarning": "B",
+    "DisagreementWarning": "D",
+    "ConvergenceWarning": "C",
+    "NonFiniteWarning": "N",
+}
+
+
+def coverage(ds: xr.Dataset) -> dict[str, float]:
+    """The automatic estimate's error against its total error bars: the largest
+    ``|k̂ - k_exact| / response_total_stderr``, the share of entries beyond 2 of them, and the
+    median over entries of the ratio of total to sampling standard error."""
+    error = np.abs(ds["response"] - ds["response_exact"]).values
+    total, sampling = ds["response_total_stderr"].values, ds["response_stderr"].values
+    return {
+        "z_total": float(np.max(error / total)),
+        "beyond_2": float(np.mean(error > 2 * total)),
+        "total_ratio": float(np.median(total / sampling)),
+    }
 
 
 def pair(v: tuple[float, float]) -> str:
@@ -111,7 +144,7 @@ def print_table(rows: list[dict], samples: int) -> None:
     head = (
         f"{'system':15} {'d':>1}  {'auto':>13}  {'kernel-emb.':>13}  {'score-match.':>13}  "
         f"{'KDE':>13}  {'quasi-Gauss':>13}  {'chosen':>17} {'M/q':>5} {'Stein/se':>8} "
-        f"{'KE-SM/se':>9} {'time s':>6}"
+        f"{'KE-SM/se':>9} {'err/tse':>7} {'>2tse':>5} {'tse/se':>6} {'warn':>4} {'time s':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -121,7 +154,8 @@ def print_table(rows: list[dict], samples: int) -> None:
             f"{pair(r['sm']):>13}  {pair(r['kde']):>13}  {pair(r['gaussian']):>13}  "
             f"{r['chosen']:>17} {r['order']:>5} {r['stein']:>8.1f} {r['raw_stein']:>6.1f} "
             f"{r['disagreement']:>8.1f}{'!' if r['disagreement_warned'] else ' '} "
-            f"{r['seconds']:>6.1f}"
+            f"{r['z_total']:>7.1f} {r['beyond_2']:>5.0%} {r['total_ratio']:>6.2f} "
+            f"{r['warnings'] or '-':>4} {r['seconds']:>6.1f}"
         )
 
 

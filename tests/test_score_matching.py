@@ -207,10 +207,21 @@ def test_one_standard_error_rule_prefers_low_degree_and_no_ridge():
 
 
 def test_solve_weights_drops_null_directions_instead_of_blowing_up():
-    gram = np.diag([1.0, 1e-20, 2.0])
-    b = np.array([[1.0, 5.0, 1.0]])
+    """Two identical features: the pseudo-inverse shares the weight between them."""
+    gram = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
+    b = np.array([[1.0, 1.0, 1.0]])
     (w,) = solve_weights(gram, b, (0.0,))
-    np.testing.assert_allclose(w, [[-1.0, 0.0, -0.5]])
+    np.testing.assert_allclose(w, [[-0.5, -0.5, -0.5]])
+
+
+def test_solve_weights_do_not_depend_on_the_size_of_a_feature():
+    """A feature 1e-10 times another's size is scaled to unit diagonal, not dropped as null: its
+    weight is 1e10 times larger and the fitted score the same (the raw Gram matrix's eigenvalue
+    1e-20 of it is below RCOND of the largest)."""
+    gram = np.diag([1.0, 1e-20, 2.0])
+    b = np.array([[1.0, 5e-10, 1.0]])
+    (w,) = solve_weights(gram, b, (0.0,))
+    np.testing.assert_allclose(w, [[-1.0, -5e10, -0.5]])
 
 
 def test_folds_split_by_chain_or_by_contiguous_block_and_refuse_tiny_folds():

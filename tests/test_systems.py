@@ -163,7 +163,7 @@ def test_score_is_gradient_of_log_density(name: str) -> None:
     rng = np.random.default_rng(4)
     x = run(model, 2000)[::2]
     x = np.concatenate([x, x + 0.3 * rng.normal(size=x.shape)])
-    if name == "wall":
+    if name in ("wall", "gamma-3d"):  # inside the support
         x[:, 0] = np.abs(x[:, 0]) + 1e-2
     score = model.score(x)
     assert score.shape == x.shape and score.dtype == np.float64
@@ -346,6 +346,21 @@ def test_wall_samples_match_gamma_gaussian_law_and_dynamics() -> None:
     assert_matches(x, statistic, truth)
 
 
+def test_gamma_tie_marginals() -> None:
+    """``x1 ~ Gamma(k, 1)``, ``E[x2] = alpha psi(k)``, ``E[x3] = gamma E[x2^2]``: sample means
+    within 5 standard errors (tau ~6 samples, 20 counted)."""
+    from scipy.special import digamma, polygamma
+
+    model = make_model("gamma-3d")
+    x = run(model, 200_000)
+    k, alpha, gamma = model.shape, model.alpha, model.gamma
+    mean_x2 = alpha * digamma(k)
+    second_x2 = 1.0 + alpha**2 * (polygamma(1, k) + digamma(k) ** 2)
+    truth = np.array([k, mean_x2, gamma * second_x2])
+    stderr = x.std(axis=0) * np.sqrt(20.0 / x.shape[0])
+    assert np.all(np.abs(x.mean(axis=0) - truth) < 5 * stderr)
+
+
 @pytest.mark.parametrize("name", MALA_NAMES)
 def test_default_acceptance_rates(name: str) -> None:
     model = make_model(name)
@@ -408,11 +423,14 @@ def test_make_model_round_trip(name: str, params: dict) -> None:
 
 def test_registry_and_metadata() -> None:
     assert set(NAMES) <= set(MODEL_NAMES)
-    assert NAMES == ("curved-wells", "coupled-3d", "coupled-4d", "coupled-6d", "heavy-tail", "wall")
+    assert NAMES == (
+        "curved-wells", "coupled-3d", "coupled-4d", "coupled-6d", "heavy-tail", "wall", "trig-4d",
+        "gamma-3d",
+    )  # fmt: skip
     dims = {name: len(make_model(name).components) for name in NAMES}
     assert dims == {
         "curved-wells": 2, "coupled-3d": 3, "coupled-4d": 4, "coupled-6d": 6, "heavy-tail": 2,
-        "wall": 2,
+        "wall": 2, "trig-4d": 4, "gamma-3d": 3,
     }  # fmt: skip
     assert make_model("curved-wells").dt == pytest.approx(0.3)
     assert make_model("wall").dt == pytest.approx(0.05)

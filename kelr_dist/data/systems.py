@@ -73,7 +73,7 @@ from kelr_dist.kernels.compiled import compiled
 # numba kernels: densities and scores at one point (``grad`` is written with grad log p)
 # --------------------------------------------------------------------------------------------
 
-CURVED_WELLS, COUPLED_3D, CHAIN, STUDENT = 0, 1, 2, 3
+CURVED_WELLS, COUPLED_3D, CHAIN, STUDENT, TRIG_4D, GAMMA_3D = 0, 1, 2, 3, 4, 5
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
@@ -179,6 +179,52 @@ def _student_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
 
 
 @compiled
+def _trig_4d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
+    """``-V / kT`` of :class:`TrigTie4D` and its gradient at one point ``x (4,)``.
+
+    ``theta = (H, kappa, omega, a, b, 1/kT)``.
+    """
+    barrier, kappa, omega, a, b, beta = (
+        theta[0], theta[1], theta[2], theta[3], theta[4], theta[5],
+    )  # fmt: skip
+    w1 = x[0] * x[0] - 1.0
+    w2 = x[1] * x[1] - 1.0
+    u3 = x[2] - a * math.sin(omega * x[0])
+    u4 = x[3] - b * x[1]
+    tie = math.cos(omega * (x[0] - x[1]))
+    twist = kappa * omega * math.sin(omega * (x[0] - x[1]))
+    potential = barrier * (w1 * w1 + w2 * w2) - kappa * tie + 0.5 * (u3 * u3 + u4 * u4)
+    grad[0] = -beta * (4.0 * barrier * x[0] * w1 + twist - u3 * a * omega * math.cos(omega * x[0]))
+    grad[1] = -beta * (4.0 * barrier * x[1] * w2 - twist - b * u4)
+    grad[2] = -beta * u3
+    grad[3] = -beta * u4
+    return -beta * potential
+
+
+@compiled
+def _gamma_3d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
+    """``log p`` of :class:`GammaTie3D` and its gradient at one point ``x (3,)`` (``-inf`` and a
+    zero gradient where ``x1 <= 0``).
+
+    ``theta = (k, theta, alpha, gamma)``.
+    """
+    shape, mean_scale, alpha, gamma = theta[0], theta[1], theta[2], theta[3]
+    u = x[0]
+    if u <= 0.0:
+        grad[0] = 0.0
+        grad[1] = 0.0
+        grad[2] = 0.0
+        return -math.inf
+    log_u = math.log(u)
+    r2 = x[1] - alpha * log_u
+    r3 = x[2] - gamma * x[1] * x[1]
+    grad[0] = (shape - 1.0) / u - 1.0 / mean_scale + alpha * r2 / u
+    grad[1] = -r2 + 2.0 * gamma * x[1] * r3
+    grad[2] = -r3
+    return (shape - 1.0) * log_u - u / mean_scale - 0.5 * (r2 * r2 + r3 * r3)
+
+
+@compiled
 def _point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """Unnormalised ``log p_eq(x)`` of ``system``; writes ``grad log p_eq(x)`` into ``grad``."""
     if system == CURVED_WELLS:
@@ -187,6 +233,10 @@ def _point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> f
         return _coupled_3d_point(x, theta, grad)
     if system == CHAIN:
         return _chain_point(x, theta, grad)
+    if system == TRIG_4D:
+        return _trig_4d_point(x, theta, grad)
+    if system == GAMMA_3D:
+        return _gamma_3d_point(x, theta, grad)
     return _student_point(x, theta, grad)
 
 
@@ -549,6 +599,86 @@ class Coupled6D(AnharmonicChain):
     dimension = 6
 
 
+class TrigTie4D(_MalaSystem):
+    """Two coupled double wells with a trigonometric tie (d = 4), MALA-sampled.
+
+    ``p_eq ∝ exp(-V / kT)`` with ``u3 = x3 - a sin(omega x1)``, ``u4 = x4 - b x2`` and::
+
+        V = H (x1^2 - 1)^2 + H (x2^2 - 1)^2 - kappa cos(omega (x1 - x2)) + u3^2/2 + u4^2/2
+
+    The score has ``sin`` and ``cos`` terms in ``x1`` and ``x2``, which no polynomial of low
+    degree follows: ``x3`` sits on a sine of ``x1`` and the wells are tied by a cosine. Given
+    ``(x1, x2)``, ``u3`` and ``u4`` are independent standard normals (``kT = 1``).
+
+    Parameters
+    ----------
+    barrier : ``H`` (1.5).  kappa : (0.5).  omega : (2.5).  a : (0.8).  b : (0.7).  kT : (1).
+    step : MALA step (0.04).  subsample : (5).
+    """
+
+    name = "trig-4d"
+    components = ("x1", "x2", "x3", "x4")
+
+    parameters = {
+        "barrier": Parameter(1.5, positive),
+        "kappa": Parameter(0.5, real),
+        "omega": Parameter(2.5, positive),
+        "a": Parameter(0.8, real),
+        "b": Parameter(0.7, real),
+        "kT": Parameter(1.0, positive),
+        **integration(step=0.04, subsample=5),
+    }
+
+    def _derive(self) -> None:
+        self._theta = np.array(
+            [self.barrier, self.kappa, self.omega, self.a, self.b, 1.0 / self.kT]
+        )
+
+    _system = TRIG_4D
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        """Near ``(1, 1, a sin(omega), b)``, ``0.1 N(0, I)`` off: ``(4,)``."""
+        start = np.array([1.0, 1.0, self.a * math.sin(self.omega), self.b])
+        return start + 0.1 * rng.standard_normal(4)
+
+
+class GammaTie3D(_MalaSystem):
+    """A Gamma coordinate with a log tie and a quadratic tie (d = 3), MALA-sampled.
+
+    ``p_eq(x) ∝ x1^(k-1) exp(-x1 / theta) exp(-(x2 - alpha log x1)^2 / 2) exp(-(x3 - gamma
+    x2^2)^2 / 2)`` on ``x1 > 0``: ``x1 ~ Gamma(k, theta)``, ``x2 | x1 ~ N(alpha log x1, 1)``,
+    ``x3 | x2 ~ N(gamma x2^2, 1)``. The score of ``x1`` has terms in ``1 / x1`` and
+    ``log(x1) / x1``; proposals with ``x1 <= 0`` are rejected (``p_eq = 0`` there).
+
+    Parameters
+    ----------
+    shape : ``k`` (3).  theta : (1).  alpha : (0.7).  gamma : (0.4).
+    step : MALA step (0.25).  subsample : (5).
+    """
+
+    name = "gamma-3d"
+    components = ("x1", "x2", "x3")
+
+    parameters = {
+        "shape": Parameter(3.0, positive),
+        "theta": Parameter(1.0, positive),
+        "alpha": Parameter(0.7, real),
+        "gamma": Parameter(0.4, real),
+        **integration(step=0.25, subsample=5),
+    }
+
+    def _derive(self) -> None:
+        self._theta = np.array([self.shape, self.theta, self.alpha, self.gamma])
+
+    _system = GAMMA_3D
+
+    def initial_state(self, rng: np.random.Generator) -> np.ndarray:
+        """Near the mode of ``x1`` and the ties' centres, ``0.05 N(0, I)`` off: ``(3,)``."""
+        u = max(self.shape - 1.0, 0.5) * self.theta
+        x2 = self.alpha * math.log(u)
+        return np.array([u, x2, self.gamma * x2 * x2]) + 0.05 * rng.standard_normal(3)
+
+
 _HEAVY_SCALE = ((1.0, 0.6), (0.6, 0.8))
 
 
@@ -715,7 +845,9 @@ class Wall(Parametrised):
 
 
 #: the systems of this module, registered in :data:`kelr_dist.data.models._MODELS`
-SYSTEMS: tuple[type, ...] = (CurvedWells, Coupled3D, Coupled4D, Coupled6D, HeavyTail, Wall)
+SYSTEMS: tuple[type, ...] = (
+    CurvedWells, Coupled3D, Coupled4D, Coupled6D, HeavyTail, Wall, TrigTie4D, GammaTie3D,
+)  # fmt: skip
 
 # Imported last: kelr_dist.data.models imports this module for its registry, after defining these
 # helpers; importing them here, after the classes, works whichever module is imported first.

@@ -444,7 +444,8 @@ def normalized(dataset: xr.Dataset) -> xr.Dataset:
     Every variable with dims ``(lag, i, j)`` (``response``, ``response_exact``,
     ``response_kde``, ...) has its diagonal entries ``k_pp(t)`` (positions ``p`` of ``i``
     and ``j``) divided by its own ``k_pp(0)``; off-diagonal entries are unchanged. A
-    ``<name>_stderr`` variable is divided by the same factor as ``<name>`` (the uncertainty
+    ``<name>_stderr`` variable (and ``_total_stderr``, ``_estimator_stderr``) is divided by the
+    same factor as ``<name>`` (the uncertainty
     of ``k_pp(0)`` itself is not propagated).
 
     Returns
@@ -463,8 +464,9 @@ def normalized(dataset: xr.Dataset) -> xr.Dataset:
             coords={"i": dataset["i"].values, "j": dataset["j"].values},
         )
         scaled[name] = dataset[name] / scale
-        if f"{name}_stderr" in dataset:
-            scaled[f"{name}_stderr"] = dataset[f"{name}_stderr"] / scale
+        for suffix in ("_stderr", "_total_stderr", "_estimator_stderr"):
+            if f"{name}{suffix}" in dataset:
+                scaled[f"{name}{suffix}"] = dataset[f"{name}{suffix}"] / scale
     result = dataset.assign(scaled)
     for name in scaled:
         result[name].attrs = dict(dataset[name].attrs)
@@ -497,13 +499,15 @@ class KelrAccessor:
         response = self._dataset[variable]
         if "time" not in response.coords and "dt" in self._dataset.attrs:
             response = response.assign_attrs(dt=self._dataset.attrs["dt"])
-        return response, self._dataset.get(f"{variable}_stderr")
+        # the total error (sampling and the fitted score's variance) where the result has it
+        stderr = self._dataset.get(f"{variable}_total_stderr")
+        return response, self._dataset.get(f"{variable}_stderr") if stderr is None else stderr
 
     def predict(
         self, forcing: xr.DataArray, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
-        """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_stderr"]`` (and
-        ``_converged``)."""
+        """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_total_stderr"]``
+        (or ``_stderr`` in results without it; and ``_converged``)."""
         response, stderr = self._variable(variable)
         return predict_response(
             response, forcing, stderr=stderr, errors=errors, converged=self._converged(variable)
@@ -512,8 +516,8 @@ class KelrAccessor:
     def susceptibility(
         self, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
-        """:func:`susceptibility` of ``ds[variable]`` with ``ds[variable + "_stderr"]`` (and
-        ``_converged``)."""
+        """:func:`susceptibility` of ``ds[variable]`` with ``ds[variable + "_total_stderr"]``
+        (or ``_stderr`` in results without it; and ``_converged``)."""
         response, stderr = self._variable(variable)
         return susceptibility(
             response, stderr=stderr, errors=errors, converged=self._converged(variable)

@@ -573,8 +573,10 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
             style = {**_STYLE[name], "linewidth": 2.0} if name == "response" else _STYLE[name]
             (line,) = ax.plot(time, k, **style)
             band = None
-            if f"{name}_stderr" in shown and name != "response_exact":
-                s = shown[f"{name}_stderr"].sel(i=i, j=j).values
+            # the total error (sampling and the score's fit) where the result has it
+            spread = f"{name}_total_stderr" if f"{name}_total_stderr" in shown else f"{name}_stderr"
+            if spread in shown and name != "response_exact":
+                s = shown[spread].sel(i=i, j=j).values
                 color = _STYLE[name]["color"]
                 band = ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
             legend.setdefault(name, (line,) if band is None else (band, line))
@@ -585,10 +587,15 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
+    spread = (
+        "± 2 total stderr (sampling and score fit)"
+        if "response_total_stderr" in ds
+        else "± 2 stderr (sampling error)"
+    )
     labels = []
     for name, parts in legend.items():
         text = label(ds, name) + (", chosen" if name == "response" else "")
-        labels.append(f"{text} ± 2 stderr" if len(parts) == 2 else text)
+        labels.append(f"{text} {spread}" if len(parts) == 2 else text)
     axes[0, 0].legend(
         list(legend.values()),
         labels,
@@ -613,8 +620,13 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         else ""
     )
     fig.suptitle(
-        f"linear response operator ({note})\nbands: ±2 standard errors, sampling error only, "
-        f"not estimator bias{bias}",
+        f"linear response operator ({note})\nbands: ±2 standard errors, "
+        + (
+            "sampling and the score fit's variance (jackknife), "
+            if "response_total_stderr" in ds
+            else "sampling error only, "
+        )
+        + f"not estimator bias{bias}",
         fontsize="medium",
     )
     return fig

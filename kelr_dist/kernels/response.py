@@ -32,7 +32,7 @@ the estimator's bias at lag 0 without knowing the truth (:attr:`ResponseResult.s
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from typing import Any, Protocol
 
@@ -88,7 +88,10 @@ class DensityScore:
         kept = p >= self.delta
         score = np.zeros_like(grad)
         np.divide(grad, p[:, None], out=score, where=kept[:, None])
-        return score / self.density.scales, kept
+        # a non-finite p_M (or gradient) is not a low density: NaN, counted apart (not kept)
+        broken = ~(np.isfinite(p) & np.isfinite(grad).all(axis=1))
+        score[broken] = np.nan
+        return score / self.density.scales, kept & ~broken
 
 
 def function_reference(function: Any) -> str:
@@ -107,6 +110,21 @@ def call_user_function(kind: str, function: Callable[..., Any], x: np.ndarray) -
             f"the {kind} {function_reference(function)} failed on a block of shape {x.shape} "
             f"(rows of the trajectory, (n, d)): {type(err).__name__}: {err}"
         ) from err
+
+
+def check_finite(kind: str, function: Any, values: np.ndarray, info: BlockInfo) -> None:
+    """Refuse non-finite ``values`` ``(n, ...)`` that the ``kind`` ``function`` returned on the
+    rows of block ``info``: a :class:`ValueError` naming the function and the first offending
+    row of the trajectory (its chain and time index)."""
+    bad = ~np.isfinite(values.reshape(values.shape[0], -1)).all(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(
+            f"the {kind} {function_reference(function)} returned a non-finite value (NaN or "
+            f"inf) on {int(bad.sum())} of {values.shape[0]} rows of a block; the first is time "
+            f"index {info.start + row} of chain {info.chain}: such a function is refused, not "
+            "averaged into an all-NaN response"
+        )
 
 
 @dataclass(frozen=True)
@@ -230,6 +248,39 @@ class ResponseResult:
     #: residual; ``None`` when not corrected
     correction: np.ndarray | None = None
     uncorrected_stein: BlockingResult | None = None
+    #: the estimator's own standard error ``(S+1, q, d)`` from the delete-a-group jackknife over
+    #: the held-out folds (:func:`jackknife_stderr`), and the same for the lag-0 response before
+    #: the affine correction ``(q, d)``; ``None`` for a score that is not refitted by fold
+    estimator_stderr: np.ndarray | None = None
+    uncorrected_estimator_stderr: np.ndarray | None = None
+    #: rows where the score was not finite (a kernel-embedding ``p_M`` that is NaN or inf there),
+    #: set to ``B = 0`` like the rejected rows but counted apart from them
+    nonfinite: int = 0
+
+    @property
+    def total_stderr(self) -> np.ndarray:
+        """``(S+1, q, d)``: ``sqrt(stderr² + estimator_stderr²)``, the sampling error of the
+        lagged mean and the variance of the fitted score together (the sampling error alone
+        when the estimator's is not known)."""
+        if self.estimator_stderr is None:
+            return self.stderr
+        return np.hypot(self.stderr, self.estimator_stderr)
+
+    @property
+    def stein_total_stderr(self) -> np.ndarray:
+        """``(q, d)`` standard error of the lag-0 Stein residual with the estimator's variance
+        (the residual is ``k̂(0)`` minus a target that does not depend on the score)."""
+        if self.estimator_stderr is None:
+            return self.stein_residual_stderr
+        return np.hypot(self.stein_residual_stderr, self.estimator_stderr[0])
+
+    @property
+    def uncorrected_stein_total_stderr(self) -> np.ndarray | None:
+        """``(q, d)`` the same before the affine correction (``None`` if not corrected)."""
+        raw = self.uncorrected_stein_residual_stderr
+        if raw is None or self.uncorrected_estimator_stderr is None:
+            return raw
+        return np.hypot(raw, self.uncorrected_estimator_stderr)
 
     @property
     def stein_residual(self) -> np.ndarray:
@@ -265,8 +316,14 @@ class ResponseResult:
 
     @property
     def rejection(self) -> float:
-        """Fraction of samples with ``B = 0`` (outside ``D_{M,δ}``)."""
-        return 1.0 - self.kept / self.n
+        """Fraction of samples with ``B = 0`` because the density is low (outside ``D_{M,δ}``),
+        not counting those where it is not finite (:attr:`nonfinite_rejection`)."""
+        return 1.0 - (self.kept + self.nonfinite) / self.n
+
+    @property
+    def nonfinite_rejection(self) -> float:
+        """Fraction of samples with ``B = 0`` because the score was not finite there."""
+        return self.nonfinite / self.n
 
 
 #: a row ``i`` of ``k(0)`` is "away from 0" (a share of it is defined) when some ``|k_ij(0)|`` is
@@ -308,6 +365,23 @@ def stein_target(
 AFFINE = "affine correction"
 
 
+def replicate_key(name: str, fold: int) -> str:
+    """Key of the partials of score ``name`` refitted without held-out ``fold`` (has spaces:
+    never a score's name)."""
+    return f"{name} without fold {fold}"
+
+
+def jackknife_stderr(replicates: np.ndarray) -> np.ndarray:
+    """Delete-a-group jackknife standard error from ``K`` leave-one-group-out estimates
+    ``θ_(f)`` stacked on axis 0: ``sqrt((K - 1)/K Σ_f (θ_(f) - θ̄)²)`` (Efron & Stein 1981;
+    Shao & Tu, *The Jackknife and Bootstrap*, 1995, §5.2, groups of equal size). The groups
+    are the held-out folds (:mod:`kelr_dist.kernels.folds`), each much longer than the
+    correlation time, so the deleted groups are nearly independent."""
+    k = replicates.shape[0]
+    spread = replicates - replicates.mean(axis=0)
+    return np.sqrt((k - 1) / k * np.sum(spread * spread, axis=0))
+
+
 @dataclass(frozen=True)
 class _ResponseKernel:
     scores: Mapping[str, Score]
@@ -319,6 +393,8 @@ class _ResponseKernel:
     origin: np.ndarray  # (d,) x̄ of the correction's features
     scales: np.ndarray  # (d,) σ: the correction's features, the central-difference steps
     base_block: int | None = None
+    #: per score name, the score refitted without each held-out fold (jackknife replicates)
+    replicates: Mapping[str, Sequence[Score]] = field(default_factory=dict)
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
@@ -348,28 +424,54 @@ class _ResponseKernel:
         ``d (d + 1)`` for a varying forcing)."""
         d = len(self.forcing.names)
         correction = correction_width(d, self.forcing.function is None) if self.corrected else 0
-        return len(self.scores) * d + correction
+        refits = sum(len(r) for r in self.replicates.values())
+        return (len(self.scores) + refits) * d + correction
 
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
-        """Every score's ``B`` side by side (then the correction's columns), so one transform
-        of ``A`` serves them all: ``blocks`` holds the lagged sums of all the columns, ``stein``
-        every score's lag-0 residual products, ``parts`` per score what is not lagged;
-        ``x_ext`` holds the segment's rows followed by its halo."""
+        """Every score's ``B`` side by side (then the jackknife replicates', then the
+        correction's columns), so one transform of ``A`` serves them all: ``blocks`` holds the
+        lagged sums of all the columns, ``stein`` every score's lag-0 residual products,
+        ``parts`` per score (and replicate) what is not lagged; ``x_ext`` holds the segment's
+        rows followed by its halo."""
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
         z = augmented(x, self.origin, self.scales)
         columns, parts = [], {}
-        for name, score in self.scores.items():
+        if self.observable.function is not None:
+            check_finite("observable", self.observable.function, a_ext, info)
+        if self.forcing.function is not None:
+            check_finite("forcing", self.forcing.function, np.hstack(self.forcing.profile(x)), info)
+
+        def add(key: str, score: Score, corrected: bool) -> None:
             s, kept = score(x)
+            finite = np.isfinite(s).all(axis=1)
+            if isinstance(score, FunctionScore):
+                check_finite("score function", score.function, s, info)
+            elif not finite[kept].all():  # an estimated score: only where it is used
+                row = int(np.flatnonzero(kept & ~finite)[0])
+                raise ValueError(
+                    f"the estimated score {key!r} is not finite at time index "
+                    f"{info.start + row} of chain {info.chain}"
+                )
             columns.append(self.forcing.conjugate(x, s, kept))
-            parts[name] = {"kept": int(kept.sum()), "n": x.shape[0]}
-            if name in self.corrected:
-                parts[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
+            parts[key] = {
+                "kept": int(kept.sum()),
+                "n": x.shape[0],
+                "nonfinite": int((~finite).sum()),
+            }
+            if corrected:
+                parts[key]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
+
+        for name, score in self.scores.items():
+            add(name, score, name in self.corrected)
         target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
         residuals = np.stack(
             [a[:, :, None] * b[:, None, :] - target for b in columns], axis=1
         ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
+        for name, refits in self.replicates.items():
+            for fold, score in enumerate(refits):
+                add(replicate_key(name, fold), score, name in self.corrected)
         if self.corrected:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
@@ -397,28 +499,59 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finalize(
-    width: int, scales: np.ndarray, partials: dict[str, Any]
+    width: int,
+    scales: np.ndarray,
+    names: tuple[str, ...],
+    replicates: dict[str, int],
+    partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
-    """Each score's ``width`` columns of the shared lagged sums (in the chunk's order), the
-    correction's after them (its features scaled by ``scales``)."""
+    """Each score's ``width`` columns of the shared lagged sums (in the chunk's order: the
+    scores ``names``, then ``replicates[name]`` refits of some of them, then the correction's,
+    its features scaled by ``scales``); a score with refits gets their jackknife standard
+    error."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
-    parts = dict(partials["parts"])
-    shared = parts.pop(AFFINE, None)  # present exactly when some score is corrected
+    parts = partials["parts"]
+    shared = parts.get(AFFINE)  # present exactly when some score is corrected
+    keys = list(names) + [replicate_key(n, f) for n, k in replicates.items() for f in range(k)]
+    lagged = blocks.columns(slice(len(keys) * width, None))
     q = blocks.mean.shape[1]
+
+    def lagged_mean(column: int) -> BlockingResult:
+        return blocks.columns(slice(column * width, (column + 1) * width))
+
+    def corrected(result: ResponseResult, p: dict[str, Any]) -> ResponseResult:
+        if "moment" not in p:
+            return result
+        weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"], scales)
+        return _corrected(result, weights, lagged)
+
     results = {}
-    for k, (name, p) in enumerate(parts.items()):
+    for k, name in enumerate(names):
+        p = parts[name]
+        stein_k = stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2)
         result = ResponseResult(
-            blocks.columns(slice(k * width, (k + 1) * width)),
-            p["kept"],
-            p["n"],
-            stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2),
+            lagged_mean(k), p["kept"], p["n"], stein_k, nonfinite=p["nonfinite"]
         )
-        if "moment" in p:
-            weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"], scales)
-            lagged = blocks.columns(slice(len(parts) * width, None))
-            result = _corrected(result, weights, lagged)
-        results[name] = result
+        results[name] = corrected(result, p)
+    for name, count in replicates.items():
+        main = results[name]
+        # the refits' own lag-0 residuals are not kept: the score's stands in for them
+        stein_raw = main.stein if main.uncorrected_stein is None else main.uncorrected_stein
+        raw, final = [], []
+        for fold in range(count):
+            key = replicate_key(name, fold)
+            p = parts[key]
+            result = ResponseResult(lagged_mean(keys.index(key)), p["kept"], p["n"], stein_raw)
+            raw.append(result.mean[0])
+            final.append(corrected(result, p).mean)
+        results[name] = replace(
+            main,
+            estimator_stderr=jackknife_stderr(np.stack(final)),
+            uncorrected_estimator_stderr=(
+                jackknife_stderr(np.stack(raw)) if main.correction is not None else None
+            ),
+        )
     return results
 
 
@@ -458,6 +591,7 @@ def response_reduction(
     base_block: int | None = None,
     corrected: Collection[str] = (),
     origin: np.ndarray | None = None,
+    replicates: Mapping[str, Sequence[Score]] | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -468,7 +602,10 @@ def response_reduction(
     given without its derivative and scale the correction's features. The scores named in
     ``corrected`` get the affine Stein correction (:mod:`kelr_dist.kernels.stein_correction`,
     features centred at ``origin`` ``(d,)``, default 0; use the sample mean) fitted from the
-    same read. Finalizes to
+    same read. ``replicates`` maps some score names to that score refitted without each
+    held-out fold: their responses are more columns of the same lagged sums (the response is
+    linear in ``B``), corrected as the score is, and give the estimate's jackknife standard
+    error (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). Finalizes to
     ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
@@ -480,6 +617,10 @@ def response_reduction(
     if unknown:
         raise ValueError(f"corrected names {sorted(unknown)} are not among the scores")
     origin = np.zeros(d) if origin is None else np.asarray(origin, dtype=np.float64)
+    replicates = {name: tuple(refits) for name, refits in (replicates or {}).items()}
+    unknown = set(replicates) - set(scores)
+    if unknown:
+        raise ValueError(f"replicate names {sorted(unknown)} are not among the scores")
     kernel = _ResponseKernel(
         dict(scores),
         observable,
@@ -490,12 +631,14 @@ def response_reduction(
         origin,
         scales,
         base_block,
+        replicates,
     )
+    counts = {name: len(refits) for name, refits in replicates.items()}
     return Reduction(
         name="response",
         chunk=kernel.chunk,
         combine=_combine,
-        finalize=partial(_finalize, d, scales),
+        finalize=partial(_finalize, d, scales, tuple(scores), counts),
         halo=int(max_lag),
     )
 
@@ -503,7 +646,10 @@ def response_reduction(
 def _observable_sums(
     observable: Observable, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
 ) -> dict[str, Any]:
-    return {"sum": observable(x).sum(axis=0), "n": x.shape[0]}
+    a = observable(x)
+    if observable.function is not None:
+        check_finite("observable", observable.function, a, info)
+    return {"sum": a.sum(axis=0), "n": x.shape[0]}
 
 
 def observable_mean_reduction(observable: Observable) -> Reduction:

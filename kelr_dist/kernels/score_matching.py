@@ -21,9 +21,10 @@ degree gives the sums of every lower degree. The linear features are in the span
 exactly (k̂(0) = I for ``A = x``); degree 1 is the quasi-Gaussian score.
 
 Conditioning and selection. Features orthonormal for a Gaussian are far from orthonormal for a
-multimodal density at high degree, so the solve goes through the eigen-decomposition of ``G``
-(eigenvalues below ``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative,
-must not be amplified to the size of the weights) with an optional ridge ``λ = α tr(G) / P``.
+multimodal or heavy-tailed density at high degree, so the solve goes through the
+eigen-decomposition of ``G`` scaled to unit diagonal (:class:`ScaledGram`; eigenvalues below
+``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative, must not be amplified to
+the size of the weights) with an optional ridge ``α`` relative to its mean eigenvalue.
 The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.kernels.folds`): the sums are
 kept
 per fold, each candidate is fitted on all folds but one and its loss ``J`` evaluated on the one
@@ -211,21 +212,53 @@ class GramSums:
         return self.gram[keep].sum(axis=0) / n, self.b[keep].sum(axis=0) / n
 
 
-def solve_weights(gram: np.ndarray, b: np.ndarray, ridges: tuple[float, ...]) -> list[np.ndarray]:
-    """``W = -(G + λ I)⁻¹ b`` per ridge factor ``α`` (``λ = α tr(G)/P``), each ``(d, P)``.
+@dataclass(frozen=True)
+class ScaledGram:
+    """``G`` scaled to unit diagonal, ``G̃ = D G D`` with ``D = diag(G)^{-1/2}`` (Jacobi), and its
+    eigen-decomposition. Features of very different sizes (high powers of a heavy-tailed
+    coordinate next to low ones) give ``G`` a spread of eigenvalues that is mostly the spread of
+    its diagonal; the scaling removes that part, so the threshold :data:`RCOND` drops only the
+    directions that are collinear (van der Sluis 1969: the diagonal scaling is within a factor
+    ``P`` of the best one for the condition number)."""
 
-    Solved in the eigenbasis of ``G``; eigenvalues below :data:`RCOND` times the largest count
+    scale: np.ndarray  # (P,) D
+    eigval: np.ndarray  # (P,) ascending
+    eigvec: np.ndarray  # (P, P)
+
+    @classmethod
+    def of(cls, gram: np.ndarray) -> ScaledGram:
+        diagonal = np.diag(gram)
+        scale = np.where(diagonal > 0, 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0)), 1.0)
+        eigval, eigvec = np.linalg.eigh(scale[:, None] * gram * scale[None, :])
+        return cls(scale, eigval, eigvec)
+
+    @property
+    def kept(self) -> np.ndarray:
+        """``(P,)`` bool: eigenvalues above :data:`RCOND` times the largest."""
+        return self.eigval > RCOND * max(float(self.eigval[-1]), 0.0)
+
+    @property
+    def condition(self) -> float:
+        """Largest over smallest eigenvalue of ``G̃`` (``inf`` when it is singular)."""
+        low = float(self.eigval[0])
+        return float(self.eigval[-1]) / low if low > 0 else np.inf
+
+
+def solve_weights(gram: np.ndarray, b: np.ndarray, ridges: tuple[float, ...]) -> list[np.ndarray]:
+    """``W = -D (G̃ + α I)⁺ D b`` per ridge factor ``α``, each ``(d, P)``: ``(G + λ)⁻¹ b`` in the
+    Jacobi-scaled features (:class:`ScaledGram`; ``tr(G̃) / P = 1``, so ``α`` is the ridge
+    relative to the mean eigenvalue, as ``λ = α tr(G) / P`` unscaled).
+
+    Solved in the eigenbasis of ``G̃``; eigenvalues below :data:`RCOND` times the largest count
     as zero (a pseudo-inverse), so collinear features do not blow the weights up.
     """
-    eigval, eigvec = np.linalg.eigh(gram)
-    top = max(float(eigval[-1]), 0.0)
-    keep = eigval > RCOND * top
-    projected = eigvec.T @ b.T  # (P, d)
+    scaled = ScaledGram.of(gram)
+    keep = scaled.kept
+    projected = scaled.eigvec.T @ (scaled.scale[:, None] * b.T)  # (P, d)
     out = []
     for alpha in ridges:
-        lam = alpha * np.trace(gram) / gram.shape[0]
-        inverse = np.where(keep, 1.0 / np.where(keep, eigval + lam, 1.0), 0.0)
-        out.append(-(eigvec @ (inverse[:, None] * projected)).T)
+        inverse = np.where(keep, 1.0 / np.where(keep, scaled.eigval + alpha, 1.0), 0.0)
+        out.append(-(scaled.scale[:, None] * (scaled.eigvec @ (inverse[:, None] * projected))).T)
     return out
 
 
@@ -325,10 +358,13 @@ class ScoreModel:
         return score, np.ones(x.shape[0], dtype=bool)
 
 
-def fit_score(sums: GramSums, degree: int, ridge: float = 0.0) -> ScoreModel:
-    """The score model of ``degree`` and ridge factor ``ridge`` fitted on every row."""
+def fit_score(
+    sums: GramSums, degree: int, ridge: float = 0.0, without: int | None = None
+) -> ScoreModel:
+    """The score model of ``degree`` and ridge factor ``ridge`` fitted on every row, or on every
+    held-out fold but ``without`` (a jackknife replicate)."""
     keep = sums.features.mask(degree)
-    gram, b = sums.means()
+    gram, b = sums.means(without, left_out=True)
     (weights,) = solve_weights(gram[np.ix_(keep, keep)], b[:, keep], (ridge,))
     return ScoreModel(sums.features.truncated(degree), weights)
 

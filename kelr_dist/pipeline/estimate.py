@@ -53,7 +53,6 @@ from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.response import (
-    DensityScore,
     Forcing,
     FunctionScore,
     KDEScore,
@@ -74,11 +73,14 @@ from kelr_dist.pipeline.steps import (
     choose_kernel_embedding,
     choose_score_matching,
     fit_estimators,
+    gram_stride,
     index_set_for,
     kde_grid_and_bandwidth,
     kernel_embedding_max_order,
+    kernel_embedding_truncation,
     respond,
     score_matching_max_degree,
+    score_matching_truncation,
     survey_data,
 )
 
@@ -119,6 +121,24 @@ class DisagreementWarning(UserWarning):
 class ConvergenceWarning(UserWarning):
     """The block-averaging standard errors of some entries of the estimate did not reach their
     plateau (chains short against the correlation time): those error bars are too small."""
+
+
+class TruncationWarning(UserWarning):
+    """The chosen order or degree is the largest the budget allowed and the held-out loss was
+    still falling there: the estimate is limited by the budget, not by the data."""
+
+
+class NonFiniteWarning(UserWarning):
+    """The kernel-embedding density was not finite on some samples (counted apart from the
+    low-density rejections)."""
+
+
+def _emit(category: type[Warning], message: str, record: list[str] | None) -> None:
+    """Warn with ``message`` (one line) and add ``"Category: message"`` to ``record``, which the
+    result keeps in ``attrs["warnings"]``."""
+    warnings.warn(message, category, stacklevel=4)
+    if record is not None:
+        record.append(f"{category.__name__}: {message}")
 
 
 def _column_names(table: Any, ndim: int) -> list[str] | None:
@@ -514,10 +534,14 @@ def estimate_response(
             sm = choose_score_matching(fits.gram, sm_degree)
 
         scores: dict[str, Score] = {}
+        # the estimated scores refitted without each fold: their jackknife error, same read
+        replicates: dict[str, tuple[Score, ...]] = {}
         if ke is not None:
-            scores["response_kernel_embedding"] = DensityScore(ke.density, ke.order, ke.delta)
+            scores["response_kernel_embedding"] = ke.score
+            replicates["response_kernel_embedding"] = ke.refits()
         if sm is not None:
             scores["response_score_matching"] = sm.model
+            replicates["response_score_matching"] = sm.refits()
         if exact_fn is not None:
             scores["response_exact"] = FunctionScore(exact_fn)
         if fits.kde is not None:
@@ -539,6 +563,7 @@ def estimate_response(
             held_out=(ke, fold_plan) if (ke is not None and use_sm) else None,
             corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
             origin=survey.moments.mean,
+            replicates=replicates,
         )
     candidates = candidate_table(
         estimator,
@@ -550,9 +575,29 @@ def estimate_response(
     responses = dict(out.results)
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
-    _warn_bias(main)
-    disagreement = _warn_disagreement(responses, candidates, sm.pick if sm is not None else None)
-    _warn_unconverged(main)
+    raised: list[str] = []
+    truncation = (
+        kernel_embedding_truncation(ke, chains * n)
+        if used == "kernel-embedding" and ke is not None
+        else score_matching_truncation(sm, chains * n)
+        if used == "score-matching" and sm is not None and sm_degree is None
+        else None
+    )
+    if truncation is not None:
+        _emit(TruncationWarning, truncation.message, raised)
+    _warn_bias(main, raised)
+    disagreement = _warn_disagreement(
+        responses, candidates, sm.pick if sm is not None else None, raised
+    )
+    _warn_unconverged(main, raised)
+    if main.nonfinite:
+        _emit(
+            NonFiniteWarning,
+            f"the {used} score was not finite on {main.nonfinite} of {main.n} samples; they get "
+            "B = 0 like the low-density rejections and are counted apart "
+            "(attribute nonfinite_rejection)",
+            raised,
+        )
 
     attrs: dict[str, Any] = {
         "estimator": used,
@@ -565,6 +610,8 @@ def estimate_response(
         "max_lag": lag,
         "basis": format_basis(coordinates),
         "rejection": main.rejection,
+        "nonfinite_rejection": main.nonfinite_rejection,
+        "warnings": "\n".join(raised),
         "stein_correction": "affine" if stein_correction else "none",
         **options.function_names(),
         "passes": passes.reads,
@@ -587,7 +634,13 @@ def estimate_response(
         )
     if sm is not None:
         assert features is not None
-        attrs.update(degree=sm.degree, ridge=sm.ridge, max_degree=features.degree)
+        attrs.update(
+            degree=sm.degree,
+            ridge=sm.ridge,
+            max_degree=features.degree,
+            gram_stride=gram_stride(chains * n, features.size),
+            gram_condition=sm.condition,
+        )
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement
     attrs["runtime_seconds"] = time.perf_counter() - started
@@ -613,22 +666,23 @@ def _worst_ratio(residual: np.ndarray, stderr: np.ndarray) -> tuple[tuple[int, .
     return tuple(int(v) for v in worst), float(ratio[worst])
 
 
-def _warn_bias(result: ResponseResult) -> None:
-    """One-line :class:`BiasWarning` when the lag-0 Stein residual exceeds its error bars, or,
-    for an estimate with the affine Stein correction, when the residual before it did (beyond
-    :data:`STEIN_TOLERANCE` standard errors and :data:`RAW_STEIN_FRACTION` of ``k(0)``). For
-    ``A`` affine in ``x`` and a constant forcing the corrected residual is 0 by construction, so
-    the uncorrected one is then the only lag-0 evidence about the score estimate."""
-    entry, ratio = _worst_ratio(result.stein_residual, result.stein_residual_stderr)
+def _warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
+    """One-line :class:`BiasWarning` when the lag-0 Stein residual exceeds its total error bars
+    (sampling and the fitted score's variance), or, for an estimate with the affine Stein
+    correction, when the residual before it did (beyond :data:`STEIN_TOLERANCE` total standard
+    errors and :data:`RAW_STEIN_FRACTION` of ``k(0)``). For ``A`` affine in ``x`` and a constant
+    forcing the corrected residual is 0 by construction, so the uncorrected one is then the only
+    lag-0 evidence about the score estimate."""
+    entry, ratio = _worst_ratio(result.stein_residual, result.stein_total_stderr)
     if ratio > STEIN_TOLERANCE:
-        warnings.warn(
-            f"lag-0 Stein residual {result.stein_residual[entry]:+.3g} at (i, j) = {entry} is "
-            f"{ratio:.1f} standard errors: the estimate is biased beyond its error bars",
+        _emit(
             BiasWarning,
-            stacklevel=3,
+            f"lag-0 Stein residual {result.stein_residual[entry]:+.3g} at (i, j) = {entry} is "
+            f"{ratio:.1f} total standard errors: the estimate is biased beyond its error bars",
+            record,
         )
         return
-    raw, raw_stderr = result.uncorrected_stein_residual, result.uncorrected_stein_residual_stderr
+    raw, raw_stderr = result.uncorrected_stein_residual, result.uncorrected_stein_total_stderr
     if raw is None or raw_stderr is None:
         return
     shares = relative_to_lag0(raw, result.mean[0], result.stderr[0])
@@ -637,19 +691,22 @@ def _warn_bias(result: ResponseResult) -> None:
     flagged = (ratios > STEIN_TOLERANCE) & (shares > RAW_STEIN_FRACTION)
     if flagged.any():
         entry = np.unravel_index(int(np.argmax(np.where(flagged, shares, -1.0))), shares.shape)
-        warnings.warn(
+        _emit(
+            BiasWarning,
             f"before the affine Stein correction the lag-0 Stein residual at (i, j) = "
             f"{tuple(int(v) for v in entry)} was {shares[entry]:.0%} of k(0) "
-            f"({ratios[entry]:.1f} standard errors): the score estimate is "
+            f"({ratios[entry]:.1f} total standard errors): the score estimate is "
             "poor; the correction removes that bias at lag 0 only, later lags may keep part of "
             "it (compare estimator='score-matching' / 'kernel-embedding', or use more data)",
-            BiasWarning,
-            stacklevel=3,
+            record,
         )
 
 
 def _warn_disagreement(
-    responses: dict[str, ResponseResult], rows: list[Choice], pick: Candidate | None
+    responses: dict[str, ResponseResult],
+    rows: list[Choice],
+    pick: Candidate | None,
+    record: list[str] | None = None,
 ) -> float | None:
     """The largest ``|k̂_KE - k̂_SM|`` over lags and entries in standard errors of the difference
     (``None`` unless both families ran; ``pick`` is score matching's own choice); a one-line
@@ -679,30 +736,30 @@ def _warn_disagreement(
     worst = float(z.max())
     if worst > DISAGREEMENT_TOLERANCE and not gap > LOSS_TIE:
         lag, i, j = (int(v) for v in np.unravel_index(int(np.argmax(z)), z.shape))
-        warnings.warn(
+        _emit(
+            DisagreementWarning,
             f"the kernel-embedding and score-matching responses differ by {worst:.1f} standard "
             f"errors (lag {lag}, entry ({i}, {j})) while their held-out losses are only "
             f"{gap:.1f} standard errors apart: one of them is biased and the held-out choice "
             f"({used.estimator}) is not decisive; compare response_kernel_embedding with "
             "response_score_matching, or use more data",
-            DisagreementWarning,
-            stacklevel=3,
+            record,
         )
     return worst
 
 
-def _warn_unconverged(result: ResponseResult) -> None:
+def _warn_unconverged(result: ResponseResult, record: list[str] | None = None) -> None:
     """One-line :class:`ConvergenceWarning` when the blocking of some entries did not converge
     (``response_converged`` is False there)."""
     converged = np.asarray(result.blocking.converged, dtype=bool)
     if converged.all():
         return
     lags = np.flatnonzero(~converged.all(axis=(1, 2)))
-    warnings.warn(
+    _emit(
+        ConvergenceWarning,
         f"the error bars of {int((~converged).sum())} of {converged.size} response entries "
         f"(lags {lags[0]}..{lags[-1]}) did not converge (block averaging reached no plateau: "
         "chains short against the correlation time); those standard errors are too small "
         "(see response_converged)",
-        ConvergenceWarning,
-        stacklevel=3,
+        record,
     )

@@ -56,6 +56,9 @@ def assemble_result(
     for name, result in responses.items():
         data[name] = (dims, result.mean)
         data[f"{name}_stderr"] = (dims, result.stderr)
+        data[f"{name}_total_stderr"] = (dims, result.total_stderr)
+        if result.estimator_stderr is not None:
+            data[f"{name}_estimator_stderr"] = (dims, result.estimator_stderr)
         # the blocking behind each standard error: block size K and whether sigma_K reached
         # its plateau (kelr_dist.kernels.blocking); unconverged error bars are too small
         data[f"{name}_block_size"] = (dims, np.asarray(result.blocking.block_size, dtype=np.int64))
@@ -63,6 +66,7 @@ def assemble_result(
         suffix = name[len("response") :]
         data[f"stein_residual{suffix}"] = (("i", "j"), result.stein_residual)
         data[f"stein_residual{suffix}_stderr"] = (("i", "j"), result.stein_residual_stderr)
+        data[f"stein_residual{suffix}_total_stderr"] = (("i", "j"), result.stein_total_stderr)
         if result.uncorrected_stein is not None:
             raw = result.uncorrected_stein
             shape = result.stein_residual.shape
@@ -116,6 +120,18 @@ def assemble_result(
     ds = xr.Dataset(data, coords=coords, attrs=attrs)
     ds["response"].attrs["long_name"] = f"linear response k(t) ({used})"
     ds["response_stderr"].attrs["long_name"] = "sampling standard error of k(t) (block averaging)"
+    for name in responses:
+        ds[f"{name}_total_stderr"].attrs["long_name"] = (
+            "total standard error of k(t): sampling and the fitted score's variance "
+            "(jackknife over the held-out folds)"
+            if f"{name}_estimator_stderr" in ds
+            else "total standard error of k(t): the sampling error (no fitted score refitted)"
+        )
+        if f"{name}_estimator_stderr" in ds:
+            ds[f"{name}_estimator_stderr"].attrs["long_name"] = (
+                "standard error of k(t) from fitting the score on finite data (jackknife over "
+                "the held-out folds)"
+            )
     ds["response_block_size"].attrs["long_name"] = "block size of the block-averaging stderr"
     ds["response_converged"].attrs["long_name"] = (
         "whether the block-averaging stderr reached its plateau (False: the error bar is too small)"

@@ -33,7 +33,7 @@ from kelr_dist.engine.passes import run_reductions
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
 from kelr_dist.kernels.coordinates import choose_basis, gamma_reduction_for
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
 from kelr_dist.kernels.kde import (
     DEFAULT_MAX_GRID_BYTES,
@@ -46,6 +46,7 @@ from kelr_dist.kernels.moments import CoordinateError, Moments, moments_reductio
 from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
+    DensityScore,
     Forcing,
     Observable,
     ResponseResult,
@@ -57,6 +58,7 @@ from kelr_dist.kernels.score_matching import (
     Candidate,
     GramSums,
     PolynomialFeatures,
+    ScaledGram,
     ScoreModel,
     choose_candidate,
     feature_count,
@@ -104,6 +106,99 @@ def score_matching_max_degree(d: int) -> int:
 def gram_stride(n_samples: int, features: int) -> int:
     """Every how many samples the Gram pass uses so it stays within :data:`SM_GRAM_FLOPS`."""
     return max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
+
+
+#: flops per second of the passes' matrix products on the embedded cluster, to state the cost of
+#: a larger budget in seconds (the measured rates behind SM_GRAM_FLOPS and KE_WORK_PER_SAMPLE:
+#: 50 Gflop/s for the Gram products, ~4 s per 1e7 samples at 7800 flops each for the kernel
+#: embedding's tables, i.e. ~2e10 flop/s)
+GRAM_FLOP_RATE = 5e10
+TABLE_FLOP_RATE = 2e10
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """The chosen order or degree is the largest the budget allowed and the held-out loss was
+    still falling there: by ``drop`` (``drop_stderr`` its paired standard error over folds)."""
+
+    estimator: str
+    chosen: int
+    drop: float
+    drop_stderr: float
+    knob: str  #: the option that raises the budget, with its cost
+
+    @property
+    def message(self) -> str:
+        family = "degree" if self.estimator == "score-matching" else "order"
+        return (
+            f"{self.estimator} chose {family} {self.chosen}, the largest its budget allows, and "
+            f"its held-out loss was still falling there (by {self.drop:.3g}, "
+            f"{self.drop / self.drop_stderr:.1f} standard errors, from {family} "
+            f"{self.chosen - 1}): the estimate is limited by the budget, not the data, and may "
+            f"be biased beyond its error bars; {self.knob}"
+        )
+
+
+def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncation | None:
+    """A :class:`Truncation` when score matching's automatic degree is the largest fitted
+    (:func:`score_matching_max_degree`): the one-standard-error rule then found no lower degree as
+    good, so the loss was still falling. The knob is ``degree``, one more than the largest, with
+    its Gram matrices' bytes and the Gram pass's seconds."""
+    top = choice.sums.features.degree
+    if choice.degree != top or top < 2:
+        return None
+
+    def best(degree: int) -> Candidate:
+        return min((c for c in choice.candidates if c.degree == degree), key=lambda c: c.loss)
+
+    lower, upper = best(top - 1), best(top)
+    d, folds = choice.sums.features.dim, len(choice.sums.n)
+    size = feature_count(d, top + 1)
+    rows = n_samples / gram_stride(n_samples, size)
+    seconds = rows * 2.0 * size**2 / GRAM_FLOP_RATE
+    knob = (
+        f"degree={top + 1} raises it ({size} features instead of "
+        f"{feature_count(d, top)}: Gram matrices of {8 * size**2 * (folds + 1) / 2**20:.1f} MiB "
+        f"with the folds', ~{seconds:.0f} s of Gram products, rows thinned to every "
+        f"{gram_stride(n_samples, size)}-th)"
+    )
+    return Truncation(
+        "score-matching",
+        top,
+        lower.loss - upper.loss,
+        float(fold_stderr(lower.fold_losses - upper.fold_losses)),
+        knob,
+    )
+
+
+def kernel_embedding_truncation(choice: KernelEmbeddingChoice, n_samples: int) -> Truncation | None:
+    """A :class:`Truncation` when the kernel embedding's automatic order is the highest scanned
+    (:func:`kernel_embedding_max_order`) and its held-out L² loss fell from the order below it.
+    The knob is ``max_order``, with the basis size and the seconds per pass of its tables."""
+    criteria = choice.criteria
+    loss, loss_stderr = criteria.held_out_loss, criteria.held_out_loss_stderr
+    top = int(criteria.orders[-1])
+    if choice.order_selection != "auto" or choice.level != top or loss is None or top < 1:
+        return None
+    assert loss_stderr is not None
+    if not loss[top] < loss[top - 1]:
+        return None
+    basis = choice.density.basis
+    larger = TensorBasis(basis.coordinates, _raised(basis.order), basis.index_set)
+    seconds = n_samples * (basis.dim + 1) * larger.size / TABLE_FLOP_RATE
+    knob = (
+        f"max_order={top + 1} raises it ({larger.size} basis functions instead of {basis.size}, "
+        f"~{seconds:.0f} s of basis tables per pass over these {n_samples} samples)"
+    )
+    stderr = float(np.hypot(loss_stderr[top], loss_stderr[top - 1]))
+    return Truncation("kernel-embedding", top, float(loss[top - 1] - loss[top]), stderr, knob)
+
+
+def _raised(order: int | tuple[int, ...]) -> int | tuple[int, ...]:
+    """An order one higher (every coordinate's of a box that is not held at 0)."""
+    if isinstance(order, tuple):
+        return tuple(m + 1 if m > 0 else 0 for m in order)
+    return int(order) + 1
 
 
 @dataclass
@@ -241,6 +336,20 @@ class KernelEmbeddingChoice:
     def level(self) -> int:
         return max(self.order) if isinstance(self.order, tuple) else int(self.order)
 
+    @property
+    def score(self) -> DensityScore:
+        """``∇ log p_M`` on ``{p_M ≥ δ}`` (eq. 46) at the chosen order and threshold."""
+        return DensityScore(self.density, self.order, self.delta)
+
+    def refits(self) -> tuple[DensityScore, ...]:
+        """The score with ``p_M`` refitted without each held-out fold (eq. 39 over the other
+        folds' sums), at the same order and threshold: the jackknife replicates."""
+        assert self.density.fold_counts is not None
+        return tuple(
+            DensityScore(self.density.held_out(f), self.order, self.delta)
+            for f in range(len(self.density.fold_counts))
+        )
+
 
 def choose_kernel_embedding(
     passes: Passes,
@@ -278,6 +387,23 @@ class ScoreMatchingChoice:
     model: ScoreModel
     pick: Candidate
     candidates: list[Candidate] = field(repr=False)
+    sums: GramSums = field(repr=False)
+
+    @property
+    def condition(self) -> float:
+        """Condition number of the chosen degree's Gram matrix (all rows) scaled to unit
+        diagonal, the matrix the weights are solved with
+        (:class:`~kelr_dist.kernels.score_matching.ScaledGram`)."""
+        keep = self.sums.features.mask(self.degree)
+        gram, _ = self.sums.means()
+        return ScaledGram.of(gram[np.ix_(keep, keep)]).condition
+
+    def refits(self) -> tuple[ScoreModel, ...]:
+        """The chosen model refitted without each held-out fold (the jackknife replicates)."""
+        return tuple(
+            fit_score(self.sums, self.pick.degree, self.pick.ridge, without=f)
+            for f in range(len(self.sums.n))
+        )
 
     @property
     def degree(self) -> int:
@@ -293,7 +419,7 @@ def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMat
     :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read."""
     candidates = held_out_candidates(gram, None if degree is None else [degree])
     pick = choose_candidate(candidates)
-    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates)
+    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
 
 
 @dataclass(frozen=True)
@@ -318,7 +444,8 @@ def respond(
     """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6), the lag-0
     Stein residuals, the affine Stein correction of the scores named in ``corrected`` and the
     kernel embedding's held-out loss, in the same read. ``options`` (``centre``, ``scales``,
-    ``corrected``, ``origin``) go to :func:`kelr_dist.kernels.response.response_reduction`."""
+    ``corrected``, ``origin``, ``replicates``) go to
+    :func:`kelr_dist.kernels.response.response_reduction`."""
     reductions = [response_reduction(scores, observable, forcing, max_lag, **options)]
     if held_out is not None:
         choice, folds = held_out

@@ -1,0 +1,168 @@
+"""Truth-free warnings (truncation, bias, non-finite values), and silence where all is well."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from kelr_dist import estimate_response
+from kelr_dist.data.models import make_model
+from kelr_dist.kernels.bases import Coordinate, Hermite, TensorBasis
+from kelr_dist.kernels.density import KernelDensity
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.response import (
+    DensityScore,
+    Observable,
+    constant_forcing,
+    identity_observable,
+    response_reduction,
+)
+from kelr_dist.kernels.score_matching import (
+    RCOND,
+    PolynomialFeatures,
+    ScaledGram,
+    ScoreModel,
+    gram_reduction,
+    gram_sums,
+    solve_weights,
+)
+from kelr_dist.pipeline.estimate import BiasWarning
+from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
+
+
+def sample(name: str, n: int, seed: int = 5) -> tuple[np.ndarray, object]:
+    model = make_model(name)
+    rng = np.random.default_rng(seed)
+    state = model.initial_state(rng)
+    _, state = model.advance(state, model.default_burn_in, rng)
+    return model.advance(state, n, rng)[0], model
+
+
+def estimate(x, model, **options):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = estimate_response(x, dt=model.dt, client="synchronous", **options)
+    return ds, [w for w in caught if issubclass(w.category, UserWarning)]
+
+
+def test_silent_on_ou():
+    """Exact OU samples: no warning of any kind, and none recorded."""
+    x, model = sample("ou", 50_000)
+    ds, caught = estimate(x, model, score=model.score, exact=True, max_lag=50)
+    assert [str(w.message) for w in caught] == []
+    assert ds.attrs["warnings"] == ""
+    assert ds.attrs["nonfinite_rejection"] == 0.0
+
+
+@pytest.mark.parametrize(("system", "binds"), [("trig-4d", True), ("ou", False)])
+def test_truncation_when_the_degree_budget_binds(system, binds):
+    """Score matching given features up to degree 3: on four coordinates tied by a sine and a
+    cosine it takes the largest degree, its held-out loss still falling, and the truncation says
+    by how much and names the knob with its cost; on OU (a linear score) it does not bind."""
+    x, _ = sample(system, 100_000)
+    coords = tuple(
+        Coordinate(Hermite(1.0), float(x[:, k].mean()), float(x[:, k].std()))
+        for k in range(x.shape[1])
+    )
+    folds = Folds(4, 1, x.shape[0])
+    sums = reduce_in_memory(gram_reduction(PolynomialFeatures(coords, 3), folds), x, 25_000)
+    choice = choose_score_matching(sums)
+    truncation = score_matching_truncation(choice, x.shape[0])
+    assert (truncation is not None) == binds
+    if binds:
+        assert choice.degree == 3 and truncation.drop > truncation.drop_stderr > 0
+        assert "degree=4 raises it" in truncation.message
+        assert "MiB" in truncation.message and "standard errors" in truncation.message
+
+
+def test_bias_warns_for_a_nonlinear_observable():
+    """The Gaussian score (degree 1) of a three-well density with A = x²: the affine correction
+    cannot make the lag-0 identity hold for a quadratic observable, and the residual says so."""
+    x, model = sample("curved-wells", 100_000)
+    ds, caught = estimate(x, model, estimator="score-matching", degree=1, observable="square",
+                          max_lag=20)  # fmt: skip
+    found = [str(w.message) for w in caught if w.category is BiasWarning]
+    assert found and "total standard errors" in found[0]
+    assert "BiasWarning: " + found[0] in ds.attrs["warnings"].splitlines()
+    ratio = np.abs(ds["stein_residual"] / ds["stein_residual_total_stderr"])
+    assert float(ratio.max()) > 3
+
+
+def nan_every_thousandth(x: np.ndarray) -> np.ndarray:
+    out = -np.array(x, dtype=float)
+    out[::1000] = np.nan
+    return out
+
+
+def nan_observable(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 3.5, np.inf, x)
+
+
+def nan_forcing(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = np.ones_like(x)
+    c[x[:, 0] < -3.5] = np.nan
+    return c, np.zeros_like(x)
+
+
+@pytest.mark.parametrize(
+    ("option", "kind", "name"),
+    [
+        ({"score": nan_every_thousandth, "exact": True}, "score function", "nan_every_thousandth"),
+        ({"observable": Observable(("a1", "a2"), nan_observable)}, "observable", "nan_observable"),
+        ({"forcing": nan_forcing}, "forcing", "nan_forcing"),
+    ],
+)
+def test_non_finite_user_functions_are_refused(option, kind, name):
+    """A score, observable or forcing that returns NaN or inf on some rows is refused, naming the
+    function and the first offending row (never an all-NaN response)."""
+    x, model = sample("ou", 20_000)
+    with pytest.raises(ValueError, match=rf"the {kind} \S*{name} returned a non-finite") as err:
+        estimate(x, model, estimator="score-matching", max_lag=10, **option)
+    assert "time index" in str(err.value) and "chain 0" in str(err.value)
+
+
+def test_non_finite_density_is_counted_apart_from_low_density():
+    """Rows where ``p_M`` is NaN get ``B = 0`` and are counted as non-finite, not as rejected."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2000, 1))
+    basis = TensorBasis((Coordinate(Hermite(1.0)),), 4, "total")
+    density = KernelDensity.fit(basis, x)
+    coefficients = density.coefficients.copy()
+    coefficients[3] = np.nan
+    broken = KernelDensity(basis, coefficients, density.variances, density.n)
+    names = ("x",)
+    result = reduce_in_memory(
+        response_reduction(
+            {"ke": DensityScore(broken, 4, 1e-6)},
+            identity_observable(names),
+            constant_forcing(names),
+            3,
+        ),
+        x,
+    )["ke"]
+    assert result.nonfinite == 2000 and result.kept == 0
+    assert result.rejection == 0.0 and result.nonfinite_rejection == 1.0
+    assert np.all(result.mean == 0.0)
+
+
+def test_gram_scaling_keeps_the_directions_of_a_heavy_tailed_sample():
+    """Student-t (ν = 5) features of degree 14: the raw Gram matrix keeps a handful of directions
+    above RCOND of its largest eigenvalue, the Jacobi-scaled one many more; the fit keeps the
+    sample Stein identity ``Ê[x sᵀ] = -I`` (the linear features stay in the span)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_t(5, size=(100_000, 2))
+    x[:, 1] = 0.6 * x[:, 0] + 0.8 * x[:, 1]
+    coords = tuple(Coordinate(Hermite(1.0), 0.0, float(np.std(x[:, k]))) for k in range(2))
+    features = PolynomialFeatures(coords, 14)
+    sums = gram_sums(features, x)
+    gram, b = sums["gram"] / sums["n"], sums["b"] / sums["n"]
+    raw = np.linalg.eigvalsh(gram)
+    raw_kept = int((raw > RCOND * raw[-1]).sum())
+    scaled_kept = int(ScaledGram.of(gram).kept.sum())
+    assert scaled_kept >= 4 * raw_kept, (raw_kept, scaled_kept)
+    (weights,) = solve_weights(gram, b, (0.0,))
+    score, _ = ScoreModel(features, weights)(x)
+    np.testing.assert_allclose(x.T @ score / len(x), -np.eye(2), atol=1e-6)
