@@ -14,7 +14,14 @@ Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
    maximum, and the count and first position of non-finite values (rejected with a
    :class:`ValueError` by the finalize step). Empty blocks are the identity of the combine;
    a trajectory without samples is an error. Result: :class:`Moments`.
-2. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
+2. :func:`wrap_reduction` — in the same read as pass 1: per coordinate, the steps between
+   consecutive samples of a chain (a halo of one row), measured on the circle of each usual
+   period (:data:`PERIODS`, 2π and 360): how many steps jump by more than half the period, and
+   the mean squares of the circular step ``min(|Δ|, P - |Δ|)`` over all steps and over the
+   jumps. Wrapped angles jump by nearly a whole period at the wrap while their ordinary steps
+   are small (:func:`kelr_dist.kernels.coordinates.periodicity`). Result:
+   :class:`WrapStatistics`.
+3. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
    ``y`` and ``log y`` for ``y = (x - loc) / scale`` (shift from pass 1), finalized into the
    Gamma MLE (:class:`GammaFit`). :func:`~kelr_dist.kernels.coordinates.gamma_reduction_for`
    builds it from pass 1 and a spec (or returns ``None`` when no coordinate needs it).
@@ -285,6 +292,71 @@ def moments_reduction() -> Reduction:
     an error.
     """
     return Reduction("moments", _moments_chunk, combine_moments, _finalize_moments)
+
+
+# ------------------------------------------------------------------ wrapped coordinates
+
+#: the usual periods of stored angles: radians and degrees
+PERIODS = (2.0 * np.pi, 360.0)
+
+
+@dataclass(frozen=True, eq=False)
+class WrapStatistics:
+    """Steps between consecutive samples on the circle of each period of :data:`PERIODS`.
+
+    Attributes
+    ----------
+    periods : ``(c,)`` the candidate periods.
+    steps : ``(d,)`` steps counted (within chains).
+    jumps : ``(d, c)`` steps with ``|Δ| > P / 2``.
+    step_rms : ``(d, c)`` RMS circular step ``min(|Δ|, P - |Δ|)`` over all steps.
+    jump_rms : ``(d, c)`` RMS circular step over the jumps (NaN without jumps).
+    """
+
+    periods: np.ndarray
+    steps: np.ndarray
+    jumps: np.ndarray
+    step_rms: np.ndarray
+    jump_rms: np.ndarray
+
+
+def _wrap_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
+    """Step sums of one block ``x (L, d)`` and the first row of its halo, by sub-blocks."""
+    x = np.asarray(x, dtype=np.float64)
+    periods = np.asarray(PERIODS)
+    d, c = x.shape[1], periods.shape[0]
+    out = {
+        "steps": np.zeros(d, dtype=np.int64),
+        "jumps": np.zeros((d, c), dtype=np.int64),
+        "circular": np.zeros((d, c)),
+        "jump_circular": np.zeros((d, c)),
+    }
+    rows = x if halo is None or halo.shape[0] == 0 else np.vstack([x, halo[:1]])
+    for lo in range(0, rows.shape[0] - 1, SUB_BLOCK):
+        step = np.abs(np.diff(rows[lo : lo + SUB_BLOCK + 1], axis=0))[:, :, None]  # (L, d, 1)
+        jump = step > periods / 2.0
+        circular = np.where(jump, periods - step, step) ** 2
+        out["steps"] += step.shape[0]
+        out["jumps"] += jump.sum(axis=0)
+        out["circular"] += circular.sum(axis=0)
+        out["jump_circular"] += np.where(jump, circular, 0.0).sum(axis=0)
+    return out
+
+
+def _finalize_wraps(p: dict) -> WrapStatistics:
+    steps = np.maximum(p["steps"], 1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        jump_rms = np.sqrt(p["jump_circular"] / p["jumps"])
+    return WrapStatistics(
+        np.asarray(PERIODS), p["steps"].copy(), p["jumps"].copy(),
+        np.sqrt(p["circular"] / steps), np.where(p["jumps"] > 0, jump_rms, np.nan),
+    )  # fmt: skip
+
+
+def wrap_reduction() -> Reduction:
+    """Steps between consecutive samples on the circles of :data:`PERIODS` (halo: one row;
+    finalize: :class:`WrapStatistics`). Partials are sums (combine by addition)."""
+    return Reduction("wraps", _wrap_chunk, finalize=_finalize_wraps, halo=1)
 
 
 # ------------------------------------------------------------------ pass 2: Gamma likelihood
