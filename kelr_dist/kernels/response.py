@@ -55,6 +55,7 @@ from kelr_dist.kernels.stein_correction import (
     corrected_response,
     correction_columns,
     correction_width,
+    divergence_sums,
 )
 
 
@@ -155,10 +156,10 @@ class Observable:
 
     def jacobian(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """``∂_j A_i`` at ``x (n, d)``, ``(n, q, d)``; ``steps (d,)`` for central differences."""
-        if self.function is None:
-            return np.broadcast_to(np.eye(x.shape[1]), (x.shape[0], x.shape[1], x.shape[1]))
         if self.derivative is not None:
             return np.asarray(self.derivative(x), dtype=np.float64)
+        if self.function is None:
+            return np.broadcast_to(np.eye(x.shape[1]), (x.shape[0], x.shape[1], x.shape[1]))
         out = np.empty((x.shape[0], len(self.names), x.shape[1]))
         for j, h in enumerate(steps):
             up, down = x.copy(), x.copy()
@@ -319,6 +320,7 @@ class _ResponseKernel:
     origin: np.ndarray  # (d,) x̄ of the correction's features
     scales: np.ndarray  # (d,) σ: the correction's features, the central-difference steps
     base_block: int | None = None
+    periods: np.ndarray | None = None  # (d,) periods of the components on a circle (0: line)
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
@@ -347,7 +349,9 @@ class _ResponseKernel:
         """Lagged columns of ``B``: every score's ``d``, then the correction's (``d + 1``, or
         ``d (d + 1)`` for a varying forcing)."""
         d = len(self.forcing.names)
-        correction = correction_width(d, self.forcing.function is None) if self.corrected else 0
+        periodic = 0 if self.periods is None else int((self.periods > 0).sum())
+        constant = self.forcing.function is None
+        correction = correction_width(d, constant, periodic) if self.corrected else 0
         return len(self.scores) * d + correction
 
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
@@ -358,7 +362,7 @@ class _ResponseKernel:
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
-        z = augmented(x, self.origin, self.scales)
+        z = augmented(x, self.origin, self.scales, self.periods)
         columns, parts = [], {}
         for name, score in self.scores.items():
             s, kept = score(x)
@@ -373,8 +377,9 @@ class _ResponseKernel:
         if self.corrected:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
-            columns.append(correction_columns(x, self.origin, profile, self.scales))
-            parts[AFFINE] = {"moment": z.T @ z, "n": x.shape[0]}
+            columns.append(correction_columns(x, self.origin, profile, self.scales, self.periods))
+            divergence = divergence_sums(x, self.scales, self.periods)
+            parts[AFFINE] = {"moment": z.T @ z, "divergence": divergence, "n": x.shape[0]}
         return {
             "blocks": response_block_partial(
                 a_ext, np.hstack(columns), self.max_lag, info, self.base_block
@@ -396,11 +401,9 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finalize(
-    width: int, scales: np.ndarray, partials: dict[str, Any]
-) -> dict[str, ResponseResult]:
+def _finalize(width: int, partials: dict[str, Any]) -> dict[str, ResponseResult]:
     """Each score's ``width`` columns of the shared lagged sums (in the chunk's order), the
-    correction's after them (its features scaled by ``scales``)."""
+    correction's after them."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = dict(partials["parts"])
@@ -415,7 +418,11 @@ def _finalize(
             stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2),
         )
         if "moment" in p:
-            weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"], scales)
+            weights = affine_fit(
+                p["moment"] / p["n"],
+                shared["moment"] / shared["n"],
+                divergence=shared["divergence"] / shared["n"],
+            )
             lagged = blocks.columns(slice(len(parts) * width, None))
             result = _corrected(result, weights, lagged)
         results[name] = result
@@ -458,6 +465,7 @@ def response_reduction(
     base_block: int | None = None,
     corrected: Collection[str] = (),
     origin: np.ndarray | None = None,
+    periods: np.ndarray | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -467,8 +475,9 @@ def response_reduction(
     standard deviations (default 1), which set the central-difference steps of an observable
     given without its derivative and scale the correction's features. The scores named in
     ``corrected`` get the affine Stein correction (:mod:`kelr_dist.kernels.stein_correction`,
-    features centred at ``origin`` ``(d,)``, default 0; use the sample mean) fitted from the
-    same read. Finalizes to
+    features centred at ``origin`` ``(d,)``, default 0; use the sample mean; ``periods`` ``(d,)``
+    gives the components on a circle their periodic features) fitted from the same read.
+    Finalizes to
     ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
@@ -490,12 +499,13 @@ def response_reduction(
         origin,
         scales,
         base_block,
+        None if periods is None else np.asarray(periods, dtype=np.float64),
     )
     return Reduction(
         name="response",
         chunk=kernel.chunk,
         combine=_combine,
-        finalize=partial(_finalize, d, scales),
+        finalize=partial(_finalize, d),
         halo=int(max_lag),
     )
 
