@@ -11,6 +11,9 @@ for the step sizes here (``sqrt(2h) ≤ 0.3``, ``|Δ| ≤ 5 sqrt(2h)``).
 * ``torus``: ``V(φ, ψ) = a cos 2φ + b cos(3ψ - 0.6) - c cos(φ - ψ - 0.8) + e sin φ`` —
   six basins (two in φ, three in ψ, tilted and coupled), with density at the wrap ``±π`` of both
   angles (so a wrapped angle's lag-0 response is ``1 - 2π p(±π)``, well away from 1).
+* ``circle``: the von Mises diffusion ``V(θ) = -κ cos(θ - μ)`` on one circle (d = 1): its
+  density is von Mises and its response can be computed without samples (the generator is
+  tridiagonal in the Fourier modes).
 * ``angles-line``: ``(φ, ψ, r)`` with the torus potential plus
   ``g (r² - 1)² + k r sin(φ) + r cos(ψ)/2`` — a double well on the line whose tilt follows the
   angles.
@@ -28,13 +31,16 @@ import numpy as np
 from kelr_dist.data.parametrised import Parameter, Parametrised, integration, real
 from kelr_dist.kernels.compiled import compiled
 
-TORUS, ANGLES_LINE = 0, 1
+TORUS, ANGLES_LINE, CIRCLE = 0, 1, 2
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
 @compiled
 def _potential(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``V`` at one point ``x`` and its gradient into ``grad`` (``-score``)."""
+    if system == CIRCLE:
+        grad[0] = theta[0] * math.sin(x[0] - theta[1])
+        return -theta[0] * math.cos(x[0] - theta[1])
     a, b, c, e = theta[0], theta[1], theta[2], theta[3]
     phi, psi = x[0], x[1]
     v = (
@@ -233,6 +239,29 @@ class AnglesLine(_AngleSystem):
         self._theta = np.array([self.a, self.b, self.c, self.e, self.g, self.k])
 
 
+class Circle(_AngleSystem):
+    """The von Mises diffusion ``dθ = -κ sin(θ - μ) dt + sqrt(2) dW`` on the circle (d = 1).
+
+    Parameters
+    ----------
+    kappa : concentration ``κ`` (1.5).  mu : mean direction ``μ`` in radians (2.2: the density
+    at the wrap ``±π`` is well above 0).  step : MALA step ``h`` (0.02).  subsample : (5).
+    """
+
+    name = "circle"
+    components = ("theta",)
+    angles = 1
+    parameters = {
+        "kappa": Parameter(1.5, real),
+        "mu": Parameter(2.2, real),
+        **integration(step=0.02, subsample=5),
+    }
+    _system = CIRCLE
+
+    def _derive(self) -> None:
+        self._theta = np.array([self.kappa, self.mu])
+
+
 def degrees(x: np.ndarray, angles: int = 2) -> np.ndarray:
     """A copy of ``x (..., d)`` with its first ``angles`` components in degrees, wrapped to
     ``[0, 360)`` (the other usual window: a different wrap point as well as other units)."""
@@ -258,6 +287,6 @@ class DegreesScore:
 
 
 #: the systems of this module, registered in :data:`kelr_dist.data.models._MODELS`
-SYSTEMS: tuple[type, ...] = (Torus, AnglesLine)
+SYSTEMS: tuple[type, ...] = (Torus, AnglesLine, Circle)
 
 from kelr_dist.data.models import _points, _run_blocks  # noqa: E402  (as in data/systems.py)
