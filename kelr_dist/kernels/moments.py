@@ -21,7 +21,11 @@ Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
    jumps. Wrapped angles jump by nearly a whole period at the wrap while their ordinary steps
    are small (:func:`kelr_dist.kernels.coordinates.periodicity`). Result:
    :class:`WrapStatistics`.
-3. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
+3. :func:`edge_reduction` — in the same read: the :data:`EDGE_SAMPLES` smallest and largest
+   values of each coordinate (merged by keeping the extremes of both partials), whose spacing
+   tells a density that vanishes at the data's edge from one that does not (a wall, clipped
+   data): :class:`EdgeStatistics`.
+4. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
    ``y`` and ``log y`` for ``y = (x - loc) / scale`` (shift from pass 1), finalized into the
    Gamma MLE (:class:`GammaFit`). :func:`~kelr_dist.kernels.coordinates.gamma_reduction_for`
    builds it from pass 1 and a spec (or returns ``None`` when no coordinate needs it).
@@ -357,6 +361,83 @@ def wrap_reduction() -> Reduction:
     """Steps between consecutive samples on the circles of :data:`PERIODS` (halo: one row;
     finalize: :class:`WrapStatistics`). Partials are sums (combine by addition)."""
     return Reduction("wraps", _wrap_chunk, finalize=_finalize_wraps, halo=1)
+
+
+# ------------------------------------------------------------------ hard edges
+
+#: extreme values kept per coordinate and side
+EDGE_SAMPLES = 256
+#: a side is a hard edge when its spacing ratio exceeds this (see :class:`EdgeStatistics`)
+EDGE_RATIO = 3.2
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeStatistics:
+    """The :data:`EDGE_SAMPLES` smallest values of each coordinate and of its negative.
+
+    Near an edge ``a`` where ``p(x) ~ (x - a)^α``, the ``i``-th smallest value lies at
+    ``x_(i) - a ∝ i^{1/(α+1)}``; the ratio ``(x_(K) - x_(1)) / (x_(K/4) - x_(1))`` is about 4 for a
+    density that does not vanish there (``α = 0``: a reflecting wall), about 2 for ``α = 1``
+    (a diffusion path near its minimum) and less for a Gaussian tail. Measured with ``K = 256``
+    on 3e4 and 3e5 samples of every system on the line of :mod:`kelr_dist.data.models`: 1.2-2.4
+    (one exception: 4.9 for the Langevin-Morse ``x`` at its flat right tail with 3e4 samples);
+    on walls (a reflected Ornstein-Uhlenbeck process, the angles at their wrap): 3.5-5.5;
+    clipped data put ``K/4`` samples at one value: an infinite ratio.
+
+    Attributes
+    ----------
+    lowest, highest : ``(d, K)`` the smallest and the largest values, each from its extreme
+        inwards (fewer than ``K`` with fewer samples).
+    """
+
+    lowest: np.ndarray
+    highest: np.ndarray
+
+    def ratios(self) -> np.ndarray:
+        """``(d, 2)`` the spacing ratio at the lower and the upper edge (NaN: too few samples,
+        inf: ``K/4`` samples at the extreme value)."""
+        out = np.full((self.lowest.shape[0], 2), np.nan)
+        k = self.lowest.shape[1]
+        if k < EDGE_SAMPLES:
+            return out
+        for side, values in enumerate((self.lowest, -self.highest)):
+            span = values[:, -1] - values[:, 0]
+            inner = values[:, k // 4 - 1] - values[:, 0]
+            with np.errstate(divide="ignore", invalid="ignore"):  # an atom: inner = 0, inf
+                out[:, side] = np.where(inner > 0, span / np.where(inner > 0, inner, 1.0), np.inf)
+        return out
+
+    def hard(self) -> np.ndarray:
+        """``(d, 2)`` bool: the density does not vanish at the lower / upper edge."""
+        return self.ratios() > EDGE_RATIO
+
+
+def _edge_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
+    x = np.asarray(x, dtype=np.float64)
+    return {"lowest": _smallest(x.T), "highest": -_smallest(-x.T)}
+
+
+def _smallest(values: np.ndarray) -> np.ndarray:
+    """The :data:`EDGE_SAMPLES` smallest of each row of ``values (d, n)``, sorted."""
+    if values.shape[1] > EDGE_SAMPLES:
+        values = np.partition(values, EDGE_SAMPLES - 1, axis=1)[:, :EDGE_SAMPLES]
+    return np.sort(values, axis=1)
+
+
+def _combine_edges(a: dict, b: dict) -> dict:
+    return {
+        "lowest": _smallest(np.hstack([a["lowest"], b["lowest"]])),
+        "highest": -_smallest(-np.hstack([a["highest"], b["highest"]])),
+    }
+
+
+def _finalize_edges(p: dict) -> EdgeStatistics:
+    return EdgeStatistics(p["lowest"].copy(), p["highest"].copy())
+
+
+def edge_reduction() -> Reduction:
+    """The extreme values of each coordinate (finalize: :class:`EdgeStatistics`)."""
+    return Reduction("edges", _edge_chunk, _combine_edges, _finalize_edges)
 
 
 # ------------------------------------------------------------------ pass 2: Gamma likelihood

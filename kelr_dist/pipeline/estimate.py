@@ -116,6 +116,12 @@ class DisagreementWarning(UserWarning):
     criterion cannot tell which is better: at least one is biased, and which is not known."""
 
 
+class EdgeWarning(UserWarning):
+    """A component on the line whose density does not vanish at an edge of the data (a wall,
+    clipped values): Stein's identity there has a boundary term that the lag-0 self-check and
+    the affine correction leave out."""
+
+
 class ConvergenceWarning(UserWarning):
     """The block-averaging standard errors of some entries of the estimate did not reach their
     plateau (chains short against the correlation time): those error bars are too small."""
@@ -466,6 +472,7 @@ def estimate_response(
 
         survey = survey_data(passes, observable, covariance=kde or gaussian)
         periodic = find_periodic(passes, survey, basis)
+        _warn_edges(survey, periodic, [str(c) for c in traj["component"].values])
         coordinates = choose_coordinates(passes, survey, basis, periodic)
         observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
         if index_set == "auto" and isinstance(chosen, tuple):
@@ -622,6 +629,30 @@ def _on_the_circle(
     if on_circle.names == observable.names:
         return on_circle, survey.centre, periods
     return on_circle, passes(observable_mean_reduction(on_circle))[0], periods
+
+
+def _warn_edges(survey: Survey, periodic: list[Periodicity | None], names: list[str]) -> None:
+    """One-line :class:`EdgeWarning` per component on the line with a hard edge
+    (:meth:`kelr_dist.kernels.moments.EdgeStatistics.hard`)."""
+    if survey.edges is None:
+        return
+    for k, (lower, upper) in enumerate(survey.edges.hard()):
+        if periodic[k] is None and (lower or upper):
+            where = " and ".join(
+                f"{side} edge {value:.6g}"
+                for side, value, hard in (
+                    ("lower", survey.moments.minimum[k], lower),
+                    ("upper", survey.moments.maximum[k], upper),
+                )
+                if hard
+            )
+            warnings.warn(
+                f"component {names[k]!r}: its density does not vanish at its {where} (a wall or "
+                "clipped data): the lag-0 Stein check and the affine Stein correction assume it "
+                "does, so they do not hold there (declare it periodic if it is an angle)",
+                EdgeWarning,
+                stacklevel=4,
+            )
 
 
 def periodic_attr(trajectory: xr.DataArray, periodic: list[Periodicity | None]) -> str:

@@ -50,8 +50,10 @@ from kelr_dist.kernels.kde import (
 )
 from kelr_dist.kernels.moments import (
     CoordinateError,
+    EdgeStatistics,
     Moments,
     WrapStatistics,
+    edge_reduction,
     moments_reduction,
     wrap_reduction,
 )
@@ -149,18 +151,20 @@ class Survey:
     centre: np.ndarray
     sample: SampleMoments | None = None
     wraps: WrapStatistics | None = None
+    edges: EdgeStatistics | None = None
 
 
 def survey_data(passes: Passes, observable: Observable, covariance: bool = False) -> Survey:
     """Read 1: moments and tails (basis choice, step 1 of §4), the steps that find wrapped
-    angles, ``Ā``, and optionally the sample mean and covariance (KDE bandwidth,
-    quasi-Gaussian baseline)."""
-    reductions = [moments_reduction(), wrap_reduction(), observable_mean_reduction(observable)]
+    angles, the extremes that find hard edges, ``Ā``, and optionally the sample mean and
+    covariance (KDE bandwidth, quasi-Gaussian baseline)."""
+    reductions = [moments_reduction(), wrap_reduction(), edge_reduction()]
+    reductions.append(observable_mean_reduction(observable))
     if covariance:
         reductions.append(mean_covariance_reduction())
     with _named_components(passes):
         out = passes(*reductions)
-    return Survey(out[0], out[2], out[3] if covariance else None, out[1])
+    return Survey(out[0], out[3], out[4] if covariance else None, out[1], out[2])
 
 
 def declared_periods(trajectory: xr.DataArray) -> list[float | None] | None:
