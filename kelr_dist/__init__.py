@@ -39,6 +39,7 @@ _EXPORTS = {
     "estimate_response": "pipeline.estimate",
     "BiasWarning": "pipeline.estimate",
     "ConvergenceWarning": "pipeline.estimate",
+    "EdgeWarning": "pipeline.estimate",
     "DisagreementWarning": "pipeline.estimate",
     "write_result": "pipeline.result",
     "MODEL_NAMES": "data.models",

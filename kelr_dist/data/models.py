@@ -433,13 +433,14 @@ def _points(x: np.ndarray, d: int) -> np.ndarray:
 # registry
 # --------------------------------------------------------------------------------------------
 
-from kelr_dist.data import systems  # noqa: E402  (benchmark systems; imports the helpers above)
+from kelr_dist.data import angle_systems, systems  # noqa: E402  (imports the helpers above)
 
 _MODELS: dict[str, type] = {
     TripleWell.name: TripleWell,
     LangevinMorse.name: LangevinMorse,
     OrnsteinUhlenbeck.name: OrnsteinUhlenbeck,
     **{cls.name: cls for cls in systems.SYSTEMS},
+    **{cls.name: cls for cls in angle_systems.SYSTEMS},
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 

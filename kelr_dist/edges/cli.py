@@ -446,10 +446,13 @@ def _result_info(store: str, attrs: dict[str, Any], as_json: bool) -> str:
         summary.update({k: attrs[k] for k in keys if k in attrs})
         return json.dumps(summary, default=str, indent=2)
     estimated = f"estimated from {attrs['store']} " if "store" in attrs else ""
+    periodic = json.loads(attrs.get("periodic", "{}"))
+    angles = ", ".join(f"{name} (period {entry['period']:.6g})" for name, entry in periodic.items())
     return (
         f"{store} is a kelr_dist result ({estimated}by {attrs.get('estimator', '?')}, "
-        f"kelr_dist {attrs.get('kelr_dist_version', '?')}), not a trajectory store: "
-        f"read it with '{report}'"
+        f"kelr_dist {attrs.get('kelr_dist_version', '?')}"
+        + (f"; periodic components: {angles}" if angles else "")
+        + f"), not a trajectory store: read it with '{report}'"
     )
 
 

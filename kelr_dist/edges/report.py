@@ -369,6 +369,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         ),
         ("basis", _short(str(a.get("basis", "?")))),
     ]
+    rows += [("periodic", line) for line in periodic_lines(ds)]
     if "order" in a:
         rows += [
             ("index set", f"{a.get('index_set', '?')}, max order {a.get('max_order', '?')}"),
@@ -712,12 +713,42 @@ def _density_axes(density: Any, n: int) -> list[np.ndarray]:
     axes = []
     for coordinate in density.basis.coordinates:
         family, loc, scale = coordinate.family, coordinate.loc, coordinate.scale
-        if hasattr(family, "theta"):  # Laguerre: y = (x - loc) / scale >= 0, Gamma(θ+1) weight
+        if coordinate.period is not None:  # Fourier: one whole window [loc, loc + period)
+            axes.append(loc + scale * np.linspace(0.0, 2.0 * math.pi, n))
+        elif hasattr(family, "theta"):  # Laguerre: y = (x - loc) / scale >= 0, Gamma(θ+1) weight
             k = float(family.theta) + 1.0
             axes.append(loc + scale * np.linspace(0.0, k + 10.0 * math.sqrt(k) + 5.0, n))
         else:
             axes.append(loc + scale * np.linspace(-5.0, 5.0, n))
     return axes
+
+
+def periodic_lines(ds: xr.Dataset) -> list[str]:
+    """One line per component taken as periodic (attribute ``periodic``): its period, where its
+    values wrap and why (declared, or found wrapped in the data)."""
+    table = parse_json_attr(ds.attrs.get("periodic", "{}"), "periodic")
+    return [
+        f"{name}: angle, period {_angle_unit(entry['period'])[1]}, wraps at "
+        f"{entry['wrap']:.6g}; {entry['reason']}"
+        for name, entry in table.items()
+    ]
+
+
+def _angle_unit(period: float) -> tuple[str, str]:
+    """The unit of an angle of this period and the period in words: ``rad``/``2π``,
+    ``deg``/``360``, else the data's units."""
+    if math.isclose(period, 2.0 * math.pi, rel_tol=1e-9):
+        return "rad", "2π"
+    if math.isclose(period, 360.0, rel_tol=1e-9):
+        return "deg", "360"
+    return "the data's units", f"{period:.6g}"
+
+
+def _axis_label(name: str, coordinate: Any) -> str:
+    """``name (angle, rad)`` for a periodic coordinate, else ``name (the data's units)``."""
+    if coordinate.period is None:
+        return f"{name} (the data's units)"
+    return f"{name} (angle, {_angle_unit(coordinate.period)[0]})"
 
 
 def _true_density(ds: xr.Dataset, points: np.ndarray) -> np.ndarray | None:
@@ -814,9 +845,10 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
         if true_marginals[k] is not None:
             ax.plot(axes[k], true_marginals[k], color="black", lw=0.9, ls="--", label="true p_eq")
             curves.append(true_marginals[k])
-        ax.set_xlim(*_shown_range(*curves, x=axes[k]))
+        on_circle = density.basis.coordinates[k].period is not None
+        ax.set_xlim(*((axes[k][0], axes[k][-1]) if on_circle else _shown_range(*curves, x=axes[k])))
         ax.set_title(f"marginal density of {names[k]}")
-        ax.set_xlabel(f"{names[k]} (the data's units)")
+        ax.set_xlabel(_axis_label(names[k], density.basis.coordinates[k]))
         ax.set_ylabel(f"density (per unit of {names[k]})")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
@@ -830,8 +862,8 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
             ax.set_xlim(*limits[0])
             ax.set_ylim(*limits[1])
             ax.set_title(title)
-            ax.set_xlabel(f"{names[0]} (the data's units)")
-            ax.set_ylabel(f"{names[1]} (the data's units)")
+            ax.set_xlabel(_axis_label(names[0], density.basis.coordinates[0]))
+            ax.set_ylabel(_axis_label(names[1], density.basis.coordinates[1]))
     used = str(ds.attrs.get("estimator", "kernel-embedding"))
     note = (
         ""

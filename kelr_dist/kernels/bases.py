@@ -5,7 +5,10 @@ One coordinate at a time:
 * :class:`Hermite` — ``Ψ_m(x) = ψ_m(x) W(x)^β`` with ``ψ_m`` the Hermite polynomials orthonormal
   for the standard Gaussian density ``W`` (Mehler RKHS, §3.1.1);
 * :class:`Laguerre` — ``Ψ_m(x) = ℓ^{(θ)}_m(x) G(x; θ)^β`` with ``ℓ^{(θ)}_m`` orthonormal for the
-  Gamma(θ+1) density ``G(x; θ) = x^θ e^{-x} / Γ(θ+1)``, ``x ≥ 0`` (Hille–Hardy RKHS, §3.1.2).
+  Gamma(θ+1) density ``G(x; θ) = x^θ e^{-x} / Γ(θ+1)``, ``x ≥ 0`` (Hille–Hardy RKHS, §3.1.2);
+* :class:`Fourier` — ``Ψ_m(θ) = φ_m(θ) w^β`` on the circle, ``φ_0 = 1``, ``φ_{2k-1} = √2 cos kθ``,
+  ``φ_{2k} = √2 sin kθ``, orthonormal for the uniform density ``w = 1/2π`` (a periodic
+  coordinate: an angle, mapped to radians by its coordinate's scale ``period / 2π``).
 
 Values come from the normalised three-term recurrences with the weight carried along and a
 running power-of-two rescaling, so orders in the hundreds and ``|x|`` up to 1e3 give finite
@@ -158,6 +161,32 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
                 for m in range(order + 1):
                     derivs[n, m] = math.inf
             # θβ > 1: (G^β)' -> 0 and G^β -> 0, nothing to add
+
+
+@compiled
+def _fourier_columns(x, order, factor, values, derivs):  # pragma: no cover - compiled
+    """``φ_m(x) factor`` into ``values (order+1, n)`` and their derivatives into ``derivs``
+    (``(0, n)``: none): ``cos kx, sin kx`` by the angle-addition recurrence from ``cos x, sin x``
+    (rounding grows like ``k`` ulps: ~1e-13 at k = 150)."""
+    root2 = math.sqrt(2.0) * factor
+    want_d = derivs.shape[0] > 0
+    for i in range(x.shape[0]):
+        c1 = math.cos(x[i])
+        s1 = math.sin(x[i])
+        values[0, i] = factor
+        if want_d:
+            derivs[0, i] = 0.0
+        ck, sk = 1.0, 0.0
+        for m in range(1, order + 1, 2):
+            k = (m + 1) // 2
+            ck, sk = ck * c1 - sk * s1, sk * c1 + ck * s1
+            values[m, i] = root2 * ck
+            if want_d:
+                derivs[m, i] = -k * root2 * sk
+            if m + 1 <= order:
+                values[m + 1, i] = root2 * sk
+                if want_d:
+                    derivs[m + 1, i] = k * root2 * ck
 
 
 @compiled
@@ -347,7 +376,53 @@ class Laguerre(_Family):
         return f"laguerre(theta={self.theta:g},beta={self.beta:g})"
 
 
-Family = Hermite | Laguerre
+@dataclass(frozen=True)
+class Fourier:
+    """Fourier functions on the circle ``θ ∈ [0, 2π)``: ``Ψ_m = φ_m w^β`` with ``φ_0 = 1``,
+    ``φ_{2k-1} = √2 cos kθ``, ``φ_{2k} = √2 sin kθ`` (index ``m`` counts cosines and sines in
+    turn, so a truncation at order ``M`` keeps the frequencies up to ``⌈M/2⌉``), orthonormal in
+    ``L²(w)`` for the uniform density ``w = 1/2π``.
+
+    ``β = 1`` as for the other families (``Ψ_m = φ_m / 2π``): the kernel embedding's
+    coefficients are then the sample means ``E[φ_m]`` (eq. 39) and ``p = Σ ĉ_m Ψ_m`` the
+    truncated Fourier series of the density. The weight is constant, so the expansion of any
+    square-integrable density on the circle converges, and its derivative has no boundary: the
+    circle has none. A :class:`Coordinate` maps a periodic component of period ``P`` to radians
+    with ``scale = P / 2π``.
+    """
+
+    name = "fourier"
+
+    @property
+    def beta(self) -> float:
+        return 1.0
+
+    def evaluate(
+        self, x: np.ndarray, order: int, out: Workspace | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Values and derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
+        return _evaluate(self, _as_points(x), _check_order(order), 1.0, derivatives=True, out=out)
+
+    def weighted_polynomials(
+        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
+    ) -> np.ndarray:
+        """``φ_m(x) w^weight`` for m = 0..order, shape ``(n, order + 1)``."""
+        return _evaluate(
+            self, _as_points(x), _check_order(order), weight, derivatives=False, out=out
+        )[0]
+
+    def second_derivatives(
+        self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
+    ) -> np.ndarray:
+        """``Ψ_m'' = -k² Ψ_m`` (frequency ``k = ⌈m/2⌉``), ``(n, order + 1)``."""
+        k = (np.arange(values.shape[1]) + 1) // 2
+        return -(k * k) * values
+
+    def spec(self) -> str:
+        return "fourier()"
+
+
+Family = Hermite | Laguerre | Fourier
 
 
 def polynomials(family: Family, x: np.ndarray, order: int) -> tuple[np.ndarray, np.ndarray]:
@@ -403,6 +478,9 @@ def _evaluate(
     else:
         values = out.take("values", order + 1, n)
         derivs = out.take("derivs", rows, n) if rows else np.empty((0, n))
+    if isinstance(family, Fourier):
+        _fourier_columns(x, order, (2.0 * math.pi) ** -float(weight), values, derivs)
+        return values.T, derivs.T
     if isinstance(family, Hermite):
         lo, hi = (-FAST_RANGE, FAST_RANGE) if weight >= -1.0 else (0.0, -1.0)
     else:
@@ -432,8 +510,10 @@ def _evaluate(
 class Coordinate:
     """A family on the mapped coordinate ``y = (x - loc) / scale``.
 
-    ``loc`` is the centre for Hermite and the shift for Laguerre (the data must satisfy
-    ``x ≥ loc``); the density of ``x`` is the density of ``y`` divided by ``scale``.
+    ``loc`` is the centre for Hermite, the shift for Laguerre (the data must satisfy
+    ``x ≥ loc``) and the wrap point for Fourier (the lower edge of the window ``[loc, loc +
+    period)`` the angles are stored in; ``scale = period / 2π``); the density of ``x`` is the
+    density of ``y`` divided by ``scale``.
     """
 
     family: Family = field(default_factory=Hermite)
@@ -460,9 +540,15 @@ class Coordinate:
         """Integrands of eq. 39, ``ψ_m(y) W(y)^{1-β}`` (or ``ℓ_m G^{1-β}``), ``(n, M + 1)``."""
         return self.family.weighted_polynomials(self.mapped(x), order, 1.0 - self.family.beta)
 
+    @property
+    def period(self) -> float | None:
+        """The period ``2π scale`` of a :class:`Fourier` coordinate in ``x`` units, else None."""
+        return 2.0 * math.pi * self.scale if isinstance(self.family, Fourier) else None
+
     def spec(self) -> str:
         inner = self.family.spec()[:-1]
-        return f"{inner},loc={self.loc:.17g},scale={self.scale:.17g})"
+        sep = "" if inner.endswith("(") else ","
+        return f"{inner}{sep}loc={self.loc:.17g},scale={self.scale:.17g})"
 
 
 def _stack_tables(tables: list[np.ndarray]) -> np.ndarray:

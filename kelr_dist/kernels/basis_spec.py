@@ -3,13 +3,17 @@
 Spec (``spec`` argument, also the ``basis`` attribute of results): ``"auto"`` for every
 coordinate, or one comma-separated entry per coordinate, each ``auto``, ``hermite``,
 ``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or
-``laguerre(theta=..,beta=..,loc=..,scale=..)`` with any subset of the keys (``beta >= 1/2``,
-``theta > -1``, ``scale > 0``); omitted values are chosen from the data (the family is then
-fixed; :mod:`kelr_dist.kernels.coordinates`). A list of
-:class:`~kelr_dist.kernels.bases.Coordinate`, :class:`~kelr_dist.kernels.bases.Hermite` or
-:class:`~kelr_dist.kernels.bases.Laguerre` (loc and scale from the data) or entry strings is
-accepted too. :func:`format_basis` writes a spec that parses back to
-the same coordinates.
+``laguerre(theta=..,beta=..,loc=..,scale=..)``, ``fourier(period=..,loc=..)`` with any subset of
+the keys (``beta >= 1/2``, ``theta > -1``, ``scale > 0``, ``period > 0``); omitted values are
+chosen from the data (the family is then fixed; :mod:`kelr_dist.kernels.coordinates`). A
+``fourier`` entry declares a periodic component (an angle) of that ``period`` in the data's units
+(``fourier(period=360)`` for degrees); ``loc`` is its wrap point (the lower edge of the window
+``[loc, loc + period)`` the values are stored in; default: ``-period/2`` or 0, whichever window
+holds the data) and ``scale = period / 2π`` maps it to radians (a spec gives ``period`` or
+``scale``, not both). A list of :class:`~kelr_dist.kernels.bases.Coordinate`,
+:class:`~kelr_dist.kernels.bases.Hermite` or :class:`~kelr_dist.kernels.bases.Laguerre` (loc and
+scale from the data) or entry strings is accepted too. :func:`format_basis` writes a spec that
+parses back to the same coordinates.
 """
 
 from __future__ import annotations
@@ -18,9 +22,13 @@ import math
 import re
 from collections.abc import Sequence
 
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+from kelr_dist.kernels.bases import Coordinate, Fourier, Hermite, Laguerre
 
-_KEYS = {"hermite": ("beta", "loc", "scale"), "laguerre": ("theta", "beta", "loc", "scale")}
+_KEYS = {
+    "hermite": ("beta", "loc", "scale"),
+    "laguerre": ("theta", "beta", "loc", "scale"),
+    "fourier": ("period", "loc", "scale"),
+}
 
 Entry = tuple[str, dict[str, float]]  # (family name, given parameters) or ("auto", {})
 
@@ -34,6 +42,7 @@ def _parse_value(text: str, key: str, entry: str, position: int) -> float:
         "beta": (lambda v: v >= 0.5, "beta >= 0.5"),
         "theta": (lambda v: v > -1.0, "theta > -1"),
         "scale": (lambda v: v > 0.0, "scale > 0"),
+        "period": (lambda v: v > 0.0, "period > 0"),
         "loc": (lambda v: True, "a finite number"),
     }
     check, need = checks[key]
@@ -51,8 +60,8 @@ def _parse_entry(entry: str, position: int) -> Entry:
     family = match.group(1).lower() if match else None
     if family not in ("auto", *_KEYS) or (family == "auto" and match.group(2) is not None):
         raise ValueError(
-            f"basis spec entry {position} ({entry!r}): expected 'auto', 'hermite(...)' or "
-            "'laguerre(...)'"
+            f"basis spec entry {position} ({entry!r}): expected 'auto', 'hermite(...)', "
+            "'laguerre(...)' or 'fourier(...)'"
         )
     params: dict[str, float] = {}
     body = match.group(2)
@@ -65,6 +74,13 @@ def _parse_entry(entry: str, position: int) -> Entry:
                 f"{family} takes {', '.join(_KEYS[family])}"
             )
         params[key] = _parse_value(value, key, entry, position)
+    if "period" in params and "scale" in params:
+        raise ValueError(
+            f"basis spec entry {position} ({entry!r}): give period or scale "
+            "(= period / 2π), not both"
+        )
+    if "period" in params:
+        params["scale"] = params.pop("period") / (2.0 * math.pi)
     return family, params
 
 
@@ -95,10 +111,12 @@ def _object_entry(item: object, position: int) -> Entry:
         name, params = "hermite", {"beta": float(family.beta)}
     elif isinstance(family, Laguerre):
         name, params = "laguerre", {"theta": float(family.theta), "beta": float(family.beta)}
+    elif isinstance(family, Fourier):
+        name, params = "fourier", {}
     else:
         raise ValueError(
-            f"basis spec entry {position}: expected a Coordinate, Hermite, Laguerre or a string, "
-            f"got {item!r}"
+            f"basis spec entry {position}: expected a Coordinate, Hermite, Laguerre, Fourier or "
+            f"a string, got {item!r}"
         )
     if coordinate is not None:
         params.update(loc=float(coordinate.loc), scale=float(coordinate.scale))
@@ -129,16 +147,20 @@ def coordinates_from_spec(spec: str | Sequence[object], d: int) -> list[Coordina
     """
     coordinates = []
     for k, (name, params) in enumerate(parse_basis_spec(spec, d)):
-        needed = ("beta", "loc", "scale") + (("theta",) if name == "laguerre" else ())
+        needed = {"fourier": ("loc", "scale"), "laguerre": ("theta", "beta", "loc", "scale")}.get(
+            name, ("beta", "loc", "scale")
+        )
         missing = [key for key in needed if key not in params]
         if name == "auto" or missing:
             raise ValueError(
                 f"basis entry {k} ({name}) is not fully specified: "
                 f"{'missing ' + ', '.join(missing) if missing else 'the family is auto'}"
             )
-        family: Hermite | Laguerre = (
+        family: Hermite | Laguerre | Fourier = (
             Hermite(beta=params["beta"])
             if name == "hermite"
+            else Fourier()
+            if name == "fourier"
             else Laguerre(theta=params["theta"], beta=params["beta"])
         )
         coordinates.append(Coordinate(family, loc=params["loc"], scale=params["scale"]))
@@ -150,6 +172,9 @@ def format_basis(coordinates: Sequence[Coordinate]) -> str:
     entries = []
     for c in coordinates:
         f = c.family
+        if isinstance(f, Fourier):
+            entries.append(f"fourier(loc={float(c.loc)!r},scale={float(c.scale)!r})")
+            continue
         head = f"laguerre(theta={float(f.theta)!r}," if isinstance(f, Laguerre) else "hermite("
         entries.append(
             f"{head}beta={float(f.beta)!r},loc={float(c.loc)!r},scale={float(c.scale)!r})"

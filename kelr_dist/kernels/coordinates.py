@@ -34,22 +34,47 @@ skewness γ₁, excess kurtosis γ₂, minimum and maximum:
   ``scale = (μ - loc) / (θ + 1)`` (the weight's mean equals the data's). ``β = 1`` unless the
   data's tail is clearly heavier than that of the fitted weight, ``γ₂ > 6/(θ+1) + 1`` (the
   Gamma(k) excess kurtosis is 6/k), then ``β = 1/2`` by the same argument as for Hermite.
+* **Fourier** (periodic components, :func:`periodicity`): a component declared periodic (a
+  ``fourier`` spec entry, or the trajectory's ``periods`` attribute) or found wrapped in the
+  data gets the Fourier family on the circle with ``scale = period / 2π`` and ``loc`` its wrap
+  point: ``-period/2`` or 0, whichever of the usual windows ``[-P/2, P/2]``, ``[0, P]`` holds
+  every sample (else the minimum).
+
+Wrapped components (:func:`detect_periods`, from
+:class:`~kelr_dist.kernels.moments.WrapStatistics`): for a usual period ``P`` (2π or 360) a
+component is taken as a wrapped angle when all of
+
+1. every sample lies in one usual window of length ``P``;
+2. some step between consecutive samples jumps by more than ``P/2`` (a *jump*);
+3. its ordinary steps are small: the RMS circular step ``min(|Δ|, P - |Δ|)`` is at most
+   :data:`STEP_FRACTION` ``P``;
+4. the jumps are nearly whole periods: their RMS circular step is at most
+   :data:`JUMP_FRACTION` ``P`` (each spans about three quarters of the window or more).
+
+A diffusion on a circle meets them (its jumps are its wrap crossings, whose circular size is that
+of an ordinary step); a coordinate on the line does not: it leaves the window (a Gaussian tail
+over 1e6 samples spans ~10σ), or its large steps, when it has them, are large on the circle too
+(a fast, nearly independent process: its RMS step is comparable with its range).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+from kelr_dist.kernels.bases import Coordinate, Fourier, Hermite, Laguerre
 from kelr_dist.kernels.basis_spec import Entry, parse_basis_spec
 from kelr_dist.kernels.moments import (
     CoordinateError,
     GammaFit,
     Moments,
+    WrapStatistics,
     gamma_reduction,
     moments_reduction,
+    wrap_reduction,
 )
 from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
 
@@ -61,6 +86,89 @@ KURTOSIS_THRESHOLD = 1.0
 """Excess kurtosis above which tails count as heavier than the weight's: β = 1/2."""
 SHIFT_MARGIN = 1e-3
 """Laguerre shift below the minimum, in standard deviations."""
+STEP_FRACTION = 0.15
+"""A wrapped component's RMS circular step is at most this fraction of the period (54°)."""
+JUMP_FRACTION = 0.25
+"""... and its jumps' RMS circular step at most this fraction (they span 3/4 of it or more)."""
+WINDOW_TOLERANCE = 1e-9
+"""Relative slack of the window test (a stored π may round above π)."""
+
+
+@dataclass(frozen=True)
+class Periodicity:
+    """A periodic component: its ``period`` and wrap point ``loc`` (data units) and why."""
+
+    period: float
+    loc: float
+    reason: str
+
+
+def _window(moments: Moments, k: int, period: float) -> float | None:
+    """The lower edge of the usual window (``[-P/2, P/2]`` or ``[0, P]``) that holds every
+    sample of coordinate ``k``, or None."""
+    slack = WINDOW_TOLERANCE * period
+    for lo in (-period / 2.0, 0.0):
+        if moments.minimum[k] >= lo - slack and moments.maximum[k] <= lo + period + slack:
+            return lo
+    return None
+
+
+def detect_periods(moments: Moments, wraps: WrapStatistics) -> list[Periodicity | None]:
+    """The wrapped components found in the data (rule in the module docstring), ``d`` entries
+    (None: not found wrapped)."""
+    out: list[Periodicity | None] = []
+    for k in range(moments.d):
+        found = None
+        for c, period in enumerate(wraps.periods):
+            lo = _window(moments, k, float(period))
+            step, jump = float(wraps.step_rms[k, c]), float(wraps.jump_rms[k, c])
+            if (
+                lo is not None
+                and wraps.jumps[k, c] > 0
+                and step <= STEP_FRACTION * period
+                and jump <= JUMP_FRACTION * period
+            ):
+                found = Periodicity(
+                    float(period),
+                    lo,
+                    f"wrapped: values within [{lo:.6g}, {lo + period:.6g}], "
+                    f"{int(wraps.jumps[k, c])} jumps of nearly a whole period (RMS {jump:.3g} "
+                    f"short of it) while the RMS step is {step:.3g}",
+                )
+                break
+        out.append(found)
+    return out
+
+
+def periodicity(
+    moments: Moments,
+    spec: str | Sequence[object] = "auto",
+    wraps: WrapStatistics | None = None,
+    declared: Sequence[float | None] | None = None,
+) -> list[Periodicity | None]:
+    """Which components are periodic, ``d`` entries (None: not periodic), in this order of
+    precedence: a spec entry (``fourier(...)`` declares a period, any other family none); a
+    declared period (``declared[k]``: a period, 0 for not periodic, None when not declared —
+    the trajectory's ``periods`` attribute); detection from ``wraps`` (:func:`detect_periods`)."""
+    entries = parse_basis_spec(spec, moments.d)
+    found = detect_periods(moments, wraps) if wraps is not None else [None] * moments.d
+    out: list[Periodicity | None] = []
+    for k, (name, params) in enumerate(entries):
+        given = None if declared is None else declared[k]
+        if name == "fourier":
+            period = 2.0 * math.pi * params.get("scale", 1.0)
+            reason = "declared by the basis spec"
+        elif name == "auto" and given is not None:
+            period, reason = float(given), "declared by the trajectory's 'periods' attribute"
+        else:
+            out.append(found[k] if name == "auto" else None)
+            continue
+        if period <= 0:
+            out.append(None)
+            continue
+        lo = params.get("loc", _window(moments, k, period))
+        out.append(Periodicity(period, float(moments.minimum[k] if lo is None else lo), reason))
+    return out
 
 
 def laguerre_shift(moments: Moments, k: int) -> tuple[float, float]:
@@ -81,9 +189,14 @@ def _tail_beta(excess_kurtosis: float, weight_kurtosis: float) -> float:
     return 0.5 if excess_kurtosis > weight_kurtosis + KURTOSIS_THRESHOLD else 1.0
 
 
-def _resolved_entries(moments: Moments, spec: str | Sequence[object]) -> list[Entry]:
-    """The entries with ``auto`` replaced by the family the rule picks; a constant coordinate
-    (which no basis, forcing or estimate can use) is a :class:`CoordinateError`."""
+def _resolved_entries(
+    moments: Moments,
+    spec: str | Sequence[object],
+    periodic: Sequence[Periodicity | None] | None = None,
+) -> list[Entry]:
+    """The entries with ``auto`` replaced by the family the rule picks (Fourier for the
+    ``periodic`` components, default: those the spec declares); a constant coordinate (which
+    no basis, forcing or estimate can use) is a :class:`CoordinateError`."""
     for k in np.flatnonzero(moments.std == 0):
         raise CoordinateError(
             k,
@@ -92,10 +205,14 @@ def _resolved_entries(moments: Moments, spec: str | Sequence[object]) -> list[En
             "input.components)",
         )
     entries = parse_basis_spec(spec, moments.d)
-    return [
-        (_auto_family(moments, k), {}) if name == "auto" else (name, params)
-        for k, (name, params) in enumerate(entries)
-    ]
+    periodic = periodicity(moments, spec) if periodic is None else periodic
+    out: list[Entry] = []
+    for k, (name, params) in enumerate(entries):
+        if (p := periodic[k]) is not None:
+            out.append(("fourier", {"loc": p.loc, "scale": p.period / (2.0 * math.pi)}))
+        else:
+            out.append((_auto_family(moments, k), {}) if name == "auto" else (name, params))
+    return out
 
 
 def _laguerre_loc(moments: Moments, k: int, params: dict[str, float]) -> float:
@@ -109,7 +226,9 @@ def _laguerre_loc(moments: Moments, k: int, params: dict[str, float]) -> float:
 
 
 def gamma_reduction_for(
-    moments: Moments, spec: str | Sequence[object] = "auto"
+    moments: Moments,
+    spec: str | Sequence[object] = "auto",
+    periodic: Sequence[Periodicity | None] | None = None,
 ) -> Reduction | None:
     """The Gamma pass :func:`choose_basis` needs for ``spec``, or ``None`` if it needs none.
 
@@ -117,7 +236,7 @@ def gamma_reduction_for(
     provisional scale σ of :func:`laguerre_shift`.
     """
     columns, locs, scales = [], [], []
-    for k, (name, params) in enumerate(_resolved_entries(moments, spec)):
+    for k, (name, params) in enumerate(_resolved_entries(moments, spec, periodic)):
         if name == "laguerre" and "theta" not in params:
             columns.append(k)
             locs.append(_laguerre_loc(moments, k, params))
@@ -140,6 +259,8 @@ def _coordinate(
     moments: Moments, gamma: GammaFit | None, k: int, name: str, params: dict[str, float]
 ) -> Coordinate:
     mean, kurtosis = float(moments.mean[k]), float(moments.excess_kurtosis[k])
+    if name == "fourier":
+        return Coordinate(Fourier(), loc=params["loc"], scale=params["scale"])
     if name == "hermite":
         loc = params.get("loc", mean)
         scale = params["scale"] if "scale" in params else float(moments.std[k])
@@ -158,6 +279,7 @@ def choose_basis(
     moments: Moments,
     gamma: GammaFit | None = None,
     spec: str | Sequence[object] = "auto",
+    periodic: Sequence[Periodicity | None] | None = None,
 ) -> list[Coordinate]:
     """One :class:`~kelr_dist.kernels.bases.Coordinate` per component (algorithm step 1, §4).
 
@@ -167,6 +289,7 @@ def choose_basis(
     gamma : the result of the pass :func:`gamma_reduction_for` returns, when it returns one
         (Laguerre coordinates whose θ is chosen from the data).
     spec : ``"auto"``, a comma-separated spec or a list (:mod:`kelr_dist.kernels.basis_spec`).
+    periodic : :func:`periodicity` of the components (default: those the spec declares).
 
     Returns
     -------
@@ -174,7 +297,7 @@ def choose_basis(
     a Laguerre shift above the data minimum, or a constant coordinate (a
     :class:`~kelr_dist.kernels.moments.CoordinateError`).
     """
-    entries = _resolved_entries(moments, spec)
+    entries = _resolved_entries(moments, spec, periodic)
     return [_coordinate(moments, gamma, k, name, p) for k, (name, p) in enumerate(entries)]
 
 
@@ -183,8 +306,10 @@ def fit_basis(
     spec: str | Sequence[object] = "auto",
     chunks: Sequence[int] | int | None = None,
 ) -> list[Coordinate]:
-    """:func:`choose_basis` on an in-memory trajectory ``x (n, d)`` or ``(chains, n, d)``."""
+    """:func:`choose_basis` on an in-memory trajectory ``x (n, d)`` or ``(chains, n, d)``,
+    wrapped components found in the data (:func:`periodicity`)."""
     moments = reduce_in_memory(moments_reduction(), x, chunks)
-    gamma_pass = gamma_reduction_for(moments, spec)
+    periodic = periodicity(moments, spec, reduce_in_memory(wrap_reduction(), x, chunks))
+    gamma_pass = gamma_reduction_for(moments, spec, periodic)
     gamma = None if gamma_pass is None else reduce_in_memory(gamma_pass, x, chunks)
-    return choose_basis(moments, gamma, spec)
+    return choose_basis(moments, gamma, spec, periodic)

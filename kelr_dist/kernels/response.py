@@ -55,6 +55,7 @@ from kelr_dist.kernels.stein_correction import (
     corrected_response,
     correction_columns,
     correction_width,
+    divergence_sums,
 )
 
 
@@ -173,10 +174,10 @@ class Observable:
 
     def jacobian(self, x: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """``∂_j A_i`` at ``x (n, d)``, ``(n, q, d)``; ``steps (d,)`` for central differences."""
-        if self.function is None:
-            return np.broadcast_to(np.eye(x.shape[1]), (x.shape[0], x.shape[1], x.shape[1]))
         if self.derivative is not None:
             return np.asarray(self.derivative(x), dtype=np.float64)
+        if self.function is None:
+            return np.broadcast_to(np.eye(x.shape[1]), (x.shape[0], x.shape[1], x.shape[1]))
         out = np.empty((x.shape[0], len(self.names), x.shape[1]))
         for j, h in enumerate(steps):
             up, down = x.copy(), x.copy()
@@ -395,6 +396,7 @@ class _ResponseKernel:
     base_block: int | None = None
     #: per score name, the score refitted without each held-out fold (jackknife replicates)
     replicates: Mapping[str, Sequence[Score]] = field(default_factory=dict)
+    periods: np.ndarray | None = None  # (d,) periods of the components on a circle (0: line)
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
@@ -423,7 +425,9 @@ class _ResponseKernel:
         """Lagged columns of ``B``: every score's ``d``, then the correction's (``d + 1``, or
         ``d (d + 1)`` for a varying forcing)."""
         d = len(self.forcing.names)
-        correction = correction_width(d, self.forcing.function is None) if self.corrected else 0
+        periodic = 0 if self.periods is None else int((self.periods > 0).sum())
+        constant = self.forcing.function is None
+        correction = correction_width(d, constant, periodic) if self.corrected else 0
         refits = sum(len(r) for r in self.replicates.values())
         return (len(self.scores) + refits) * d + correction
 
@@ -436,7 +440,7 @@ class _ResponseKernel:
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
-        z = augmented(x, self.origin, self.scales)
+        z = augmented(x, self.origin, self.scales, self.periods)
         columns, parts = [], {}
         if self.observable.function is not None:
             check_finite("observable", self.observable.function, a_ext, info)
@@ -475,8 +479,9 @@ class _ResponseKernel:
         if self.corrected:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
-            columns.append(correction_columns(x, self.origin, profile, self.scales))
-            parts[AFFINE] = {"moment": z.T @ z, "n": x.shape[0]}
+            columns.append(correction_columns(x, self.origin, profile, self.scales, self.periods))
+            divergence = divergence_sums(x, self.scales, self.periods)
+            parts[AFFINE] = {"moment": z.T @ z, "divergence": divergence, "n": x.shape[0]}
         return {
             "blocks": response_block_partial(
                 a_ext, np.hstack(columns), self.max_lag, info, self.base_block
@@ -500,15 +505,13 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _finalize(
     width: int,
-    scales: np.ndarray,
     names: tuple[str, ...],
     replicates: dict[str, int],
     partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
     """Each score's ``width`` columns of the shared lagged sums (in the chunk's order: the
-    scores ``names``, then ``replicates[name]`` refits of some of them, then the correction's,
-    its features scaled by ``scales``); a score with refits gets their jackknife standard
-    error."""
+    scores ``names``, then ``replicates[name]`` refits of some of them, then the correction's);
+    a score with refits gets their jackknife standard error."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = partials["parts"]
@@ -523,7 +526,11 @@ def _finalize(
     def corrected(result: ResponseResult, p: dict[str, Any]) -> ResponseResult:
         if "moment" not in p:
             return result
-        weights = affine_fit(p["moment"] / p["n"], shared["moment"] / shared["n"], scales)
+        weights = affine_fit(
+            p["moment"] / p["n"],
+            shared["moment"] / shared["n"],
+            divergence=shared["divergence"] / shared["n"],
+        )
         return _corrected(result, weights, lagged)
 
     results = {}
@@ -592,6 +599,7 @@ def response_reduction(
     corrected: Collection[str] = (),
     origin: np.ndarray | None = None,
     replicates: Mapping[str, Sequence[Score]] | None = None,
+    periods: np.ndarray | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -601,11 +609,12 @@ def response_reduction(
     standard deviations (default 1), which set the central-difference steps of an observable
     given without its derivative and scale the correction's features. The scores named in
     ``corrected`` get the affine Stein correction (:mod:`kelr_dist.kernels.stein_correction`,
-    features centred at ``origin`` ``(d,)``, default 0; use the sample mean) fitted from the
-    same read. ``replicates`` maps some score names to that score refitted without each
-    held-out fold: their responses are more columns of the same lagged sums (the response is
-    linear in ``B``), corrected as the score is, and give the estimate's jackknife standard
-    error (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). Finalizes to
+    features centred at ``origin`` ``(d,)``, default 0; use the sample mean; ``periods`` ``(d,)``
+    gives the components on a circle their periodic features) fitted from the same read.
+    ``replicates`` maps some score names to that score refitted without each held-out fold:
+    their responses are more columns of the same lagged sums (the response is linear in ``B``),
+    corrected as the score is, and give the estimate's jackknife standard error
+    (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). Finalizes to
     ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
@@ -632,13 +641,14 @@ def response_reduction(
         scales,
         base_block,
         replicates,
+        None if periods is None else np.asarray(periods, dtype=np.float64),
     )
     counts = {name: len(refits) for name, refits in replicates.items()}
     return Reduction(
         name="response",
         chunk=kernel.chunk,
         combine=_combine,
-        finalize=partial(_finalize, d, scales, tuple(scores), counts),
+        finalize=partial(_finalize, d, tuple(scores), counts),
         halo=int(max_lag),
     )
 

@@ -33,6 +33,14 @@ so the correction needs one more set of lagged sums (``L``, shared by every scor
 moments ``Σ ŝ z̃ᵀ``, ``Σ z̃ z̃ᵀ`` from the same read as the response — no extra pass. Standard
 errors: ``V`` is a constant, so by Minkowski's inequality the corrected estimate's standard
 deviation is at most ``σ(k) + Σ_k |V_jk| σ(L_ijk)`` (a bound, no independence assumed).
+
+Periodic components. On a circle ``x_j`` itself is not a function (a wrapped angle jumps by its
+period ``P_j`` at the wrap), and integration by parts holds only for periodic test functions.
+A periodic component's feature ``(x_j - x̄_j) / σ_j`` is therefore replaced by the pair
+``(cos θ_j, sin θ_j)``, ``θ_j = 2π x_j / P_j``; the divergence term of (1) becomes the sample mean
+``D = Ê[∇z̃]`` (for a component on the line still ``1 / σ_j``), summed in the same read. The
+refit then satisfies the Stein identity for ``cos θ_j, sin θ_j`` (exact on the circle) and no
+longer forces one for the wrapped angle, whose true lag-0 response is ``1 - P_j p_j(wrap)``, not 1.
 """
 
 from __future__ import annotations
@@ -40,38 +48,95 @@ from __future__ import annotations
 import numpy as np
 
 
-def augmented(x: np.ndarray, origin: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
-    """``z̃ = ((x - x̄) / σ, 1)`` at ``x (n, d)``: ``(n, d + 1)``; ``scale`` ``σ (d,)``, default 1."""
+def _periodic(periods: np.ndarray | None, d: int) -> np.ndarray:
+    """``(d,)`` periods, 0 for the components on the line."""
+    return np.zeros(d) if periods is None else np.asarray(periods, dtype=np.float64)
+
+
+def augmented(
+    x: np.ndarray,
+    origin: np.ndarray,
+    scale: np.ndarray | None = None,
+    periods: np.ndarray | None = None,
+) -> np.ndarray:
+    """``z̃`` at ``x (n, d)``: per component ``(x_j - x̄_j) / σ_j``, or ``(cos θ_j, sin θ_j)``
+    with ``θ_j = 2π x_j / P_j`` for a period ``P_j > 0`` in ``periods (d,)`` (default none),
+    then 1: ``(n, d + p + 1)`` for ``p`` periodic components; ``scale`` ``σ (d,)``, default 1."""
     centred = x - origin if scale is None else (x - origin) / scale
-    return np.hstack([centred, np.ones((x.shape[0], 1))])
+    period = _periodic(periods, x.shape[1])
+    if not period.any():
+        return np.hstack([centred, np.ones((x.shape[0], 1))])
+    columns = []
+    for j in range(x.shape[1]):
+        if period[j] > 0:
+            angle = (2.0 * np.pi / period[j]) * x[:, j]
+            columns += [np.cos(angle), np.sin(angle)]
+        else:
+            columns.append(centred[:, j])
+    return np.column_stack([*columns, np.ones(x.shape[0])])
+
+
+def divergence_sums(
+    x: np.ndarray, scale: np.ndarray | None = None, periods: np.ndarray | None = None
+) -> np.ndarray:
+    """``Σ_n ∂_j z̃_k(x_n)`` over the rows of ``x (n, d)``: ``(d, w)`` for :func:`augmented`'s
+    ``w`` columns (``n / σ_j`` on the line; ``-Σ sin θ_j · 2π / P_j``, ``Σ cos θ_j · 2π / P_j`` on
+    a circle)."""
+    n, d = x.shape
+    period = _periodic(periods, d)
+    sigma = np.ones(d) if scale is None else np.asarray(scale, dtype=np.float64)
+    out = np.zeros((d, d + int((period > 0).sum()) + 1))
+    column = 0
+    for j in range(d):
+        if period[j] > 0:
+            rate = 2.0 * np.pi / period[j]
+            angle = rate * x[:, j]
+            out[j, column : column + 2] = rate * np.array(
+                [-np.sin(angle).sum(), np.cos(angle).sum()]
+            )
+            column += 2
+        else:
+            out[j, column] = n / sigma[j]
+            column += 1
+    return out
 
 
 def correction_columns(
-    x: np.ndarray, origin: np.ndarray, c: np.ndarray | None, scale: np.ndarray | None = None
+    x: np.ndarray,
+    origin: np.ndarray,
+    c: np.ndarray | None,
+    scale: np.ndarray | None = None,
+    periods: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``c_j z̃_k`` at ``x (n, d)`` with forcing profile ``c (n, d)``: ``(n, d (d + 1))``, column
-    ``j (d + 1) + k`` — the "conjugate variables" whose lagged sums are ``L_ijk``. For a
-    constant forcing (``c = None``) they do not depend on ``j``: ``z̃`` alone, ``(n, d + 1)``."""
-    z = augmented(x, origin, scale)
+    """``c_j z̃_k`` at ``x (n, d)`` with forcing profile ``c (n, d)``: ``(n, d w)``, column
+    ``j w + k`` — the "conjugate variables" whose lagged sums are ``L_ijk``. For a
+    constant forcing (``c = None``) they do not depend on ``j``: ``z̃`` alone, ``(n, w)``."""
+    z = augmented(x, origin, scale, periods)
     if c is None:
         return z
     return (c[:, :, None] * z[:, None, :]).reshape(x.shape[0], -1)
 
 
-def correction_width(d: int, constant: bool) -> int:
-    """Columns of :func:`correction_columns` in ``d`` dimensions: ``d + 1`` for a constant
-    forcing, ``d (d + 1)`` otherwise."""
-    return (d + 1) * (1 if constant else d)
+def correction_width(d: int, constant: bool, periodic: int = 0) -> int:
+    """Columns of :func:`correction_columns` in ``d`` dimensions, ``periodic`` of them on a
+    circle: ``w = d + periodic + 1`` for a constant forcing, ``d w`` otherwise."""
+    return (d + periodic + 1) * (1 if constant else d)
 
 
 def affine_fit(
-    score_moment: np.ndarray, second_moment: np.ndarray, scale: np.ndarray | None = None
+    score_moment: np.ndarray,
+    second_moment: np.ndarray,
+    scale: np.ndarray | None = None,
+    divergence: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``V (d, d + 1)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, d + 1)`` and ``Ê[z̃ z̃ᵀ] (d + 1, d + 1)``,
-    ``z̃`` built with ``scale`` ``σ (d,)`` (default 1)."""
+    """``V (d, w)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, w)`` and ``Ê[z̃ z̃ᵀ] (w, w)``; ``D = Ê[∇z̃]``
+    is ``divergence (d, w)`` when given (:func:`divergence_sums` over the rows), else that of
+    ``z̃`` on the line built with ``scale`` ``σ (d,)`` (default 1)."""
     d = score_moment.shape[0]
-    divergence = np.ones(d) if scale is None else 1.0 / np.asarray(scale, dtype=np.float64)
-    target = score_moment + np.eye(d, d + 1) * np.append(divergence, 0.0)
+    if divergence is None:
+        inverse = np.ones(d) if scale is None else 1.0 / np.asarray(scale, dtype=np.float64)
+        divergence = np.eye(d, d + 1) * np.append(inverse, 0.0)
+    target = score_moment + divergence
     return -np.linalg.solve(second_moment, target.T).T
 
 
@@ -84,8 +149,8 @@ def corrected_response(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``k' = k - Σ_k V_jk L_·jk`` and its standard-error bound ``σ(k) + Σ_k |V_jk| σ(L_·jk)``.
 
-    ``mean``, ``stderr`` ``(S+1, q, d)``; ``lagged``, ``lagged_stderr`` ``(S+1, q, d, d + 1)``;
-    ``weights`` ``V (d, d + 1)``.
+    ``mean``, ``stderr`` ``(S+1, q, d)``; ``lagged``, ``lagged_stderr`` ``(S+1, q, d, w)``;
+    ``weights`` ``V (d, w)``.
     """
     shift = np.einsum("tijk,jk->tij", lagged, weights)
     spread = np.einsum("tijk,jk->tij", lagged_stderr, np.abs(weights))

@@ -26,6 +26,7 @@ and rebuilds ``p_M`` from it).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -48,6 +49,7 @@ from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
+from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
@@ -59,19 +61,22 @@ from kelr_dist.kernels.response import (
     Observable,
     ResponseResult,
     Score,
+    observable_mean_reduction,
     relative_to_lag0,
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
 from kelr_dist.kernels.selection import active_coordinates
-from kelr_dist.pipeline.options import EstimateOptions, Name, checked
+from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
     KernelEmbeddingChoice,
     Passes,
     ScoreMatchingChoice,
+    Survey,
     choose_coordinates,
     choose_kernel_embedding,
     choose_score_matching,
+    find_periodic,
     fit_estimators,
     gram_stride,
     index_set_for,
@@ -116,6 +121,12 @@ class BiasWarning(UserWarning):
 class DisagreementWarning(UserWarning):
     """The two score estimators' responses differ by many standard errors while the held-out
     criterion cannot tell which is better: at least one is biased, and which is not known."""
+
+
+class EdgeWarning(UserWarning):
+    """A component on the line whose density does not vanish at an edge of the data (a wall,
+    clipped values): Stein's identity there has a boundary term that the lag-0 self-check and
+    the affine correction leave out."""
 
 
 class ConvergenceWarning(UserWarning):
@@ -498,7 +509,10 @@ def estimate_response(
         passes = Passes(kept, run_on, progress, in_memory)
 
         survey = survey_data(passes, observable, covariance=kde or gaussian)
-        coordinates = choose_coordinates(passes, survey, basis)
+        periodic = find_periodic(passes, survey, basis)
+        _warn_edges(survey, periodic, [str(c) for c in traj["component"].values])
+        coordinates = choose_coordinates(passes, survey, basis, periodic)
+        observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
         if index_set == "auto" and isinstance(chosen, tuple):
             index_set = "box"
         features = (
@@ -558,12 +572,13 @@ def estimate_response(
             observable,
             forcing,
             lag,
-            centre=survey.centre,
+            centre=centre,
             scales=survey.moments.std,
             held_out=(ke, fold_plan) if (ke is not None and use_sm) else None,
             corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
             origin=survey.moments.mean,
             replicates=replicates,
+            periods=periods,
         )
     candidates = candidate_table(
         estimator,
@@ -643,6 +658,8 @@ def estimate_response(
         )
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement
+    if periods is not None:
+        attrs["periodic"] = periodic_attr(traj, periodic)
     attrs["runtime_seconds"] = time.perf_counter() - started
     return assemble_result(
         responses=responses,
@@ -653,6 +670,71 @@ def estimate_response(
         observable=observable,
         forcing=forcing,
         attrs=attrs,
+    )
+
+
+def _on_the_circle(
+    passes: Passes,
+    options: EstimateOptions,
+    survey: Survey,
+    periodic: list[Periodicity | None],
+    observable: Observable,
+) -> tuple[Observable, np.ndarray, np.ndarray | None]:
+    """The observable, its centre ``Ā`` and the periods ``(d,)`` (None: no component on a
+    circle) once the periodic components are known: the identity then carries the wrapped
+    angles' jump in its derivative, and ``angles`` its cosines and sines, whose mean takes one
+    more (light) read."""
+    if all(p is None for p in periodic):
+        return observable, survey.centre, None
+    moments, components = survey.moments, [str(c) for c in passes.trajectory["component"].values]
+    periods = np.array([0.0 if p is None else p.period for p in periodic])
+    wraps = tuple(0.0 if p is None else p.loc for p in periodic)
+    wrapped = tuple(
+        p is not None
+        and moments.minimum[k] >= p.loc - WINDOW_TOLERANCE * p.period
+        and moments.maximum[k] <= p.loc + p.period * (1.0 + WINDOW_TOLERANCE)
+        for k, p in enumerate(periodic)
+    )
+    circle = Circle(tuple(periods), wraps, wrapped, int(moments.n.min()))
+    on_circle = options.observable_for(components, circle)
+    if on_circle.names == observable.names:
+        return on_circle, survey.centre, periods
+    return on_circle, passes(observable_mean_reduction(on_circle))[0], periods
+
+
+def _warn_edges(survey: Survey, periodic: list[Periodicity | None], names: list[str]) -> None:
+    """One-line :class:`EdgeWarning` per component on the line with a hard edge
+    (:meth:`kelr_dist.kernels.moments.EdgeStatistics.hard`)."""
+    if survey.edges is None:
+        return
+    for k, (lower, upper) in enumerate(survey.edges.hard()):
+        if periodic[k] is None and (lower or upper):
+            where = " and ".join(
+                f"{side} edge {value:.6g}"
+                for side, value, hard in (
+                    ("lower", survey.moments.minimum[k], lower),
+                    ("upper", survey.moments.maximum[k], upper),
+                )
+                if hard
+            )
+            warnings.warn(
+                f"component {names[k]!r}: its density does not vanish at its {where} (a wall or "
+                "clipped data): the lag-0 Stein check and the affine Stein correction assume it "
+                "does, so they do not hold there (declare it periodic if it is an angle)",
+                EdgeWarning,
+                stacklevel=4,
+            )
+
+
+def periodic_attr(trajectory: xr.DataArray, periodic: list[Periodicity | None]) -> str:
+    """The result's ``periodic`` attribute: JSON ``{component: {period, wrap, reason}}``."""
+    names = [str(c) for c in trajectory["component"].values]
+    return json.dumps(
+        {
+            name: {"period": p.period, "wrap": p.loc, "reason": p.reason}
+            for name, p in zip(names, periodic, strict=True)
+            if p is not None
+        }
     )
 
 

@@ -39,7 +39,15 @@ from kelr_dist.kernels.basis_spec import parse_basis_spec, split_entries
 from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, MAX_FOLDS
 from kelr_dist.kernels.heldout import ESTIMATORS
-from kelr_dist.kernels.observables import linear_forcing, square, square_derivative
+from kelr_dist.kernels.observables import (
+    Angles,
+    WrappedJacobian,
+    angle_names,
+    linear_forcing,
+    square,
+    square_derivative,
+    wrap_bandwidth,
+)
 from kelr_dist.kernels.response import (
     Forcing,
     Observable,
@@ -50,7 +58,7 @@ from kelr_dist.kernels.response import (
 
 INDEX_SETS = ("auto", "total", "box")
 DELTA_RULES = ("auto", "paper")
-OBSERVABLES = ("identity", "square")
+OBSERVABLES = ("identity", "square", "angles")
 FORCINGS = ("constant", "linear")
 
 Order = str | int | tuple[int, ...]
@@ -308,6 +316,18 @@ def _score(value: Any) -> Callable[..., Any] | None:
 
 
 @dataclass(frozen=True)
+class Circle:
+    """The components on a circle, for the observables: ``periods`` (0: on the line), ``wraps``
+    (wrap points), ``wrapped`` (the values lie in one window ``[wrap, wrap + period]``: the
+    identity jumps there) and the number of ``samples``."""
+
+    periods: tuple[float, ...]
+    wraps: tuple[float, ...]
+    wrapped: tuple[bool, ...]
+    samples: int
+
+
+@dataclass(frozen=True)
 class FunctionSpec:
     """An observable or forcing as named in options: a built-in ``name`` or a ``function``."""
 
@@ -315,10 +335,22 @@ class FunctionSpec:
     function: Callable[..., Any] | None = None
     names: tuple[str, ...] | None = None
 
-    def observable(self, components: Sequence[str]) -> Observable:
-        """The :class:`~kelr_dist.kernels.response.Observable` for the store's ``components``."""
+    def observable(self, components: Sequence[str], circle: Circle | None = None) -> Observable:
+        """The :class:`~kelr_dist.kernels.response.Observable` for the store's ``components``,
+        some of them on a ``circle`` (:class:`Circle`): the identity then carries the jump of
+        the wrapped angles in its derivative, and ``angles`` gives their cosines and sines."""
+        periods = (0.0,) * len(components) if circle is None else circle.periods
         if self.name == "identity":
-            return identity_observable(components)
+            if circle is None or not any(circle.wrapped):
+                return identity_observable(components)
+            wrapped = tuple(p if w else 0.0 for p, w in zip(periods, circle.wrapped, strict=True))
+            bandwidth = wrap_bandwidth(circle.samples)
+            return Observable(
+                tuple(components), None, WrappedJacobian(wrapped, circle.wraps, bandwidth)
+            )
+        if self.name == "angles":
+            angles = Angles(tuple(periods))
+            return Observable(angle_names(components, periods), angles, angles.derivative)
         if self.name == "square":
             return Observable(tuple(f"{c}^2" for c in components), square, square_derivative)
         assert self.names is not None
@@ -496,7 +528,8 @@ class EstimateOptions(_Options):
     )
     observable: Annotated[Any, _checks(_observable)] = option(
         "identity",
-        "A(x): 'identity', 'square' or {function: 'package.module:function', names: [...]}",
+        "A(x): 'identity', 'square', 'angles' ((cos, sin) of the periodic components, the "
+        "others as they are) or {function: 'package.module:function', names: [...]}",
     )
     forcing: Annotated[Any, _checks(_forcing)] = option(
         "constant", "c(x): 'constant', 'linear' or a reference 'package.module:function'"
@@ -545,10 +578,10 @@ class EstimateOptions(_Options):
                 )
         return self
 
-    def observable_for(self, components: Sequence[str]) -> Observable:
-        """The observable ``A`` for a store with these ``components``."""
+    def observable_for(self, components: Sequence[str], circle: Circle | None = None) -> Observable:
+        """The observable ``A`` for a store with these ``components`` (some on a ``circle``)."""
         spec = self.observable
-        return spec if isinstance(spec, Observable) else spec.observable(components)
+        return spec if isinstance(spec, Observable) else spec.observable(components, circle)
 
     def forcing_for(self, components: Sequence[str]) -> Forcing:
         """The forcing ``c`` for a store with these ``components``."""

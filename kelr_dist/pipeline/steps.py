@@ -20,6 +20,7 @@ can share a read of the data are run in the same pass.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,7 +32,12 @@ import xarray as xr
 
 from kelr_dist.engine.passes import run_reductions
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
-from kelr_dist.kernels.coordinates import choose_basis, gamma_reduction_for
+from kelr_dist.kernels.coordinates import (
+    Periodicity,
+    choose_basis,
+    gamma_reduction_for,
+    periodicity,
+)
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
@@ -42,7 +48,15 @@ from kelr_dist.kernels.kde import (
     default_grid,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.moments import CoordinateError, Moments, moments_reduction
+from kelr_dist.kernels.moments import (
+    CoordinateError,
+    EdgeStatistics,
+    Moments,
+    WrapStatistics,
+    edge_reduction,
+    moments_reduction,
+    wrap_reduction,
+)
 from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
@@ -231,17 +245,51 @@ class Survey:
     moments: Moments
     centre: np.ndarray
     sample: SampleMoments | None = None
+    wraps: WrapStatistics | None = None
+    edges: EdgeStatistics | None = None
 
 
 def survey_data(passes: Passes, observable: Observable, covariance: bool = False) -> Survey:
-    """Read 1: moments and tails (basis choice, step 1 of §4), ``Ā``, and optionally the sample
-    mean and covariance (KDE bandwidth, quasi-Gaussian baseline)."""
-    reductions = [moments_reduction(), observable_mean_reduction(observable)]
+    """Read 1: moments and tails (basis choice, step 1 of §4), the steps that find wrapped
+    angles, the extremes that find hard edges, ``Ā``, and optionally the sample mean and
+    covariance (KDE bandwidth, quasi-Gaussian baseline)."""
+    reductions = [moments_reduction(), wrap_reduction(), edge_reduction()]
+    reductions.append(observable_mean_reduction(observable))
     if covariance:
         reductions.append(mean_covariance_reduction())
     with _named_components(passes):
         out = passes(*reductions)
-    return Survey(out[0], out[1], out[2] if covariance else None)
+    return Survey(out[0], out[3], out[4] if covariance else None, out[1], out[2])
+
+
+def declared_periods(trajectory: xr.DataArray) -> list[float | None] | None:
+    """The trajectory's ``periods`` attribute (a mapping, or its JSON text, of component name to
+    period; 0 or null: declared not periodic) as one entry per component (None: not declared);
+    None without the attribute. ``ValueError`` naming the store for a malformed one."""
+    value = trajectory.attrs.get("periods")
+    if value is None:
+        return None
+    source = trajectory.attrs.get("store", "<in-memory>")
+    try:
+        periods = json.loads(value) if isinstance(value, str) else dict(value)
+        checked = {str(k): float(v or 0.0) for k, v in periods.items()}
+    except (TypeError, ValueError, AttributeError):
+        checked = {"": math.nan}
+    if not all(math.isfinite(v) and v >= 0 for v in checked.values()):
+        raise ValueError(
+            f"trajectory {source!r}: attribute 'periods' must map component names to periods "
+            f"(numbers > 0; 0 or null: not periodic), got {value!r}"
+        )
+    return [checked.get(str(c)) for c in trajectory.coords["component"].values]
+
+
+def find_periodic(
+    passes: Passes, survey: Survey, basis: str | Sequence[Any] = "auto"
+) -> list[Periodicity | None]:
+    """The periodic components (:func:`kelr_dist.kernels.coordinates.periodicity`): declared by
+    the spec or the trajectory's ``periods`` attribute, or found wrapped in the survey. No read."""
+    declared = declared_periods(passes.trajectory)
+    return periodicity(survey.moments, basis, survey.wraps, declared)
 
 
 @contextmanager
@@ -257,14 +305,19 @@ def _named_components(passes: Passes) -> Iterator[None]:
 
 
 def choose_coordinates(
-    passes: Passes, survey: Survey, basis: str | Sequence[Any] = "auto"
+    passes: Passes,
+    survey: Survey,
+    basis: str | Sequence[Any] = "auto",
+    periodic: Sequence[Periodicity | None] | None = None,
 ) -> tuple[Coordinate, ...]:
-    """Basis per coordinate (step 1 of §4, Remark 1); runs the Gamma-fit pass only
-    for Laguerre coordinates whose θ comes from the data."""
+    """Basis per coordinate (step 1 of §4, Remark 1; Fourier for the ``periodic`` ones, default
+    :func:`find_periodic`); runs the Gamma-fit pass only for Laguerre coordinates whose θ comes
+    from the data."""
     with _named_components(passes):
-        gamma_pass = gamma_reduction_for(survey.moments, basis)
+        periodic = find_periodic(passes, survey, basis) if periodic is None else periodic
+        gamma_pass = gamma_reduction_for(survey.moments, basis, periodic)
         gamma = passes(gamma_pass)[0] if gamma_pass is not None else None
-        return tuple(choose_basis(survey.moments, gamma, basis))
+        return tuple(choose_basis(survey.moments, gamma, basis, periodic))
 
 
 def kde_grid_and_bandwidth(sample: SampleMoments) -> tuple[Any, np.ndarray]:
@@ -469,6 +522,8 @@ __all__ = [
     "choose_coordinates",
     "choose_kernel_embedding",
     "choose_score_matching",
+    "declared_periods",
+    "find_periodic",
     "fit_estimators",
     "kde_grid_and_bandwidth",
     "respond",
