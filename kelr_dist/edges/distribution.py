@@ -21,6 +21,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.edges.analysis import ErrorModel, predict_response
+from kelr_dist.kernels.distribution import DistributionGrid, parse_distribution_spec
 
 DIMS = {"pdf": "bin", "moments": "moment", "exceedance": "quantile"}
 
@@ -38,6 +39,26 @@ def distribution_record(result: xr.Dataset) -> dict[str, Any]:
             "'moments' or 'exceedance')"
         )
     return json.loads(record) if isinstance(record, str) else dict(record)
+
+
+def distribution_grid(result: xr.Dataset) -> DistributionGrid:
+    """The estimate's distribution observable, to evaluate the same functions on other samples
+    (``kelr_dist.kernels.distribution.distribution_values(grid, x)``, ``x (n, d)``)."""
+    record = distribution_record(result)
+    spec = parse_distribution_spec(record["spec"])
+    assert spec is not None
+    coordinates = np.asarray(record["coordinates"], dtype=float)
+    d = coordinates.shape[0]
+    return DistributionGrid(
+        spec,
+        tuple(record["components"]),
+        coordinates[:, 0] if spec.kind == "pdf" else np.zeros(d),
+        np.asarray(record["bin_width"], dtype=float),
+        np.asarray(record["mean"], dtype=float),
+        coordinates if spec.kind == "exceedance" else np.zeros((d, len(spec.quantiles))),
+        np.asarray(record["scale"], dtype=float),
+        np.asarray(record["equilibrium"], dtype=float),
+    )
 
 
 def _component(record: dict[str, Any], component: Hashable | None) -> int:

@@ -69,6 +69,7 @@ def distribution_attrs(observable: Observable) -> dict[str, Any]:
         "coordinates": grid.coordinates().tolist(),
         "bin_width": grid.h.tolist(),
         "mean": grid.mean.tolist(),
+        "scale": grid.scale.tolist(),
         "equilibrium": grid.equilibrium.tolist(),
     }
     return {"distribution": json.dumps(record)}
