@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=0.25, help="forcing amplitude ε")
     parser.add_argument("--outputs", type=int, default=12, help="times compared")
     parser.add_argument("--figure", type=Path, help="write the PDF-response figure here")
+    parser.add_argument("--estimator", default="auto", help="estimate_response's estimator")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     system, samples = args.system, int(args.samples)
@@ -188,7 +189,7 @@ def main() -> None:
             warnings.simplefilter("always")
             results[observable.split("(")[0]] = kelr_dist.estimate_response(
                 x, dt=model.dt, observable=observable, max_time=span, score=model.score,
-                client="synchronous",
+                estimator=args.estimator, client="synchronous",
             )  # fmt: skip
         for w in caught:
             print(f"  [{observable}] {w.category.__name__}: {str(w.message)[:150]}")

@@ -14,6 +14,7 @@ import kelr_dist
 from kelr_dist.data.models import make_model
 from kelr_dist.data.simulate import simulate
 from kelr_dist.edges.distribution import LinearRegimeWarning
+from kelr_dist.edges.report import write_figures
 from kelr_dist.kernels.distribution import (
     KERNELS,
     bin_functions,
@@ -89,7 +90,7 @@ def _gaussian_slope_means(record, c, variance, kernel):
     return (slopes * density[:, None]).sum(axis=0) * (x[1] - x[0])
 
 
-def test_ou_pdf_response_is_the_shifted_gaussian(ou):
+def test_ou_pdf_response_is_the_shifted_gaussian(ou, tmp_path):
     """A constant forcing shifts the OU process's mean by ``∫_0^t expm(-Γ s) ds δf`` and keeps its
     covariance, so ``δp = -∇p0 · δμ`` and the bin response is
     ``k_(c,b) j(t) = expm(-Γ t)_cj E[A_b'(X_c)]``; the estimate (exact score and score matching)
@@ -133,6 +134,10 @@ def test_ou_pdf_response_is_the_shifted_gaussian(ou):
             ds, kelr_dist.step(20.0, times, j="x0"), component="x0"
         )
     assert large["negative"].any() and large["pdf"].min() < 0
+    # the report draws one distribution figure per forced component
+    written = {p.name: p for p in write_figures(ds, tmp_path)}
+    for j in ("x0", "x1"):
+        assert written[f"distribution_{j}.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert large.attrs["negative_from_time"] == float(
         large["time"][large["negative"].any("bin")].min()
     )
@@ -155,6 +160,31 @@ def test_ou_moment_responses(ou):
         truth = propagator[:, c, None, :] * factor[None, :, None]
         error = np.abs(labelled["response"].values - truth)
         assert np.all(error <= 4 * labelled["response_stderr"].values + 1e-3)
+
+
+def test_ou_exceedance_responses(ou):
+    """Smooth exceedances ``Φ((x - x_q)/w)`` at the data's quantiles: for the shifted Gaussian,
+    ``k(t) = expm(-Γ t)_cj E[φ_w(X_c - x_q)]``, a Gaussian density of variance ``C_cc + w²`` at
+    ``x_q``; the thresholds are the data's quantiles."""
+    model, x = ou
+    ds = kelr_dist.estimate_response(
+        x, dt=model.dt, observable="exceedance(quantiles=0.05,0.5,0.9)", max_time=2.0,
+        score=model.score, estimator="score-matching", degree=1, client="synchronous",
+    )  # fmt: skip
+    covariance = model.stationary_covariance()
+    propagator = np.stack([expm(-model.gamma * t) for t in ds["time"].values])
+    for c in range(2):
+        labelled = kelr_dist.distribution_response(ds, f"x{c}", name="response_exact")
+        thresholds = labelled["threshold"].values
+        np.testing.assert_allclose(thresholds, np.quantile(x[:, c], [0.05, 0.5, 0.9]), atol=2e-3)
+        width = labelled.attrs["width"]
+        np.testing.assert_allclose(width, 0.05 * x[:, c].std())
+        variance = covariance[c, c] + width**2
+        slope = np.exp(-0.5 * thresholds**2 / variance) / np.sqrt(2 * np.pi * variance)
+        truth = propagator[:, c, None, :] * slope[None, :, None]
+        error = np.abs(labelled["response"].values - truth)
+        assert np.all(error <= 4 * labelled["response_stderr"].values + 1e-3)
+        np.testing.assert_allclose(labelled["equilibrium"].values, [0.95, 0.5, 0.1], atol=2e-3)
 
 
 def test_moments_by_every_route(tmp_path, capsys, monkeypatch):

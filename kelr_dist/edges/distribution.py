@@ -89,7 +89,8 @@ def distribution_response(
     ``(<dim>,)``, where ``<dim>`` is ``bin`` (coordinate: bin centres in data units; response and
     equilibrium in density per unit: ``k_b / h``, ``p0_b = Ā_b / h``), ``moment`` (1..4; the
     centred moments ``E[(x - μ)^k]``, ``μ`` in ``attrs["mean"]``) or ``quantile`` (levels;
-    coordinate ``threshold`` in data units; the smoothed ``P(x > threshold)``).
+    coordinate ``threshold`` in data units; the smoothed ``P(x > threshold)``, smoothing width
+    ``attrs["width"]`` in data units).
     """
     record = distribution_record(result)
     c = _component(record, component)
@@ -99,8 +100,10 @@ def distribution_response(
     rows = slice(c * r, (c + 1) * r)
     scale = 1.0 / record["bin_width"][c] if kind == "pdf" else 1.0
     coords: dict[str, Any] = {dim: record["coordinates"][c] if kind == "pdf" else record["levels"]}
+    extra = {}
     if kind == "exceedance":
         coords["threshold"] = (dim, record["coordinates"][c])
+        extra["width"] = record["scale"][c]  # the steps' smoothing width in data units
     data = {}
     for key in (name, f"{name}_stderr"):
         values = result[key].transpose("lag", "i", "j").isel(i=rows).values * scale
@@ -118,6 +121,7 @@ def distribution_response(
         bin_width=record["bin_width"][c],
         dt=result.attrs["dt"],
         spec=record["spec"],
+        **extra,
     )
     return out
 
