@@ -150,7 +150,10 @@ def test_defaults_and_built_ins(tmp_path):
         ({"outputs": {"result": "r.zarr"}}, "input.store: required key is missing"),
         ({"input": {"store": "s.zarr"}}, "outputs.result: required key is missing"),
         (with_("basis", None, "auto"), "basis: expected a mapping of keys"),
-        (with_("observable", None, "cube"), "observable: expected one of ['identity', 'square']"),
+        (
+            with_("observable", None, "cube"),
+            "observable: expected one of ['identity', 'square', 'pdf', 'moments', 'exceedance']",
+        ),
         (with_("forcing", None, "quadratic"), "forcing: expected one of ['constant', 'linear']"),
         (["a", "list"], "expected a mapping of sections at the top level"),
     ],

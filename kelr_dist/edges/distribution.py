@@ -1,5 +1,4 @@
-"""Responses of whole distributions: labelled PDF, moment and exceedance responses, and the
-predicted PDF ``p(x, t) = p0(x) + δp(x, t)`` under a forcing history.
+"""Responses of whole distributions: labelled families, and the PDF predicted under a forcing.
 
 An estimate with a distribution observable (``observable="pdf"``, ``"moments"`` or
 ``"exceedance"``, :mod:`kelr_dist.kernels.distribution`) records its grid in

@@ -487,9 +487,7 @@ class EstimateOptions(_Options):
     )
     observable: Annotated[Any, _checks(_observable)] = option(
         "identity",
-        "A(x): 'identity', 'square', the distribution's 'pdf(bins=40,kernel=cubic)', 'moments', "
-        "'exceedance(quantiles=0.9,0.99)', or {function: 'package.module:function', "
-        "names: [...]}",
+        "A(x): 'identity', 'square' or {function: 'package.module:function', names: [...]}",
     )
     forcing: Annotated[Any, _checks(_forcing)] = option(
         "constant", "c(x): 'constant', 'linear' or a reference 'package.module:function'"
