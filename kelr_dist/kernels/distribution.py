@@ -25,7 +25,7 @@ and a fine histogram (:func:`histogram_reduction`) for the quantiles and the equ
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -260,7 +260,7 @@ class DistributionGrid:
     mean: np.ndarray
     thresholds: np.ndarray
     scale: np.ndarray
-    equilibrium: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    equilibrium: np.ndarray
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -364,22 +364,22 @@ def resolve_distribution(
         assert counts is not None
         for c in range(d):
             thresholds[c] = histogram_quantiles(counts[c], minimum[c], maximum[c], spec.quantiles)
+    # Ā: exact for the moments; for the others filled in below from the histogram
+    r = len(spec.levels)
+    known = np.asarray(central, float) if spec.kind == "moments" else np.zeros((d, r))
     grid = DistributionGrid(
-        spec, pending.components, lo, h, np.asarray(mean, float), thresholds, spec.width * std
-    )
+        spec, pending.components, lo, h, np.asarray(mean, float), thresholds, spec.width * std,
+        known,
+    )  # fmt: skip
     if spec.kind == "moments":
-        equilibrium = np.asarray(central, dtype=float)
-    else:
-        assert counts is not None
-        bins = counts.shape[1]
-        equilibrium = np.empty((d, len(spec.levels)))
-        for c in range(d):
-            mids = minimum[c] + (np.arange(bins) + 0.5) * (maximum[c] - minimum[c]) / bins
-            values = grid.columns(mids, c)[0]
-            equilibrium[c] = counts[c] @ values / counts[c].sum()
-    return DistributionGrid(
-        spec, pending.components, lo, h, grid.mean, thresholds, grid.scale, equilibrium
-    )
+        return grid
+    assert counts is not None
+    bins = counts.shape[1]
+    equilibrium = np.empty((d, r))
+    for c in range(d):
+        mids = minimum[c] + (np.arange(bins) + 0.5) * (maximum[c] - minimum[c]) / bins
+        equilibrium[c] = counts[c] @ grid.columns(mids, c)[0] / counts[c].sum()
+    return replace(grid, equilibrium=equilibrium)
 
 
 @dataclass(frozen=True)
