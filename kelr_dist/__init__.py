@@ -27,6 +27,8 @@ _EXPORTS = {
     "sampled": "edges.analysis",
     "step": "edges.analysis",
     "susceptibility": "edges.analysis",
+    "distribution_response": "edges.distribution",
+    "predict_distribution": "edges.distribution",
     "Coordinate": "kernels.bases",
     "Hermite": "kernels.bases",
     "Laguerre": "kernels.bases",

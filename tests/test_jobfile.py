@@ -152,7 +152,8 @@ def test_defaults_and_built_ins(tmp_path):
         (with_("basis", None, "auto"), "basis: expected a mapping of keys"),
         (
             with_("observable", None, "cube"),
-            "observable: expected one of ['identity', 'square', 'angles']",
+            "observable: expected one of "
+            "['identity', 'square', 'angles', 'pdf', 'moments', 'exceedance']",
         ),
         (with_("forcing", None, "quadratic"), "forcing: expected one of ['constant', 'linear']"),
         (["a", "list"], "expected a mapping of sections at the top level"),

@@ -35,6 +35,7 @@ from matplotlib.legend_handler import HandlerTuple
 
 from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
+from kelr_dist.edges.distribution_plot import distribution_figures
 from kelr_dist.kernels.response import relative_to_lag0
 
 #: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
@@ -899,6 +900,7 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
         density = plot_density(ds)
         if density is not None:
             figures["density.png"] = density
+    figures.update(distribution_figures(ds))  # a pdf estimate's distribution_<j>.png
     written = []
     for name, fig in figures.items():
         target = folder / name

@@ -51,6 +51,7 @@ from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.density import KernelDensity
+from kelr_dist.kernels.distribution import PendingDistribution
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
@@ -66,6 +67,7 @@ from kelr_dist.kernels.response import (
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
 from kelr_dist.kernels.selection import active_coordinates
+from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
 from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
@@ -86,7 +88,6 @@ from kelr_dist.pipeline.steps import (
     respond,
     score_matching_max_degree,
     score_matching_truncation,
-    survey_data,
 )
 
 #: the response variables of estimated scores, which get the affine Stein correction
@@ -331,7 +332,7 @@ class Inputs(NamedTuple):
     degree: int | None  #: the user's score-matching degree, None for automatic
     folds: Folds  #: the held-out folds
     exact: Callable | None  #: the exact score, when asked for
-    observable: Observable
+    observable: Observable | PendingDistribution  #: a distribution's grid comes from the data
     forcing: Forcing
 
 
@@ -449,6 +450,9 @@ def estimate_response(
         names and references as in a job file; a forcing may also be a function
         ``x (n, d) -> (c, ∂_i c_i)``, each ``(n, d)``. ``A`` enters centred (covariance form,
         :mod:`kelr_dist.kernels.response`).
+        The distribution observables ``"pdf"``, ``"moments"``, ``"exceedance"`` (with
+        parameters, :mod:`kelr_dist.kernels.distribution`) take their grid from the data;
+        :func:`kelr_dist.edges.distribution.distribution_response` labels their responses.
     exact : also the exact-FDT response with the model's score (built-in models know it from the
         store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``, a
         callable or ``"package.module:function"`` (imported, never evaluated).
@@ -508,7 +512,7 @@ def estimate_response(
         kept, in_memory = keep_in_memory(scatter_trajectory(traj, run_on), run_on)
         passes = Passes(kept, run_on, progress, in_memory)
 
-        survey = survey_data(passes, observable, covariance=kde or gaussian)
+        survey, observable = survey_for(passes, observable, covariance=kde or gaussian)
         periodic = find_periodic(passes, survey, basis)
         _warn_edges(survey, periodic, [str(c) for c in traj["component"].values])
         coordinates = choose_coordinates(passes, survey, basis, periodic)
@@ -629,6 +633,7 @@ def estimate_response(
         "warnings": "\n".join(raised),
         "stein_correction": "affine" if stein_correction else "none",
         **options.function_names(),
+        **distribution_attrs(observable),
         "passes": passes.reads,
         "store_reads": passes.store_reads,
         "chunking": [int(c) for c in traj.chunks[1]],
@@ -697,6 +702,8 @@ def _on_the_circle(
     )
     circle = Circle(tuple(periods), wraps, wrapped, int(moments.n.min()))
     on_circle = options.observable_for(components, circle)
+    if isinstance(on_circle, PendingDistribution):  # settled on the data's grid by the survey
+        return observable, survey.centre, periods
     if on_circle.names == observable.names:
         return on_circle, survey.centre, periods
     return on_circle, passes(observable_mean_reduction(on_circle))[0], periods

@@ -37,6 +37,12 @@ from pydantic_core import PydanticCustomError
 
 from kelr_dist.kernels.basis_spec import parse_basis_spec, split_entries
 from kelr_dist.kernels.checks import is_whole
+from kelr_dist.kernels.distribution import (
+    KINDS,
+    DistributionSpec,
+    PendingDistribution,
+    parse_distribution_spec,
+)
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, MAX_FOLDS
 from kelr_dist.kernels.heldout import ESTIMATORS
 from kelr_dist.kernels.observables import (
@@ -58,7 +64,7 @@ from kelr_dist.kernels.response import (
 
 INDEX_SETS = ("auto", "total", "box")
 DELTA_RULES = ("auto", "paper")
-OBSERVABLES = ("identity", "square", "angles")
+OBSERVABLES = ("identity", "square", "angles", *KINDS)
 FORCINGS = ("constant", "linear")
 
 Order = str | int | tuple[int, ...]
@@ -422,7 +428,18 @@ def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool
     return _reference(value if isinstance(value, Mapping) else {"function": value}, names_required)
 
 
-def _observable(value: Any) -> FunctionSpec | Observable:
+def _observable(value: Any) -> FunctionSpec | Observable | DistributionSpec:
+    """An observable; the distribution ones (``pdf``, ``moments``, ``exceedance``, with their
+    parameters, :func:`~kelr_dist.kernels.distribution.parse_distribution_spec`) as a spec."""
+    if isinstance(value, DistributionSpec):
+        return value
+    if isinstance(value, str):
+        try:
+            spec = parse_distribution_spec(value)
+        except ValueError as err:
+            raise _invalid(str(err)) from None
+        if spec is not None:
+            return spec
     return _spec(value, OBSERVABLES, Observable, names_required=True)
 
 
@@ -578,9 +595,14 @@ class EstimateOptions(_Options):
                 )
         return self
 
-    def observable_for(self, components: Sequence[str], circle: Circle | None = None) -> Observable:
-        """The observable ``A`` for a store with these ``components`` (some on a ``circle``)."""
+    def observable_for(
+        self, components: Sequence[str], circle: Circle | None = None
+    ) -> Observable | PendingDistribution:
+        """The observable ``A`` for a store with these ``components`` (some on a ``circle``; a
+        distribution observable's grid waits for the data's survey)."""
         spec = self.observable
+        if isinstance(spec, DistributionSpec):
+            return PendingDistribution(spec, tuple(components))
         return spec if isinstance(spec, Observable) else spec.observable(components, circle)
 
     def forcing_for(self, components: Sequence[str]) -> Forcing:
@@ -597,7 +619,9 @@ class EstimateOptions(_Options):
         }
 
 
-def _spec_name(spec: FunctionSpec | Observable | Forcing, built_in: str) -> str:
+def _spec_name(spec: FunctionSpec | Observable | Forcing | DistributionSpec, built_in: str) -> str:
+    if isinstance(spec, DistributionSpec):
+        return spec.text
     if isinstance(spec, FunctionSpec):
         return spec.name
     function = spec.function

@@ -1,0 +1,276 @@
+"""How a small constant forcing moves a whole distribution: FDT prediction against the perturbed
+system itself, and against the exact FDT.
+
+For a system with a simulator and a closed-form ``p_eq`` (the triple-well of the paper, eq. 59;
+the under-damped Langevin-Morse system, eq. 64, whose dynamics is not reversible), on one
+equilibrium trajectory of ``--samples`` samples:
+
+1. *FDT, estimated and exact.* Two estimates, ``observable="pdf(bins=K)"`` and
+   ``"moments"``, each with the exact-FDT response on the same samples (``exact=True``).
+   Printed: the largest error of the estimated PDF response ``k_b(t) / h`` against the exact one
+   as a fraction of the PDF's peak, and the variance response's largest error in its standard
+   errors.
+2. *Direct perturbation experiment* (needs no score). ``--members`` equilibrium states (from an
+   independent trajectory, ``--spacing`` samples apart) are integrated by the model's own scheme
+   with the constant forcing ``+ε`` and ``-ε`` on the forced component, with common random
+   numbers (the same noise for both). The central difference
+   ``(E_{+ε}[A(X_t)] - E_{-ε}[A(X_t)]) / 2ε`` of the same bin functions and moments, with its
+   batch-means standard error over the members, is the response to a unit step forcing up to
+   ``O(ε²)``. Printed: its largest deviation from the FDT's step response (eq. 4) in combined
+   standard errors, the FDT's propagated both ways of :mod:`kelr_dist.edges.analysis`: ``bound``
+   (conservative) and ``independent`` (too small when the errors of neighbouring lags are
+   correlated, as they are here).
+
+    python scripts/perturbation_experiment.py --system triple-well --samples 1e6
+    python scripts/perturbation_experiment.py --system langevin-morse --samples 1e6 \\
+        --figure docs/figures/distribution_langevin_morse.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from numba import njit
+
+import kelr_dist
+from kelr_dist.data.models import make_model
+from kelr_dist.edges.distribution import distribution_grid, distribution_record
+from kelr_dist.edges.distribution_plot import plot_distribution
+from kelr_dist.kernels.distribution import DistributionGrid, distribution_values
+from kelr_dist.kernels.integrators import morse_point, triple_well_point
+
+#: system -> (forced component index, time span of the response in its time units)
+SYSTEMS = {"triple-well": (0, 3.0), "langevin-morse": (1, 6.0)}
+#: batches of the batch-means standard error of the direct experiment
+BATCHES = 40
+
+
+@njit(cache=False)
+def _forced_triple_well(x0, eps, j, step, steps, outputs, a, gamma, kT, radial, rng):  # noqa: ANN001
+    """Weak trapezoidal scheme (as the model's) with the drift ``-∇V ± ε e_j``, same noise for
+    both signs: states ``(2, outputs + 1, M, 2)`` every ``steps`` steps."""
+    half = 0.5 * step
+    noise = math.sqrt(2.0 * kT) * math.sqrt(half)
+    out = np.empty((2, outputs + 1, x0.shape[0], 2))
+    for m in range(x0.shape[0]):
+        for s in range(2):
+            out[s, 0, m] = x0[m]
+        x = np.empty((2, 2))
+        x[0] = x0[m]
+        x[1] = x0[m]
+        for k in range(outputs):
+            for _ in range(steps):
+                z1 = rng.standard_normal()
+                z2 = rng.standard_normal()
+                z3 = rng.standard_normal()
+                z4 = rng.standard_normal()
+                for s in range(2):
+                    f1 = (eps if s == 0 else -eps) if j == 0 else 0.0
+                    f2 = (eps if s == 0 else -eps) if j == 1 else 0.0
+                    _, g1, g2 = triple_well_point(x[s, 0], x[s, 1], a, gamma, radial)
+                    y1 = x[s, 0] + noise * z1 + half * (f1 - g1)
+                    y2 = x[s, 1] + noise * z2 + half * (f2 - g2)
+                    _, h1, h2 = triple_well_point(y1, y2, a, gamma, radial)
+                    x[s, 0] += noise * (z1 + z3) + step * (f1 - h1)
+                    x[s, 1] += noise * (z2 + z4) + step * (f2 - h2)
+            for s in range(2):
+                out[s, k + 1, m] = x[s]
+    return out
+
+
+@njit(cache=False)
+def _forced_langevin(x0, eps, step, steps, outputs, gamma, kT, epsilon, a, centre, rng):  # noqa: ANN001
+    """BAOAB (as the model's) with the force ``-U'(x) ± ε`` on the velocity, same noise for both
+    signs: states ``(2, outputs + 1, M, 2)`` every ``steps`` steps."""
+    half = 0.5 * step
+    damping = math.exp(-gamma * step)
+    kick = math.sqrt(kT * (1.0 - damping * damping))
+    out = np.empty((2, outputs + 1, x0.shape[0], 2))
+    for m in range(x0.shape[0]):
+        for s in range(2):
+            out[s, 0, m] = x0[m]
+        x = np.empty((2, 2))
+        x[0] = x0[m]
+        x[1] = x0[m]
+        for k in range(outputs):
+            for _ in range(steps):
+                z = rng.standard_normal()
+                for s in range(2):
+                    force = eps if s == 0 else -eps
+                    p, v = x[s, 0], x[s, 1]
+                    v += half * (force - morse_point(p, epsilon, a, centre)[1])
+                    p += half * v
+                    v = damping * v + kick * z
+                    p += half * v
+                    v += half * (force - morse_point(p, epsilon, a, centre)[1])
+                    x[s, 0], x[s, 1] = p, v
+            for s in range(2):
+                out[s, k + 1, m] = x[s]
+    return out
+
+
+def equilibrium(system: str, samples: int, seed: int) -> np.ndarray:
+    """An equilibrium trajectory ``(samples, 2)`` after the model's burn-in."""
+    model = make_model(system)
+    rng = np.random.default_rng(seed)
+    state = model.initial_state(rng)
+    burn, _ = model.advance(state, model.default_burn_in, rng)
+    return model.advance(burn[-1], samples, rng)[0]
+
+
+def direct(system: str, members: int, spacing: int, eps: float, outputs: int, seed: int) -> tuple:
+    """The direct experiment's states ``(2, outputs + 1, M, 2)`` and output times."""
+    model = make_model(system)
+    forced, span = SYSTEMS[system]
+    starts = equilibrium(system, members * spacing, seed)[::spacing]
+    steps = int(round(span / outputs / model.step))
+    if system == "triple-well":
+        states = _forced_triple_well(
+            starts, eps, forced, model.step, steps, outputs, model.a, model.gamma, model.kT,
+            model.variant == "radial", np.random.default_rng(seed),
+        )  # fmt: skip
+    else:
+        states = _forced_langevin(
+            starts, eps, model.step, steps, outputs, model.gamma, model.kT, model.epsilon,
+            model.a, model.x0, np.random.default_rng(seed),
+        )  # fmt: skip
+    return states, np.arange(outputs + 1) * steps * model.step
+
+
+def central_difference(grid: DistributionGrid, states: np.ndarray, eps: float) -> tuple:
+    """``(E_+ [A] - E_- [A]) / 2ε`` ``(outputs + 1, q)`` and its batch-means standard error."""
+    diff = np.stack(
+        [
+            (distribution_values(grid, states[0, k]) - distribution_values(grid, states[1, k]))
+            / (2 * eps)
+            for k in range(states.shape[1])
+        ]
+    )  # (outputs + 1, M, q)
+    batches = np.array_split(diff, BATCHES, axis=1)
+    means = np.stack([b.mean(axis=1) for b in batches])  # (BATCHES, outputs + 1, q)
+    return diff.mean(axis=1), means.std(axis=0, ddof=1) / math.sqrt(BATCHES)
+
+
+def step_response(
+    ds: xr.Dataset, name: str, forced: str, errors: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """FDT step response ``(lag, q)`` to a unit step on ``forced`` with its standard error."""
+    forcing = kelr_dist.step(1.0, ds["time"].values, j=forced)
+    out = kelr_dist.predict_response(ds[name], forcing, stderr=ds[f"{name}_stderr"], errors=errors)
+    return out.values, out["stderr"].values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--system", choices=list(SYSTEMS), default="triple-well")
+    parser.add_argument("--samples", type=float, default=1e6)
+    parser.add_argument("--bins", type=int, default=40)
+    parser.add_argument("--members", type=int, default=20000)
+    parser.add_argument("--spacing", type=int, default=20, help="samples between members")
+    parser.add_argument("--epsilon", type=float, default=0.25, help="forcing amplitude ε")
+    parser.add_argument("--outputs", type=int, default=12, help="times compared")
+    parser.add_argument("--figure", type=Path, help="write the PDF-response figure here")
+    parser.add_argument(
+        "--cache", type=Path, help="folder that keeps the estimates and the direct experiment's "
+        "states (a second run with the same arguments reuses them)",
+    )  # fmt: skip
+    parser.add_argument("--estimator", default="auto", help="estimate_response's estimator")
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    system, samples = args.system, int(args.samples)
+    forced_index, span = SYSTEMS[system]
+    model = make_model(system)
+
+    started = time.perf_counter()
+    tag = f"{system}-{samples:.0e}-{args.bins}-{args.estimator}-{args.seed}"
+    results = {}
+    for observable in (f"pdf(bins={args.bins})", "moments"):
+        kind = observable.split("(")[0]
+        cached = None if args.cache is None else args.cache / f"{tag}-{kind}.nc"
+        if cached is not None and cached.exists():
+            results[kind] = xr.load_dataset(cached)
+            continue
+        x = equilibrium(system, samples, args.seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results[kind] = kelr_dist.estimate_response(
+                x, dt=model.dt, observable=observable, max_time=span, score=model.score,
+                estimator=args.estimator, client="synchronous",
+            )  # fmt: skip
+        for w in caught:
+            print(f"  [{observable}] {w.category.__name__}: {str(w.message)[:150]}")
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            results[kind].to_netcdf(cached)
+    pdf, moments = results["pdf"], results["moments"]
+    components = [str(c) for c in pdf["component"].values]
+    forced = components[forced_index]
+    print(f"{system}: N = {samples:.0e}, estimator {pdf.attrs['estimator']}, "
+          f"{time.perf_counter() - started:.0f} s for both estimates")  # fmt: skip
+
+    # 1. estimated against exact FDT, same samples and bin observables
+    for component in components:
+        est = kelr_dist.distribution_response(pdf, component)
+        exact = kelr_dist.distribution_response(pdf, component, name="response_exact")
+        peak = float(exact["equilibrium"].max())
+        error = float(np.abs(est["response"] - exact["response"]).max())
+        stderr = float(est["response_stderr"].max())
+        print(f"  PDF response of {component}: max |k̂ - k_exact| / h = {error:.4f} = "
+              f"{error / peak:.4f} of the PDF's peak {peak:.3f} "
+              f"(max s.e. {stderr:.4f})")  # fmt: skip
+        mom = kelr_dist.distribution_response(moments, component)
+        mom_exact = kelr_dist.distribution_response(moments, component, name="response_exact")
+        diff = (mom["response"] - mom_exact["response"]).sel(moment=2.0)
+        z = np.abs(diff) / mom["response_stderr"].sel(moment=2.0)
+        size = float(np.abs(mom_exact["response"].sel(moment=2.0)).max())
+        print(f"  variance response of {component}: max |k̂ - k_exact| = "
+              f"{float(np.abs(diff).max()):.4f}, max {float(z.max()):.2f} s.e. "
+              f"(|k_exact| up to {size:.3f})")  # fmt: skip
+
+    # 2. direct perturbation experiment
+    started = time.perf_counter()
+    direct_tag = f"{system}-{args.members}-{args.spacing}-{args.epsilon}-{args.outputs}-{args.seed}"
+    cached = None if args.cache is None else args.cache / f"{direct_tag}-direct.npz"
+    if cached is not None and cached.exists():
+        states, times = (np.load(cached)[key] for key in ("states", "times"))
+    else:
+        states, times = direct(system, args.members, args.spacing, args.epsilon, args.outputs,
+                               args.seed + 1)  # fmt: skip
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(cached, states=states, times=times)
+    print(f"direct experiment: {args.members} members × 2 signs, ε = {args.epsilon}, "
+          f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+    lags = np.rint(times / model.dt).astype(int)
+    for label, ds in (("pdf", pdf), ("moments", moments)):
+        measured, measured_se = central_difference(distribution_grid(ds), states, args.epsilon)
+        for name, errors in [(n, e) for n in ("response", "response_exact")
+                             for e in ("bound", "independent")]:  # fmt: skip
+            predicted, predicted_se = step_response(ds, name, forced, errors)
+            predicted, predicted_se = predicted[lags], predicted_se[lags]
+            z = np.abs(measured - predicted) / np.sqrt(measured_se**2 + predicted_se**2 + 1e-300)
+            z[0] = 0.0  # both are 0 at t = 0
+            worst = np.unravel_index(np.argmax(z), z.shape)
+            scale = 1.0
+            if label == "pdf":
+                scale = float(np.max(distribution_record(ds)["equilibrium"]))
+            error = np.abs(measured - predicted).max() / scale
+            print(f"  {label:8s} {name:15s} {errors:11s}: max |direct - FDT| {error:.4f}"
+                  f"{' of the bin mass peak' if label == 'pdf' else ''}; max {z.max():.2f} "
+                  f"combined s.e. (at t = {times[worst[0]]:.3g}, {ds['i'].values[worst[1]]}); "
+                  f"{np.mean(z[1:] > 2):.1%} beyond 2 s.e.")  # fmt: skip
+    if args.figure is not None:
+        fig = plot_distribution(pdf, forced)
+        args.figure.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(args.figure, dpi=110)
+        print(f"wrote {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
