@@ -57,7 +57,7 @@ def _help(*command):
 def test_estimate_help_is_the_models(model):
     text = _help("estimate")
     for name, info in model.model_fields.items():
-        if name in ("observable", "forcing"):  # job files and Python only
+        if name == "forcing":  # job files and Python only
             assert cli_name(name) not in text
             continue
         assert cli_name(name) in text, name

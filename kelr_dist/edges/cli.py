@@ -526,7 +526,7 @@ def _run_estimate(
 @main.command()
 @click.argument("store", type=click.Path())
 @click.argument("out", type=click.Path())
-@_options_from(EstimateOptions, exclude=("observable", "forcing"))
+@_options_from(EstimateOptions, exclude=("forcing",))
 @_options_from(ClusterOptions)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars or cluster logs.")
