@@ -266,3 +266,29 @@ def test_a_hard_edge_on_the_line_is_warned_in_one_line():
         )
     message = next(str(w.message) for w in caught if w.category is EdgeWarning)
     assert "\n" not in message and "do not hold" in message
+
+
+def test_job_files_and_the_command_line_take_the_period_and_the_observable(tmp_path):
+    from click.testing import CliRunner
+
+    from kelr_dist.edges.cli import main
+    from kelr_dist.edges.jobfile import parse_job
+
+    document = {
+        "input": {"store": "dihedrals.zarr"},
+        "outputs": {"result": "result.zarr"},
+        "basis": {"spec": "fourier(period=360),fourier(period=360)"},
+        "observable": "angles",
+    }
+    job = parse_job(document, tmp_path / "job.yaml")
+    assert job.options.basis == "fourier(period=360),fourier(period=360)"
+    assert job.options.observable_for(["phi", "psi"]).names == ("phi", "psi")
+    bad = {**document, "basis": {"spec": "fourier(period=0)"}}
+    with pytest.raises(ValueError, match="basis.spec: .*period > 0"):
+        parse_job(bad, tmp_path / "job.yaml")
+    help_text = " ".join(CliRunner().invoke(main, ["estimate", "--help"]).output.split())
+    assert "'angles' ((cos, sin) of the periodic components" in help_text
+    refused = CliRunner().invoke(
+        main, ["estimate", "x.zarr", "y.zarr", "--basis", "fourier(period=-1)"]
+    )
+    assert refused.exit_code == 2 and "period > 0" in refused.output

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kelr_dist.data.parametrised import Parameter, Parametrised, integration, real
+from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.compiled import compiled
 
 TORUS, ANGLES_LINE, CIRCLE = 0, 1, 2
@@ -161,6 +162,8 @@ class _AngleSystem(Parametrised):
         self, state: np.ndarray, n_samples: int, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
         """The next ``n_samples`` stored samples ``(n_samples, d)`` and the new state ``(d,)``."""
+        if not is_whole(n_samples):
+            raise ValueError(f"n_samples={n_samples!r} must be a non-negative integer")
         d = len(self.components)
 
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -1,5 +1,7 @@
-"""The built-in observables and forcings that options name: ``square``, ``angles`` and the
-``linear`` forcing; the derivative of a wrapped angle, with its jump at the wrap.
+"""The built-in observables and forcings that options name, and a wrapped angle's derivative.
+
+Built-ins: the observables ``square`` and ``angles``, the ``linear`` forcing; the derivative of
+a wrapped angle carries its jump at the wrap.
 
 Module-level functions and frozen dataclasses, so that the Dask workers unpickle them by
 reference.
