@@ -196,11 +196,16 @@ def main() -> None:
         if cached is not None and cached.exists():
             results[kind] = xr.load_dataset(cached)
             continue
-        x = equilibrium(system, samples, args.seed)
+        x = xr.DataArray(
+            equilibrium(system, samples, args.seed),
+            dims=("time", "component"),
+            coords={"component": list(model.components)},
+            attrs={"dt": model.dt},
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             results[kind] = kelr_dist.estimate_response(
-                x, dt=model.dt, observable=observable, max_time=span, score=model.score,
+                x, observable=observable, max_time=span, score=model.score,
                 estimator=args.estimator, client="synchronous",
             )  # fmt: skip
         for w in caught:
