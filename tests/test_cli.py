@@ -650,3 +650,46 @@ def test_estimate_on_selected_components(tmp_path, store, capsys, monkeypatch):
         "--components: 'y' not in", ["out2.zarr"],
     )  # fmt: skip
     assert "available: x1, x2" in captured.err
+
+
+def test_an_interrupt_stops_the_caller_too(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during a command called from Python (a script, this test run) is one line on
+    stderr and a KeyboardInterrupt that stops the caller; it was a SystemExit(130), which a test
+    run catches as a failed test and goes on."""
+    import kelr_dist.data.store as store
+    from kelr_dist.edges.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store, "open_trajectory", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main(["info", str(tmp_path / "any.zarr")])
+    assert capsys.readouterr().err.strip() == "kelr: interrupted"
+
+
+def test_the_kelr_program_ends_by_the_interrupt(tmp_path):
+    """A ``kelr`` process interrupted by SIGINT (a terminal's Ctrl-C) says so in one line and
+    ends by SIGINT itself, so a shell loop or script running it stops as well."""
+    import signal
+    import time
+
+    kelr = Path(sys.executable).parent / "kelr"
+    store = tmp_path / "long.zarr"
+    process = subprocess.Popen(
+        [str(kelr), "simulate", "ou", str(store), "--samples", "1e9", "--quiet"],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.2)  # until the command runs (the store's temporary sibling appears)
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGINT, err
+    assert err.strip().splitlines()[-1] == "kelr: interrupted", err

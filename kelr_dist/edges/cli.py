@@ -14,6 +14,8 @@ import contextlib
 import inspect
 import json
 import logging
+import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -62,10 +64,21 @@ class KelrGroup(click.Group):
             _fail(where, err.format_message() + hint)
         except (click.Abort, KeyboardInterrupt):
             click.echo("kelr: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            if args is not None:  # called from Python (a script, a test run): it stops too
+                raise KeyboardInterrupt from None
+            _end_by_sigint()
         except INPUT_ERRORS as err:
             _fail(_command_path(args), str(err))
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _end_by_sigint() -> None:
+    """End the ``kelr`` program as the interrupt asked: by SIGINT itself, so that a shell loop or
+    script that ran it sees the interrupt and stops as well (an exit code alone would let it go
+    on; https://www.cons.org/cracauer/sigint.html). The shell reports status 130."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(EXIT_INTERRUPTED)  # not reached where SIGINT ends the process
 
 
 def _command_path(args: Sequence[str] | None) -> str:
