@@ -183,7 +183,7 @@ def test_a_wrapped_process_with_a_known_response(observable):
     stderr = ds["response_stderr"].values[:, :, 0]
     assert np.all(np.abs(estimate - truth) <= 4 * stderr + 0.01)
     assert ds.attrs["basis"].startswith("fourier(")
-    assert "x0" in ds.attrs["periodic"]
+    assert "x1" in ds.attrs["periodic"]
     # the lag-0 self-check holds on the circle (with the wrap's boundary term for the angle)
     ratio = np.abs(ds["stein_residual"] / ds["stein_residual_stderr"]).max()
     assert float(ratio) < 3.0 or observable == "angles"

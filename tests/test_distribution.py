@@ -107,14 +107,14 @@ def test_ou_pdf_response_is_the_shifted_gaussian(ou, tmp_path):
         slope_means = _gaussian_slope_means(record, c, covariance[c, c], "cubic")
         truth = propagator[:, c, None, :] * slope_means[None, :, None]  # (lag, bin, j)
         for name in ("response_exact", "response"):
-            labelled = kelr_dist.distribution_response(ds, f"x{c}", name=name)
+            labelled = kelr_dist.distribution_response(ds, f"x{c + 1}", name=name)
             h = record["bin_width"][c]
             error = labelled["response"].values - truth / h
             assert np.all(np.abs(error) <= 4 * labelled["response_stderr"].values + 1e-4), name
             k = ds[name].values[:, c * 20 : (c + 1) * 20]
             np.testing.assert_allclose(k.sum(axis=1), 0.0, atol=1e-13)
     # the equilibrium PDF on the grid is the Gaussian's, smoothed by the bins
-    labelled = kelr_dist.distribution_response(ds, "x0")
+    labelled = kelr_dist.distribution_response(ds, "x1")
     assert labelled["bin"].values[0] >= x[:, 0].min() and labelled.sizes["bin"] == 20
     np.testing.assert_allclose((labelled["equilibrium"] * record["bin_width"][0]).sum(), 1.0)
 
@@ -124,19 +124,19 @@ def test_ou_pdf_response_is_the_shifted_gaussian(ou, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", LinearRegimeWarning)
         small = kelr_dist.predict_distribution(
-            ds, kelr_dist.step(0.05, times, j="x0"), component="x0", name="response_exact"
+            ds, kelr_dist.step(0.05, times, j="x1"), component="x1", name="response_exact"
         )
     np.testing.assert_allclose(small["integral"].values, 1.0, atol=1e-12)
     assert np.isnan(small.attrs["negative_from_time"]) and not small["negative"].any()
     assert np.all(small["stderr"].values[1:] > 0)
     with pytest.warns(LinearRegimeWarning, match="goes negative from time"):
         large = kelr_dist.predict_distribution(
-            ds, kelr_dist.step(20.0, times, j="x0"), component="x0"
+            ds, kelr_dist.step(20.0, times, j="x1"), component="x1"
         )
     assert large["negative"].any() and large["pdf"].min() < 0
     # the report draws one distribution figure per forced component
     written = {p.name: p for p in write_figures(ds, tmp_path)}
-    for j in ("x0", "x1"):
+    for j in ("x1", "x2"):
         assert written[f"distribution_{j}.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert large.attrs["negative_from_time"] == float(
         large["time"][large["negative"].any("bin")].min()
