@@ -119,14 +119,21 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
         ),
         **coverage(ds),
         "warnings": "".join(
-            sorted({WARNING_LETTERS.get(w.category.__name__, "?") for w in caught})
+            sorted(
+                {
+                    WARNING_LETTERS[w.category.__name__]
+                    for w in caught
+                    if w.category.__name__ in WARNING_LETTERS
+                }
+            )
         ),
         "seconds": seconds,
     }
     return row, ds
 
 
-#: one letter per warning class in the table's "warn" column
+#: one letter per warning class of the estimate in the table's "warn" column (others, such as
+#: dask's, are not counted)
 WARNING_LETTERS = {
     "TruncationWarning": "T",
     "BiasWarning": "B",
