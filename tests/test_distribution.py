@@ -154,7 +154,7 @@ def test_ou_moment_responses(ou):
     covariance = model.stationary_covariance()
     propagator = np.stack([expm(-model.gamma * t) for t in ds["time"].values])
     for c in range(2):
-        labelled = kelr_dist.distribution_response(ds, f"x{c}", name="response_exact")
+        labelled = kelr_dist.distribution_response(ds, f"x{c + 1}", name="response_exact")
         assert labelled["moment"].values.tolist() == [1.0, 2.0, 3.0, 4.0]
         factor = np.array([1.0, 0.0, 3.0 * covariance[c, c], 0.0])
         truth = propagator[:, c, None, :] * factor[None, :, None]
@@ -174,7 +174,7 @@ def test_ou_exceedance_responses(ou):
     covariance = model.stationary_covariance()
     propagator = np.stack([expm(-model.gamma * t) for t in ds["time"].values])
     for c in range(2):
-        labelled = kelr_dist.distribution_response(ds, f"x{c}", name="response_exact")
+        labelled = kelr_dist.distribution_response(ds, f"x{c + 1}", name="response_exact")
         thresholds = labelled["threshold"].values
         np.testing.assert_allclose(thresholds, np.quantile(x[:, c], [0.05, 0.5, 0.9]), atol=2e-3)
         width = labelled.attrs["width"]
