@@ -340,6 +340,13 @@ def _wrap_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict
         "jump_circular": np.zeros((d, c)),
     }
     rows = x if halo is None or halo.shape[0] == 0 else np.vstack([x, halo[:1]])
+    with np.errstate(over="ignore", invalid="ignore"):  # too large values: _finalize_moments
+        _add_steps(out, rows, periods)
+    return out
+
+
+def _add_steps(out: dict, rows: np.ndarray, periods: np.ndarray) -> None:
+    """Add the step sums of consecutive ``rows (L, d)`` to ``out``, by sub-blocks."""
     for lo in range(0, rows.shape[0] - 1, SUB_BLOCK):
         step = np.abs(np.diff(rows[lo : lo + SUB_BLOCK + 1], axis=0))[:, :, None]  # (L, d, 1)
         jump = step > periods / 2.0
@@ -348,7 +355,6 @@ def _wrap_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict
         out["jumps"] += jump.sum(axis=0)
         out["circular"] += circular.sum(axis=0)
         out["jump_circular"] += np.where(jump, circular, 0.0).sum(axis=0)
-    return out
 
 
 def _finalize_wraps(p: dict) -> WrapStatistics:
