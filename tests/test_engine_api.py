@@ -161,7 +161,7 @@ def test_paused_workers_fail_the_estimate_with_one_line(tmp_path, monkeypatch) -
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     path = tmp_path / "ou.zarr"
     simulate("ou", path, 20_000, seed=0, progress=False)
-    with paused_cluster(tmp_path, "1GiB") as address, Client(address) as client:
+    with paused_cluster(tmp_path, "1GiB") as address, Client(address, timeout=120) as client:
         deadline = time.monotonic() + 120  # paused workers do not count for wait_for_workers
         while time.monotonic() < deadline:
             workers = client.scheduler_info(n_workers=-1)["workers"]

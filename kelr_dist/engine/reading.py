@@ -64,23 +64,26 @@ def _lazy_variable(store: str, variable: str, name: str) -> xr.Variable:
 def store_rows(trajectory: xr.DataArray) -> StoreRows | None:
     """A reader of ``trajectory``'s store when ``trajectory`` is that store as
     :func:`kelr_dist.data.store.open_trajectory` opens it (same dask name), else ``None``."""
-    from kelr_dist.data.store import as_trajectory
-
     store = trajectory.attrs.get("store")
     name = getattr(trajectory.data, "name", None)
     if not isinstance(store, str) or store == "<in-memory>" or name is None:
         return None
     variable = str(trajectory.name) if trajectory.name is not None else "x"
+    dt = float(trajectory.attrs.get("dt", 1.0))
+    return StoreRows(store, variable, name) if _opens_as(store, variable, dt, name) else None
+
+
+@functools.lru_cache(maxsize=64)
+def _opens_as(store: str, variable: str, dt: float, name: str) -> bool:
+    """Whether opening ``store`` as a trajectory gives a dask array named ``name`` (asked once
+    per process: the name fixes the store's shape, chunks and dtype as opened)."""
+    from kelr_dist.data.store import as_trajectory
+
     try:
         raw = xr.open_zarr(store, chunks={}, **OPEN_OPTIONS)
         # the time coordinate is left out: its checks would read it, and the data's dask
         # name does not depend on it
-        again = as_trajectory(
-            raw.drop_vars("time", errors="ignore"),
-            variable,
-            source=store,
-            dt=float(trajectory.attrs.get("dt", 1.0)),
-        )
+        again = as_trajectory(raw.drop_vars("time", errors="ignore"), variable, source=store, dt=dt)
     except Exception:  # not a store this process can open as a trajectory: read the chunks
-        return None
-    return StoreRows(store, variable, name) if again.data.name == name else None
+        return False
+    return again.data.name == name
