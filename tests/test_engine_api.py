@@ -161,7 +161,10 @@ def test_paused_workers_fail_the_estimate_with_one_line(tmp_path, monkeypatch) -
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     path = tmp_path / "ou.zarr"
     simulate("ou", path, 20_000, seed=0, progress=False)
-    with paused_cluster(tmp_path, "1GiB") as address, Client(address, timeout=120) as client:
+    with (
+        paused_cluster(tmp_path, "1GiB") as address,
+        Client(address, timeout=120, set_as_default=False) as client,
+    ):
         deadline = time.monotonic() + 120  # paused workers do not count for wait_for_workers
         while time.monotonic() < deadline:
             workers = client.scheduler_info(n_workers=-1)["workers"]
@@ -170,7 +173,7 @@ def test_paused_workers_fail_the_estimate_with_one_line(tmp_path, monkeypatch) -
             time.sleep(0.2)
         started = time.monotonic()
         with pytest.raises(ClusterError) as caught:
-            estimate_response(path, client=client, max_order=4, max_lag=10, progress=False)
+            estimate_response(path, client=address, max_order=4, max_lag=10, progress=False)
         elapsed = time.monotonic() - started
     message = str(caught.value)
     assert "\n" not in message

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import dask
 import numpy as np
 import xarray as xr
 
@@ -79,11 +80,14 @@ def _opens_as(store: str, variable: str, dt: float, name: str) -> bool:
     per process: the name fixes the store's shape, chunks and dtype as opened)."""
     from kelr_dist.data.store import as_trajectory
 
-    try:
-        raw = xr.open_zarr(store, chunks={}, **OPEN_OPTIONS)
-        # the time coordinate is left out: its checks would read it, and the data's dask
-        # name does not depend on it
-        again = as_trajectory(raw.drop_vars("time", errors="ignore"), variable, source=store, dt=dt)
+    try:  # coordinates read here, in this process, never on a cluster that may be stuck
+        with dask.config.set(scheduler="synchronous"):
+            raw = xr.open_zarr(store, chunks={}, **OPEN_OPTIONS)
+            # the time coordinate is left out: its checks would read it, and the data's dask
+            # name does not depend on it
+            again = as_trajectory(
+                raw.drop_vars("time", errors="ignore"), variable, source=store, dt=dt
+            )
     except Exception:  # not a store this process can open as a trajectory: read the chunks
         return False
     return again.data.name == name
