@@ -22,6 +22,9 @@
 5. Large: an OU store of 1e9 samples (fewer when the disk is short; ``--large-n``) estimated at
    order 8, S = 200 on the embedded cluster: wall time, client and worker peak RSS, graph bytes;
    the store is deleted afterwards.
+6. Tasks per pass: the tasks the scheduler runs for one pass over a store in 4096-row chunks and
+   one in 1e6-row chunks (read out of core), without halo and with S = 200, against the pass's
+   blocks (``--only tasks``).
 
 Every figure is printed with the machine's load average (the machine is shared). Generated
 stores are kept in ``--cache`` (default ``runs/bench``) and reused; the out-of-core store is
@@ -49,6 +52,7 @@ import cloudpickle
 import numpy as np
 import psutil
 import xarray as xr
+from distributed import get_task_stream
 from doc_table import write_table
 
 from kelr_dist.data.models import make_model
@@ -58,11 +62,15 @@ from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 from kelr_dist.engine.memory import peak_memory
 from kelr_dist.engine.passes import (
     ReductionGraph,
+    build_graph,
     keep_in_memory,
     observe_graphs,
+    run_reductions,
     scatter_trajectory,
 )
 from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.lagged import lagged_sums
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.response import DensityScore, constant_forcing, identity_observable
 from kelr_dist.pipeline.estimate import estimate_response
 from kelr_dist.pipeline.steps import (
@@ -433,12 +441,55 @@ def large(cache: Path, quick: bool, n: int | None = None) -> None:
     )
 
 
+# --- 6. tasks per pass ----------------------------------------------------------------------
+
+
+TASKS_LAG = 200  # the halo of the lagged pass (S of the large run)
+
+
+def _column_sums(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    return {"count": len(x), "sum": x.sum(axis=0)}
+
+
+def _lagged(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> np.ndarray:
+    return lagged_sums(np.concatenate([x, halo]), x, TASKS_LAG)
+
+
+def tasks_per_pass(cache: Path, quick: bool) -> None:
+    """Tasks the scheduler runs for one pass over an OU store (read out of core, not kept) in
+    4096-row chunks and in 1e6-row chunks, a pass without halo and one with ``S = 200``,
+    against the pass's blocks (target: at most 2x)."""
+    print("\n== tasks per pass (counted by the scheduler's task stream)")
+    client = get_client(n_workers=2, quiet=True)
+    passes = {
+        "sums": [Reduction("sums", _column_sums)],
+        f"lagged S={TASKS_LAG}": [Reduction("lagged", _lagged, halo=TASKS_LAG)],
+    }
+    for chunk, n in ((4096, 2 * 10**5 if quick else 2 * 10**6), (10**6, 8 * 10**6)):
+        path = cache / f"tasks-ou-{n:.0e}-chunk{chunk}.zarr"
+        if not path.exists():
+            simulate("ou", path, n // CHAINS, chains=CHAINS, chunk=chunk, client=client)
+        trajectory = open_trajectory(path)
+        for label, reductions in passes.items():
+            blocks = len(build_graph(trajectory, reductions).blocks)
+            start = time.perf_counter()
+            with get_task_stream(client) as stream:
+                run_reductions(trajectory, reductions, client, progress=False)
+            tasks = len(stream.data)
+            say(
+                f"  N={n:.0e} in {chunk}-row chunks ({len(trajectory.data.chunks[1])} a chain), "
+                f"{label}: {blocks} blocks, {tasks} tasks ({tasks / blocks:.2f}x), "
+                f"{time.perf_counter() - start:.1f} s"
+            )
+
+
 SECTIONS = {
     "speed": speed,
     "auto": automatic,
     "large": large,
     "accuracy": accuracy,
     "ooc": out_of_core,
+    "tasks": tasks_per_pass,
 }
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from typing import Any
 
 #: largest trim threshold (bytes): one block's working set at order 70 is about 40 MiB
@@ -50,7 +51,10 @@ def thresholds(memory_limit: int | None = None) -> tuple[int, int]:
     return trim // 2, trim
 
 
+@functools.cache
 def _glibc_function(name: str) -> Any:
+    """glibc's function ``name`` (``None`` elsewhere), looked up once per process
+    (``find_library`` runs a subprocess)."""
     library = ctypes.util.find_library("c")
     if library is None:
         return None

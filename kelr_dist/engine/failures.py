@@ -1,0 +1,233 @@
+"""What a failed pass says: the pass, the block (chain and rows), the store and the worker.
+
+:class:`PassContext` turns a failed or cancelled future of a pass into one exception whose
+message names where it failed; :func:`check_store_on_workers` fails a pass at once when a
+worker cannot open its store.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from distributed import Client, KilledWorker
+
+from kelr_dist.engine.cluster import ClusterError, memory_kills
+from kelr_dist.engine.graph import ReductionGraph
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What an error message says about where a pass failed."""
+
+    name: str  # "pass 'moments, mean/covariance'"
+    store: str
+    scheduler: str
+    prefix: str  # of the graph's own keys
+    loads: frozenset[str]  # names of the trajectory's load tasks
+    edges: tuple[int, ...]  # row boundaries of the time chunks
+    task_edges: tuple[int, ...] = ()  # row boundaries of the block tasks (coalesced chunks)
+
+    @classmethod
+    def of(cls, trajectory: xr.DataArray, graph: ReductionGraph, client: Client) -> PassContext:
+        data = trajectory.data
+        edges = np.concatenate([[0], np.cumsum(data.chunks[1])]).astype(int)
+        return cls(
+            name=f"pass '{', '.join(r.name for r in graph.reductions)}'",
+            store=str(trajectory.attrs.get("store", "<in-memory>")),
+            scheduler=str(getattr(client.scheduler, "address", None) or "?"),
+            prefix=str(graph.blocks[0].key[0]).removesuffix("-block"),
+            loads=frozenset({data.name, data.rechunk({0: 1, 2: -1}).name}),
+            edges=tuple(int(e) for e in edges),
+            task_edges=graph.task_edges,
+        )
+
+    def chunk(self, key: Any) -> str:
+        """The chunk a task key belongs to: ``chain c, rows a-b`` (or the combine step)."""
+        if isinstance(key, tuple) and len(key) >= 3 and isinstance(key[0], str):
+            name = key[0]
+            ours = name.startswith(self.prefix) and name.endswith(("-block", "-head"))
+            if ours or (name in self.loads and len(key) == 4):
+                chain, k = int(key[1]), int(key[2])
+                edges = self.task_edges if name.endswith("-block") else self.edges
+                if 0 <= k < len(edges) - 1:
+                    return f"chain {chain}, rows {edges[k]}-{edges[k + 1]}"
+            if name.startswith(self.prefix) and name.endswith("-combine"):
+                return "the combine step"
+        return f"task {key!r}"
+
+    def require_connection(self, client: Client) -> None:
+        """Raise at once when the client is not connected (work sent now would never end)."""
+        if client.status != "running":
+            raise ClusterError(
+                f"{self.name}: lost the connection to the Dask scheduler at {self.scheduler} "
+                f"(the client is {client.status})"
+            )
+
+    def no_live_workers(
+        self, client: Client, connected: int, left: int, timeout: float, settle: float
+    ) -> ClusterError:
+        """The error for a pass none of whose tasks finished in ``timeout`` seconds while no
+        worker stayed connected for ``settle`` seconds (``connected`` now, ``left`` seen
+        leaving)."""
+        stuck = (
+            f"{self.name}: no task finished or ran for {timeout:g} s on the cluster at "
+            f"{self.scheduler} (no worker up for {settle:g} s was running one)"
+        )
+        kills = memory_kills(client)
+        if kills is not None and kills[0]:
+            return ClusterError(
+                f"{stuck}: the workers keep dying for memory ({kills[0]} killed by their nanny "
+                f"for exceeding memory_limit={kills[1] / 2**20:.0f} MiB per worker); give each "
+                "worker more memory (--memory-limit / memory_limit=), with fewer workers "
+                "(--workers / n_workers=) if the machine has no more"
+            )
+        if connected == 0:
+            return ClusterError(
+                f"{stuck}: the cluster has no workers ({left} left while the pass waited); "
+                "start workers, or see their logs for why they died (e.g. killed for exceeding "
+                "their memory limit: give them more memory)"
+            )
+        return ClusterError(
+            f"{stuck}: {left} workers left while the pass waited; see the workers' logs for why "
+            "they died (e.g. killed for exceeding their memory limit: give them more memory)"
+        )
+
+    def paused(self, workers: dict[str, dict[str, Any]], timeout: float) -> ClusterError:
+        """The error for a pass none of whose tasks finished in ``timeout`` seconds while the
+        ``workers`` that hold its tasks (``scheduler_info()["workers"]`` entries) were paused
+        for memory or over their memory target."""
+        described = ", ".join(
+            f"{address} (memory_limit {_mib(w.get('memory_limit'))}, "
+            f"{_mib(w.get('metrics', {}).get('memory'))} in use, {w.get('status', '?')})"
+            for address, w in sorted(workers.items())
+        )
+        return ClusterError(
+            f"{self.name}: no task finished for {timeout:g} s on the cluster at {self.scheduler} "
+            f"while its workers were paused for memory or over their memory target: "
+            f"{described}; give each worker more memory (--memory-limit / memory_limit=) or "
+            "fewer threads, or free the memory other work holds on them"
+        )
+
+    def failure(self, client: Client, future: Any) -> BaseException:
+        """The exception to raise for a failed or cancelled future of this pass."""
+        if future.status == "cancelled":
+            reason = None
+            try:
+                future.result(timeout=5)
+            except CancelledError as err:
+                reason = getattr(err, "reason", None)
+            except Exception:  # the client itself failed; say what is known
+                pass
+            if reason == "scheduler-connection-lost" or client.status != "running":
+                return ClusterError(
+                    f"{self.name}: lost the connection to the Dask scheduler at "
+                    f"{self.scheduler}; the pass was abandoned"
+                )
+            return ClusterError(f"{self.name}: the work was cancelled on the cluster ({reason})")
+        try:
+            error = future.exception(timeout=5)
+        except Exception as err:  # the client itself failed
+            return ClusterError(f"{self.name}: the Dask client failed ({err})")
+        traceback = future.traceback()
+        if error is None:
+            return ClusterError(f"{self.name}: task {future.key!r} ended as {future.status}")
+        if isinstance(error, KilledWorker):
+            worker = getattr(error.last_worker, "address", error.last_worker)
+            tries = error.allowed_failures + 1
+            return ClusterError(
+                f"{self.name}: {self.chunk(error.task)} of store {self.store!r} killed the "
+                f"{tries} worker processes that ran it (the last: {worker}), so dask gave up "
+                f"(distributed.scheduler.allowed-failures={error.allowed_failures}); a worker "
+                "that dies on one block has usually run out of memory: give the workers more "
+                "memory or the store smaller time chunks"
+            )
+        workers = _erred_on(client, future.key)
+        on = f" on worker {', '.join(workers)}" if workers else ""
+        context = f"{self.name}, {self.chunk(future.key)} of store {self.store!r}{on}"
+        return _with_context(error.with_traceback(traceback), context)
+
+
+def _mib(nbytes: Any) -> str:
+    return f"{nbytes / 2**20:.0f} MiB" if nbytes else "unknown"
+
+
+def _with_context(error: BaseException, context: str) -> BaseException:
+    """``error`` with ``context: `` before its message, of the same type where possible."""
+    message = f"{context}: {error}"
+    try:
+        renamed = type(error)(message)
+    except Exception:  # exception types with other constructors
+        renamed = None
+    if renamed is None or str(renamed) != message:
+        error.add_note(context)
+        return error
+    renamed.__cause__ = error
+    renamed.__traceback__ = error.__traceback__
+    return renamed
+
+
+def _erred_on(client: Client, key: Any) -> list[str]:
+    """Addresses of the workers where the task to blame for ``key``'s error failed."""
+
+    def blame(dask_scheduler: Any) -> list[str]:  # pickled by value: no kelr_dist needed there
+        task = dask_scheduler.tasks.get(key)
+        if task is None:
+            return []
+        task = task.exception_blame or task
+        return sorted(getattr(task, "erred_on", None) or ())
+
+    try:
+        return list(client.run_on_scheduler(blame))
+    except Exception:  # the worker's address is a courtesy
+        return []
+
+
+def _store_problem(path: str, variable: str) -> str | None:
+    """On a worker: why the zarr store ``path`` (and its ``variable``) cannot be opened here."""
+    import zarr
+
+    try:
+        group = zarr.open_group(path, mode="r")
+        if variable in group:
+            group[variable]  # noqa: B018 - reads the array's metadata
+        else:
+            raise FileNotFoundError(f"no variable {variable!r} in the store")
+    except Exception as err:  # any reason is reported
+        resolved = os.path.abspath(path)
+        return f"{type(err).__name__}: {err} (path resolved on the worker: {resolved!r})"
+    return None
+
+
+def check_store_on_workers(trajectory: xr.DataArray, client: Client, where: PassContext) -> None:
+    """Fail at once, naming the store and the worker, when a worker cannot open the store.
+
+    A worker that does not see the store (another cwd for a relative path, storage not
+    mounted there, no permission) would otherwise fail on its first block, or read missing
+    chunks as fill values.
+    """
+    from kelr_dist.data.store import TrajectoryError
+
+    store = trajectory.attrs.get("store")
+    if not isinstance(store, str) or "://" in store or not Path(store).exists():
+        return  # in memory, or a remote store the workers open by URL
+    variable = str(trajectory.name) if trajectory.name is not None else "x"
+    try:
+        answers = client.run(_store_problem, store, variable, on_error="return")
+    except Exception:  # no answer: the tasks will tell
+        return
+    problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
+    if problems:
+        worker, problem = problems[0]
+        others = len(problems) - 1
+        more = f" (and {others} other worker{'s' if others > 1 else ''})" if others else ""
+        raise TrajectoryError(
+            f"store {store!r}, variable {variable!r}: {where.name}: worker {worker}{more} "
+            f"cannot open the store: {problem}; the store must be on storage every worker "
+            "sees, at the same path"
+        )

@@ -1,0 +1,114 @@
+"""What a waiting pass looks at on the cluster: live workers, and workers paused for memory.
+
+Dask waits forever for a task in two cases a pass must not: when its workers keep dying
+without dask blaming a task (killed by their nanny for memory between tasks, or no worker
+left), and when the workers that hold its tasks are paused by dask's memory monitor
+(``distributed.worker.memory.pause``) or all over their memory target and stay so (a paused
+worker keeps its tasks while others sit idle). Distributed's own ``no-workers-timeout`` is a
+setting of the scheduler process (a scheduler started elsewhere has it off) and does not cover
+tasks already sent to a paused worker, so :class:`Watch` looks at the scheduler's workers
+(``Client.processing``, ``Client.scheduler_info``: status, memory, memory limit) every few
+seconds while no task of the pass finishes, and raises :class:`ClusterError` with one line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import dask
+from distributed import Client
+
+from kelr_dist.engine.cluster import memory_kills
+from kelr_dist.engine.failures import PassContext
+
+
+class Watch:
+    """Whether a waiting pass can still progress; :meth:`check` raises when it cannot.
+
+    Parameters
+    ----------
+    timeout : seconds with no task finished and no worker up for ``settle`` seconds running a
+        task before the pass fails (workers dying, none left, or a task stuck).
+    settle : seconds a worker must stay connected to count as alive.
+    interval : seconds between two looks at the scheduler's workers.
+    paused_timeout : seconds with no task finished while every worker that holds a task of the
+        cluster is paused for memory (or, when none holds one, every worker is paused or over
+        its memory target) before the pass fails.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        where: PassContext,
+        *,
+        timeout: float,
+        settle: float,
+        interval: float,
+        paused_timeout: float,
+    ) -> None:
+        self.client, self.where = client, where
+        self.timeout, self.settle = timeout, settle
+        self.interval, self.paused_timeout = interval, paused_timeout
+        self.alive_at = self.next_look = self.free_at = time.monotonic()
+        self.seen: dict[str, float] = {}  # connected workers -> first seen
+        self.left = 0  # workers seen to leave while the pass waited
+
+    def progress(self) -> None:
+        """A task of the pass finished."""
+        self.alive_at = self.free_at = time.monotonic()
+
+    def check(self) -> None:
+        """Look at the cluster (at most every ``interval`` seconds); raise when stuck."""
+        now = time.monotonic()
+        if now < self.next_look or self.client.status != "running":
+            return  # a lost scheduler cancels the futures: the pass's failure says so
+        self.next_look = now + self.interval
+        try:
+            present = self.client.processing()
+            workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
+        except Exception:  # the client's own failure ends the pass's futures
+            return
+        self._check_alive(now, present)
+        self._check_paused(now, present, workers)
+
+    def _check_alive(self, now: float, present: dict[str, Any]) -> None:
+        self.left += len(set(self.seen) - set(present))
+        self.seen = {w: self.seen.get(w, now) for w in present}
+        # a cluster of one's own that has had no worker yet is waited for, as dask does (an
+        # adaptive or batch-queue cluster starts from none); the embedded one has its workers
+        waiting = not present and not self.left and memory_kills(self.client) is None
+        settled = any(now - t >= self.settle and present[w] for w, t in self.seen.items())
+        if waiting or settled:
+            self.alive_at = now
+        elif now - self.alive_at >= self.timeout:
+            raise self.where.no_live_workers(
+                self.client, len(present), self.left, self.timeout, self.settle
+            )
+
+    def _check_paused(
+        self, now: float, present: dict[str, Any], workers: dict[str, dict[str, Any]]
+    ) -> None:
+        paused = {a: w for a, w in workers.items() if w.get("status") == "paused"}
+        over = {a: w for a, w in workers.items() if a in paused or _over_target(w)}
+        holding = [a for a, keys in present.items() if keys]
+        if holding:
+            stuck, blocked = (
+                all(a in paused for a in holding),
+                {a: paused[a] for a in holding if a in paused},
+            )
+        else:  # tasks wait: dask sends none to paused workers
+            stuck, blocked = bool(workers) and len(over) == len(workers), over
+        if not stuck:
+            self.free_at = now
+        elif now - self.free_at >= self.paused_timeout:
+            raise self.where.paused(blocked, self.paused_timeout)
+
+
+def _over_target(worker: dict[str, Any]) -> bool:
+    """Whether a worker (as in ``scheduler_info()["workers"]``) uses more than its memory
+    target (``distributed.worker.memory.target`` of its limit)."""
+    limit = worker.get("memory_limit") or 0
+    target = dask.config.get("distributed.worker.memory.target")
+    memory = worker.get("metrics", {}).get("memory", 0)
+    return bool(limit and target and memory > float(target) * limit)

@@ -1,0 +1,183 @@
+"""The engine on dask's public machinery: tasks per pass in any store chunking, no dask
+internals, and passes on paused workers that fail instead of hanging (real processes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import free_port
+from distributed import Client, LocalCluster, get_task_stream
+
+from kelr_dist import estimate_response
+from kelr_dist.data.simulate import simulate
+from kelr_dist.data.store import open_trajectory
+from kelr_dist.engine import passes
+from kelr_dist.engine.cluster import ClusterError
+from kelr_dist.engine.passes import build_graph, run_reductions
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kelr_dist"
+MAX_LAG = 7
+
+
+def sums(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    return {"count": len(x), "sum": x.sum(axis=0)}
+
+
+def lagged(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+    """``sum_n x[n] * x[n + s]`` (element-wise) over the block's n with ``n + s`` in the chain."""
+    y = np.concatenate([x, halo])
+    out = np.zeros((MAX_LAG + 1, x.shape[1]))
+    for s in range(MAX_LAG + 1):
+        m = max(0, min(len(x), len(y) - s))
+        out[s] = (x[:m] * y[s : s + m]).sum(axis=0)
+    return {"sums": out}
+
+
+SUMS = Reduction("sums", sums)
+LAGGED = Reduction("lagged", lagged, halo=MAX_LAG)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.mark.parametrize("reductions", [[SUMS], [SUMS, LAGGED]], ids=["no halo", "halo"])
+def test_tasks_per_pass_follow_blocks_not_store_chunks(tmp_path, client, reductions) -> None:
+    """A store of 64-row chunks (250 a chain): the scheduler runs about one task per block
+    (plus the combine tree), not one per stored chunk, and the result is the reference's."""
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, 16_000, chains=2, chunk=64, seed=1, progress=False)
+    trajectory = open_trajectory(path)
+    assert len(trajectory.data.chunks[1]) == 250
+    graph = build_graph(trajectory, reductions, task_bytes=64 * 2 * 8 * 25)  # 25 chunks a task
+    blocks = len(graph.blocks)
+    assert blocks == 2 * 10
+    with get_task_stream(client) as stream:
+        results = run_reductions(trajectory, reductions, client, task_bytes=64 * 2 * 8 * 25)
+    assert blocks < len(stream.data) <= 2 * blocks, len(stream.data)
+    x = trajectory.values
+    for reduction, result in zip(reductions, results, strict=True):
+        expected = reduce_in_memory(reduction, x)
+        for key in expected:
+            np.testing.assert_allclose(result[key], expected[key], rtol=1e-12)
+
+
+def test_a_selection_of_a_store_is_read_as_selected(tmp_path, client) -> None:
+    """Anything but the store as opened (here a time slice of it, doubled, with the store's
+    attributes) is read through its own chunks: the result is the selection's."""
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, 4_000, chains=2, chunk=100, seed=2, progress=False)
+    trajectory = open_trajectory(path)
+    part = trajectory.isel(time=slice(500, 3500)) * 2.0
+    part.attrs = trajectory.attrs
+    (result,) = run_reductions(part, [LAGGED], client)
+    expected = reduce_in_memory(LAGGED, part.values)
+    np.testing.assert_allclose(result["sums"], expected["sums"], rtol=1e-12)
+
+
+# public API only ----------------------------------------------------------------------------
+
+PRIVATE = [
+    (r"\bMaterializedLayer\b|\bBlockwise\b|\bLayer\b", "dask graph layer classes"),
+    (r"\.layers\b|\.dependencies\[", "reading a high-level graph's layers"),
+    (r"\b(dask|distributed)\._\w+|from (dask|distributed)\._", "private dask modules"),
+    (r"\bdask\.(core|optimization|blockwise|local)\b", "dask's low-level graph modules"),
+    (r"optimize_graph\s*=\s*False", "unoptimised hand-built graphs"),
+    (r"\bcull\(", "culling graphs by hand"),
+]
+
+
+def test_the_package_uses_no_dask_internals() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for pattern, what in PRIVATE:
+                if re.search(pattern, line):
+                    found.append(f"{path.relative_to(PACKAGE)}:{number}: {what}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+# paused workers -----------------------------------------------------------------------------
+
+
+@contextmanager
+def paused_cluster(folder: Path, memory_limit: str) -> Iterator[str]:
+    """A real ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1 whose memory
+    monitor pauses them at 1% of ``memory_limit`` (below what an idle worker holds)."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "0.01",
+    }
+    commands = [
+        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+        *[["worker", address, "--nthreads", "1", "--memory-limit", memory_limit,
+           "--no-dashboard"]] * 2,
+    ]  # fmt: skip
+    processes = []
+    try:
+        for k, command in enumerate(commands):
+            with open(folder / f"{command[0]}-{k}.log", "w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "dask", *command],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                )
+        yield address
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def test_paused_workers_fail_the_estimate_with_one_line(tmp_path, monkeypatch) -> None:
+    """Both workers of an external cluster paused for memory: the estimate ends within
+    PAUSED_TIMEOUT (shortened here) with one line naming the workers and their limits."""
+    monkeypatch.setattr(passes, "PAUSED_TIMEOUT", 5.0)
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, 20_000, seed=0, progress=False)
+    with (
+        paused_cluster(tmp_path, "1GiB") as address,
+        Client(address, timeout=120, set_as_default=False) as client,
+    ):
+        deadline = time.monotonic() + 120  # paused workers do not count for wait_for_workers
+        while time.monotonic() < deadline:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+            if len(workers) == 2 and all(w["status"] == "paused" for w in workers.values()):
+                break
+            time.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(ClusterError) as caught:
+            estimate_response(path, client=address, max_order=4, max_lag=10, progress=False)
+        elapsed = time.monotonic() - started
+    message = str(caught.value)
+    assert "\n" not in message
+    assert re.match(r"pass '[^']+': no task finished for 5 s", message), message
+    assert message.count("memory_limit 1024 MiB") == 2 and "paused" in message, message
+    assert "--memory-limit" in message
+    assert elapsed < 5.0 + 20, elapsed
