@@ -136,22 +136,7 @@ def open_trajectory(
         if not Path(source).exists():
             raise _error(source, variable, "the store does not exist")
     _check_metadata(source, variable)
-    opening = {
-        "consolidated": False,
-        "decode_times": False,
-        "decode_timedelta": False,
-        "create_default_indexes": False,  # no index: the time coordinate is not loaded
-    }
-    try:
-        ds = xr.open_zarr(source, chunks={}, **opening)
-    except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
-        raise _error(
-            source, variable, f"not a readable zarr store ({type(exc).__name__}: {exc})"
-        ) from None
-    if ds.attrs.get("complete") is False:
-        raise _error(source, variable, _incomplete_message(source, ds.attrs))
-    if variable in ds.data_vars:
-        ds = _reads_named(ds, source, variable, opening)
+    ds = open_store_dataset(source, variable)
     if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
         decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
         ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
@@ -283,18 +268,41 @@ def _available_memory() -> int:
     return 2**40
 
 
-def _reads_named(
-    ds: xr.Dataset, source: str, variable: str, opening: Mapping[str, Any]
-) -> xr.Dataset:
-    """``ds`` with ``variable``'s dask array reading through :class:`_ChunkReader` (same chunks,
+#: how a trajectory store is opened (the engine's block tasks open it the same way)
+OPEN_OPTIONS: dict[str, Any] = {
+    "consolidated": False,
+    "decode_times": False,
+    "decode_timedelta": False,
+    "create_default_indexes": False,  # no index: the time coordinate is not loaded
+}
+
+
+def open_store_dataset(source: str, variable: str) -> xr.Dataset:
+    """The zarr store at ``source`` (an absolute path or URL) as a lazy Dataset whose
+    ``variable`` reads through :class:`ChunkReader`; refused with a :class:`TrajectoryError`
+    when it is not a readable, complete store."""
+    try:
+        ds = xr.open_zarr(source, chunks={}, **OPEN_OPTIONS)
+    except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
+        raise _error(
+            source, variable, f"not a readable zarr store ({type(exc).__name__}: {exc})"
+        ) from None
+    if ds.attrs.get("complete") is False:
+        raise _error(source, variable, _incomplete_message(source, ds.attrs))
+    if variable in ds.data_vars:
+        ds = _reads_named(ds, source, variable)
+    return ds
+
+
+def _reads_named(ds: xr.Dataset, source: str, variable: str) -> xr.Dataset:
+    """``ds`` with ``variable``'s dask array reading through :class:`ChunkReader` (same chunks,
     same decoding): a chunk that cannot be read or decoded (truncated, zero-length, garbage, a
     checksum that does not match) is then a :class:`TrajectoryError` naming the store, the
     chunk and its time range, wherever the read runs."""
     import dask.array
 
-    lazy = xr.open_dataset(source, engine="zarr", chunks=None, cache=False, **opening)
     stored = ds[variable]
-    reader = _ChunkReader(lazy[variable].variable, source, variable)
+    reader = ChunkReader.of(source, variable)
     data = dask.array.from_array(
         reader,
         chunks=stored.data.chunks,
@@ -306,7 +314,7 @@ def _reads_named(
     return ds.assign({variable: stored.copy(data=data)})
 
 
-class _ChunkReader:
+class ChunkReader:
     """A stored variable (lazily indexed, not loaded) that dask reads region by region; a
     region that fails to read is one :class:`TrajectoryError` line: store, variable, chain,
     time range, the stored chunk and the reason."""
@@ -315,6 +323,12 @@ class _ChunkReader:
         self.data, self.source, self.variable = data, source, variable
         self.shape, self.dtype, self.ndim = data.shape, data.dtype, data.ndim
         self.chunks = data.encoding.get("chunks") or data.shape
+
+    @classmethod
+    def of(cls, source: str, variable: str) -> ChunkReader:
+        """The reader of ``variable`` in the store at ``source`` (metadata only: no chunk)."""
+        lazy = xr.open_dataset(source, engine="zarr", chunks=None, cache=False, **OPEN_OPTIONS)
+        return cls(lazy[variable].variable, source, variable)
 
     def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
         try:

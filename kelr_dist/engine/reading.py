@@ -24,13 +24,8 @@ import dask
 import numpy as np
 import xarray as xr
 
-#: how ``open_trajectory`` opens a store (its data then carry the same dask name)
-OPEN_OPTIONS = {
-    "consolidated": False,
-    "decode_times": False,
-    "decode_timedelta": False,
-    "create_default_indexes": False,
-}
+from kelr_dist.data.store import ChunkReader
+
 #: the dims a store's variable may have, as ``open_trajectory`` accepts them
 TIME_COMPONENT = ("time", "component")
 
@@ -45,21 +40,39 @@ class StoreRows:
 
     def read(self, chain: int, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of chain ``chain``, shape ``(stop - start, d)``, as stored
-        (decoded as xarray decodes the store)."""
-        variable = _lazy_variable(self.store, self.variable, self.name)
-        index: dict[str, int | slice] = {"time": slice(start, stop)}
-        if "chain" in variable.dims:
-            index["chain"] = chain
-        rows = variable.isel(index)
-        rows = rows.transpose(*(d for d in TIME_COMPONENT if d in rows.dims))
-        return np.asarray(rows.values).reshape(stop - start, -1)
+        (decoded as xarray decodes the store; a chunk that cannot be decoded is named as
+        :class:`~kelr_dist.data.store.ChunkReader` names it)."""
+        reader = _reader(self.store, self.variable, self.name)
+        dims = list(reader.data.dims)
+        step = int(reader.chunks[dims.index("time")])
+        edges = [start, *range((start // step + 1) * step, stop, step), stop]
+
+        def rows_of(lo: int, hi: int) -> np.ndarray:
+            return reader[
+                tuple(
+                    slice(chain, chain + 1) if dim == "chain" else
+                    slice(lo, hi) if dim == "time" else slice(None)
+                    for dim in dims
+                )
+            ]  # fmt: skip
+
+        # one stored chunk at a time: a chunk that fails to decode is named with its own rows,
+        # and leaves no concurrent reads of its neighbours pending (zarr's event loop reports
+        # each of them on stderr)
+        pieces = [rows_of(lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+        rows = np.concatenate(pieces, axis=dims.index("time"))
+        if "chain" in dims:
+            rows = rows.take(0, axis=dims.index("chain"))
+            dims.remove("chain")
+        order = [dims.index(d) for d in TIME_COMPONENT if d in dims]
+        return np.transpose(rows, order).reshape(stop - start, -1)
 
 
 @functools.lru_cache(maxsize=8)
-def _lazy_variable(store: str, variable: str, name: str) -> xr.Variable:
+def _reader(store: str, variable: str, name: str) -> ChunkReader:  # noqa: ARG001 (cache key)
     """The store's variable, lazily indexed (no chunk read), opened once per worker process
-    and trajectory (``name``)."""
-    return xr.open_zarr(store, chunks=None, **OPEN_OPTIONS)[variable].variable
+    and trajectory (``name``: a new store at the same path is opened anew)."""
+    return ChunkReader.of(store, variable)
 
 
 def store_rows(trajectory: xr.DataArray) -> StoreRows | None:
@@ -78,11 +91,11 @@ def store_rows(trajectory: xr.DataArray) -> StoreRows | None:
 def _opens_as(store: str, variable: str, dt: float, name: str) -> bool:
     """Whether opening ``store`` as a trajectory gives a dask array named ``name`` (asked once
     per process: the name fixes the store's shape, chunks and dtype as opened)."""
-    from kelr_dist.data.store import as_trajectory
+    from kelr_dist.data.store import as_trajectory, open_store_dataset
 
     try:  # coordinates read here, in this process, never on a cluster that may be stuck
         with dask.config.set(scheduler="synchronous"):
-            raw = xr.open_zarr(store, chunks={}, **OPEN_OPTIONS)
+            raw = open_store_dataset(store, variable)
             # the time coordinate is left out: its checks would read it, and the data's dask
             # name does not depend on it
             again = as_trajectory(
