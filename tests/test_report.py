@@ -188,7 +188,7 @@ def test_response_legend_colours_each_band_as_its_estimate_and_marks_the_chosen(
     legend = plot_responses(ds).axes[0].get_legend()
     texts = [t.get_text() for t in legend.get_texts()]
     chosen = ds.attrs["estimator"].replace("-", " ")
-    assert f"{chosen}, chosen ± 2 stderr" in texts
+    assert f"{chosen}, chosen ± 2 total stderr" in texts
     assert "exact FDT" in texts
     for handle in legend.legend_handles:
         assert handle is not None

@@ -589,15 +589,12 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
-    spread = (
-        "± 2 total stderr (sampling and score fit)"
-        if "response_total_stderr" in ds
-        else "± 2 stderr (sampling error)"
-    )
     labels = []
     for name, parts in legend.items():
         text = label(ds, name) + (", chosen" if name == "response" else "")
-        labels.append(f"{text} {spread}" if len(parts) == 2 else text)
+        # the total error where the estimate carries its score fit's variance
+        spread = "total stderr" if f"{name}_estimator_stderr" in ds else "stderr"
+        labels.append(f"{text} ± 2 {spread}" if len(parts) == 2 else text)
     axes[0, 0].legend(
         list(legend.values()),
         labels,

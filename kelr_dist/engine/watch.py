@@ -93,16 +93,16 @@ class Watch:
         over = {a: w for a, w in workers.items() if a in paused or _over_target(w)}
         holding = [a for a, keys in present.items() if keys]
         if holding:
-            stuck, blocked = (
+            stuck, held = (
                 all(a in paused for a in holding),
                 {a: paused[a] for a in holding if a in paused},
             )
         else:  # tasks wait: dask sends none to paused workers
-            stuck, blocked = bool(workers) and len(over) == len(workers), over
+            stuck, held = bool(workers) and len(over) == len(workers), over
         if not stuck:
             self.free_at = now
         elif now - self.free_at >= self.paused_timeout:
-            raise self.where.paused(blocked, self.paused_timeout)
+            raise self.where.paused(held, self.paused_timeout)
 
 
 def _over_target(worker: dict[str, Any]) -> bool:
