@@ -458,7 +458,7 @@ def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
         time.sleep(3)  # a pass under way
         scheduler = next(
             int(line.split()[0])
-            for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
+            for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
                                        text=True).stdout.splitlines()
             if f"--port {address.rsplit(':', 1)[1]}" in line and "scheduler" in line
         )  # fmt: skip
