@@ -62,7 +62,9 @@ class KelrGroup(click.Group):
             where = context.command_path if context is not None else "kelr"
             hint = f" (see '{where} --help')" if isinstance(err, click.UsageError) else ""
             _fail(where, err.format_message() + hint)
-        except (click.Abort, KeyboardInterrupt):
+        except (click.Abort, KeyboardInterrupt, SystemError) as err:
+            if isinstance(err, SystemError) and not _interrupted(err):
+                raise
             click.echo("kelr: interrupted", err=True)
             if args is not None:  # called from Python (a script, a test run): it stops too
                 raise KeyboardInterrupt from None
@@ -70,6 +72,17 @@ class KelrGroup(click.Group):
         except INPUT_ERRORS as err:
             _fail(_command_path(args), str(err))
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether ``err`` carries a Ctrl-C: a KeyboardInterrupt raised while compiled code ran (a
+    numba kernel) reaches Python as a SystemError whose cause is the interrupt."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _end_by_sigint() -> None:
