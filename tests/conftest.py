@@ -24,15 +24,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def dask_processes_in(folder: Path, workers: int = 2, cwd: Path | None = None) -> Iterator[str]:
-    """A real ``dask scheduler`` and ``workers`` ``dask worker`` processes (one thread each) on
-    127.0.0.1, started from the command line with their logs in ``folder`` (and ``cwd`` as
-    their working directory); yields the scheduler address, stops them afterwards."""
+def dask_processes_in(
+    folder: Path,
+    workers: int = 2,
+    cwd: Path | None = None,
+    worker_options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """A real ``dask scheduler`` and ``workers`` ``dask worker`` processes (one thread each, and
+    ``worker_options``) on 127.0.0.1, started from the command line with their logs in
+    ``folder``, ``cwd`` as their working directory and ``env`` added to their environment;
+    yields the scheduler address, stops them afterwards."""
     address = f"tcp://127.0.0.1:{free_port()}"
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)} | (env or {})
     commands = [
         ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
-        *[["worker", address, "--nthreads", "1", "--no-dashboard"]] * workers,
+        *[["worker", address, "--nthreads", "1", *worker_options, "--no-dashboard"]] * workers,
     ]
     processes = []
     try:

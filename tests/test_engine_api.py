@@ -3,18 +3,15 @@ internals, and passes on paused workers that fail instead of hanging (real proce
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port
+from conftest import dask_processes_in
 from distributed import Client, LocalCluster, get_task_stream
 
 from kelr_dist import estimate_response
@@ -117,41 +114,14 @@ def test_the_package_uses_no_dask_internals() -> None:
 # paused workers -----------------------------------------------------------------------------
 
 
-@contextmanager
-def paused_cluster(folder: Path, memory_limit: str) -> Iterator[str]:
+def paused_cluster(folder: Path, memory_limit: str) -> AbstractContextManager[str]:
     """A real ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1 whose memory
     monitor pauses them at 1% of ``memory_limit`` (below what an idle worker holds)."""
-    address = f"tcp://127.0.0.1:{free_port()}"
-    env = os.environ | {
-        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        "DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "0.01",
-    }
-    commands = [
-        ["scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
-        *[["worker", address, "--nthreads", "1", "--memory-limit", memory_limit,
-           "--no-dashboard"]] * 2,
-    ]  # fmt: skip
-    processes = []
-    try:
-        for k, command in enumerate(commands):
-            with open(folder / f"{command[0]}-{k}.log", "w") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "dask", *command],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
-                )
-        yield address
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    return dask_processes_in(
+        folder,
+        worker_options=("--memory-limit", memory_limit),
+        env={"DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "0.01"},
+    )
 
 
 def test_paused_workers_fail_the_estimate_with_one_line(tmp_path, monkeypatch) -> None:
