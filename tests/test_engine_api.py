@@ -98,6 +98,7 @@ PRIVATE = [
     (r"\bdask\.(core|optimization|blockwise|local)\b", "dask's low-level graph modules"),
     (r"optimize_graph\s*=\s*False", "unoptimised hand-built graphs"),
     (r"\bcull\(", "culling graphs by hand"),
+    (r"run_on_scheduler|\bdask_scheduler\b", "the scheduler's internal state"),
 ]
 
 

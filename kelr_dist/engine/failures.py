@@ -18,7 +18,7 @@ import xarray as xr
 from distributed import Client, KilledWorker
 
 from kelr_dist.engine.cluster import ClusterError, memory_kills
-from kelr_dist.engine.graph import ReductionGraph
+from kelr_dist.engine.graph import WORKER_ATTRIBUTE, ReductionGraph
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,8 @@ class PassContext:
                 "that dies on one block has usually run out of memory: give the workers more "
                 "memory or the store smaller time chunks"
             )
-        workers = _erred_on(client, future.key)
-        on = f" on worker {', '.join(workers)}" if workers else ""
+        worker = getattr(error, WORKER_ATTRIBUTE, None)
+        on = f" on worker {worker}" if worker else ""
         context = f"{self.name}, {self.chunk(future.key)} of store {self.store!r}{on}"
         return _with_context(error.with_traceback(traceback), context)
 
@@ -170,22 +170,6 @@ def _with_context(error: BaseException, context: str) -> BaseException:
     renamed.__cause__ = error
     renamed.__traceback__ = error.__traceback__
     return renamed
-
-
-def _erred_on(client: Client, key: Any) -> list[str]:
-    """Addresses of the workers where the task to blame for ``key``'s error failed."""
-
-    def blame(dask_scheduler: Any) -> list[str]:  # pickled by value: no kelr_dist needed there
-        task = dask_scheduler.tasks.get(key)
-        if task is None:
-            return []
-        task = task.exception_blame or task
-        return sorted(getattr(task, "erred_on", None) or ())
-
-    try:
-        return list(client.run_on_scheduler(blame))
-    except Exception:  # the worker's address is a courtesy
-        return []
 
 
 def _store_problem(path: str, variable: str) -> str | None:

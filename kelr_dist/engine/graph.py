@@ -31,9 +31,9 @@ from __future__ import annotations
 import bisect
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import dask
 import dask.array as da
@@ -47,6 +47,8 @@ from kelr_dist.engine.cluster import thread_share
 from kelr_dist.engine.reading import StoreRows, store_rows
 from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction
+
+T = TypeVar("T")
 
 DIMS = ("chain", "time", "component")
 #: default byte target of one task: consecutive store chunks of a chain up to this size are
@@ -143,6 +145,29 @@ def _partials(
     return partials
 
 
+#: attribute a task's exception carries from the worker it failed on (its address), read by
+#: kelr_dist.engine.failures to name the worker; attributes travel with the pickled exception
+WORKER_ATTRIBUTE = "kelr_worker"
+
+
+def naming_the_worker(task: Callable[..., T]) -> Callable[..., T]:
+    """``task`` whose exceptions carry the address of the worker they were raised on."""
+
+    @functools.wraps(task)
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return task(*args, **kwargs)
+        except Exception as err:
+            try:
+                setattr(err, WORKER_ATTRIBUTE, get_worker().address)
+            except (ValueError, AttributeError):  # not on a worker, or a frozen exception
+                pass
+            raise
+
+    return run
+
+
+@naming_the_worker
 def _read_and_reduce(
     reader: StoreRows, where: tuple[int, int, int, int], halo_rows: int, reductions: tuple
 ) -> tuple[Partial, ...]:
@@ -151,6 +176,7 @@ def _read_and_reduce(
     return _partials(reader.read(chain, start, stop + halo_rows), stop - start, where, reductions)
 
 
+@naming_the_worker
 def _reduce_chunks(
     chunks: list[np.ndarray],
     heads: list[np.ndarray],
@@ -170,6 +196,7 @@ def _head(chunk: np.ndarray, rows: int) -> np.ndarray:
     return np.array(chunk[0, :rows])
 
 
+@naming_the_worker
 def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:
     """Left fold of tuples of partials with each reduction's ``combine``."""
     total = parts[0]

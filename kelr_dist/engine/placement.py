@@ -20,7 +20,7 @@ import xarray as xr
 from dask.highlevelgraph import HighLevelGraph
 from distributed import Client, futures_of
 
-from kelr_dist.engine.graph import DIMS, task_target
+from kelr_dist.engine.graph import DIMS, naming_the_worker, task_target
 from kelr_dist.engine.reading import store_rows
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 
@@ -160,6 +160,7 @@ def _split(n: int, rows: int) -> tuple[int, ...]:
     return (rows,) * (n // rows) + ((n % rows,) if n % rows else ())
 
 
+@naming_the_worker
 def _read_block(reader: Any, block_info: dict | None = None) -> np.ndarray:
     """One ``(1, L, d)`` float64 block of a store, read by its own task (``map_blocks``)."""
     (chain, _), (start, stop), _ = block_info[None]["array-location"]
