@@ -2,23 +2,23 @@
 
 Both return the trajectory backed by futures of its blocks, held by the workers, which the
 passes' graphs reference by key: :func:`scatter_trajectory` for data already in the caller's
-memory (a numpy-backed array), :func:`keep_in_memory` for a store whose float64 samples fit in
-:data:`KEEP_FRACTION` of the cluster's memory. The blocks are placed with ``Client.persist``
-(``workers=``), spread so that every worker thread holds the same rows to within one block
-(:func:`spread`): each pass's tasks run where their blocks are.
+memory (a numpy-backed array), sent with ``Client.scatter``; :func:`keep_in_memory` for a store
+whose float64 samples fit in :data:`KEEP_FRACTION` of the cluster's memory, read on the workers
+with ``Client.persist``. The blocks are spread so that every worker thread holds the same rows
+to within one block (:func:`spread`): each pass's tasks run where their blocks are.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask.array as da
 import numpy as np
 import xarray as xr
 from dask.highlevelgraph import HighLevelGraph
-from distributed import Client, futures_of
+from distributed import Client, Future, futures_of
 
 from kelr_dist.engine.graph import DIMS, naming_the_worker, task_target
 from kelr_dist.engine.reading import store_rows
@@ -67,20 +67,21 @@ def spread(rows: Sequence[int], client: Client) -> dict[tuple[str, ...] | None, 
     return placed
 
 
-def _persist_spread(blocks: da.Array, client: Client) -> da.Array:
-    """``blocks`` (one chain and all components per block) computed on the workers, placed by
-    :func:`spread`, as an array backed by the futures of its blocks (same keys)."""
-    parts = blocks.to_delayed().ravel()
+def _place_spread(
+    blocks: da.Array,
+    client: Client,
+    place: Callable[[list[int], tuple[str, ...] | None], list[Future]],
+) -> da.Array:
+    """``blocks`` (one chain and all components per block) as an array backed by futures (same
+    keys): ``place(indices, workers)`` puts the blocks of those flat indices on ``workers`` and
+    returns their futures; the blocks are spread by :func:`spread`."""
+    keys = [part.key for part in blocks.to_delayed().ravel()]
     lengths = [
         blocks.chunks[1][k] for _ in range(blocks.numblocks[0]) for k in range(blocks.numblocks[1])
     ]
-    futures: dict[Any, Any] = {}
-    for worker, run in spread(lengths, client).items():
-        # loose restrictions: a block lost with its worker is computed again elsewhere
-        kept = client.persist([parts[i] for i in run], workers=worker, allow_other_workers=True)
-        for delayed in kept:
-            (future,) = futures_of(delayed)
-            futures[future.key] = future
+    futures: dict[Any, Future] = {}
+    for workers, run in spread(lengths, client).items():
+        futures.update(zip((keys[i] for i in run), place(run, workers), strict=True))
     graph = HighLevelGraph.from_collections(blocks.name, futures, dependencies=())
     return da.Array(
         graph,
@@ -89,6 +90,30 @@ def _persist_spread(blocks: da.Array, client: Client) -> da.Array:
         dtype=blocks.dtype,
         meta=np.empty((0, 0, 0), dtype=blocks.dtype),
     )
+
+
+def _persist_spread(blocks: da.Array, client: Client) -> da.Array:
+    """``blocks`` computed on the workers (``Client.persist``), placed by :func:`spread`."""
+    parts = blocks.to_delayed().ravel()
+
+    def persist(run: list[int], workers: tuple[str, ...] | None) -> list[Future]:
+        # loose restrictions: a block lost with its worker is computed again elsewhere
+        kept = client.persist([parts[i] for i in run], workers=workers, allow_other_workers=True)
+        return [futures_of(delayed)[0] for delayed in kept]
+
+    return _place_spread(blocks, client, persist)
+
+
+def _scatter_spread(blocks: da.Array, client: Client) -> da.Array:
+    """``blocks`` held in this process sent straight to the workers (``Client.scatter``), placed
+    by :func:`spread`: the data never pass through the scheduler in a graph."""
+    parts = blocks.to_delayed().ravel()
+
+    def scatter(run: list[int], workers: tuple[str, ...] | None) -> list[Future]:
+        arrays = [np.asarray(parts[i].compute(scheduler="sync")) for i in run]
+        return list(client.scatter(arrays, workers=workers, hash=False))
+
+    return _place_spread(blocks, client, scatter)
 
 
 def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.DataArray:
@@ -113,7 +138,7 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
         return trajectory  # read from its store by the tasks
     if not _in_memory(data) or on_cluster(data):
         return trajectory
-    return trajectory.copy(data=_persist_spread(data.rechunk({0: 1, 2: -1}), client))
+    return trajectory.copy(data=_scatter_spread(data.rechunk({0: 1, 2: -1}), client))
 
 
 def keep_in_memory(
