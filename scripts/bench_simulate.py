@@ -6,7 +6,7 @@
    normals with numpy's ``Generator.standard_normal`` alone takes, as a share of ``advance``
    (the triple-well draws its normals inside its kernel: numpy's PCG64 and ziggurat compiled
    into the loop, the same numbers; ``--buffered`` times the numpy-buffer path instead).
-2. ``kelr_dist.data.simulate.simulate`` of the triple-well (one chain, no Dask client) for several
+2. ``kelr_dist.models.simulate.simulate`` of the triple-well (one chain, no Dask client) for several
    N:
    wall time and peak resident memory of a fresh process (itself and its children), with the
    target "flat in N, under 1 GiB".
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kelr_dist.data.models import MODEL_NAMES, make_model
+from kelr_dist.models.registry import MODEL_NAMES, make_model
 
-# standard normals each integrator step consumes (kelr_dist.kernels.integrators kernels)
+# standard normals each integrator step consumes (kelr_dist.models.integrators kernels)
 NORMALS_PER_STEP = {"triple-well": 4, "langevin-morse": 1, "ou": 2}
 GIB = 1 << 30
 
@@ -77,7 +77,7 @@ def throughput(name: str, steps: int, repeats: int, buffered: bool = False) -> d
 
 def child(n_samples: int, path: str, chunk: int) -> None:
     """Run one simulation in this (fresh) process and print its figures as JSON."""
-    from kelr_dist.data.simulate import simulate
+    from kelr_dist.models.simulate import simulate
 
     start = time.perf_counter()
     simulate("triple-well", path, n_samples, chains=1, seed=0, chunk=chunk, progress=False)

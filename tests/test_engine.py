@@ -551,7 +551,7 @@ def test_building_every_pass_of_an_estimate_computes_nothing(monkeypatch) -> Non
     dask callback that fails on any compute; the passes then run as usual."""
     import kelr_dist.engine.passes as engine
     from kelr_dist import estimate_response
-    from kelr_dist.data.models import make_model
+    from kelr_dist.models.registry import make_model
 
     real = engine.build_graph
 

@@ -852,7 +852,7 @@ def _incomplete_message(source: str, attrs: Mapping[str, Any]) -> str:
     params = attrs.get("model_params", "{}")
     return (
         f"incomplete generated store ({done} of {attrs.get('n_samples')} samples per chain "
-        f"written); resume it by calling kelr_dist.data.simulate.simulate(make_model("
+        f"written); resume it by calling kelr_dist.models.simulate.simulate(make_model("
         f"{attrs.get('model')!r}, **{params}), {source!r}, n_samples={attrs.get('n_samples')}, "
         f"chains={attrs.get('chains')}, seed={attrs.get('seed')}, chunk={attrs.get('chunk')}, "
         f"burn_in={attrs.get('burn_in')}) again"

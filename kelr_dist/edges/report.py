@@ -753,7 +753,7 @@ def _true_density(ds: xr.Dataset, points: np.ndarray) -> np.ndarray | None:
     """Unnormalised ``p_eq`` of the store's built-in model at ``points (n, d)``, else None."""
     if "model" not in ds.attrs:
         return None
-    from kelr_dist.data.models import make_model
+    from kelr_dist.models.registry import make_model
 
     params = ds.attrs.get("model_params", "{}")
     try:

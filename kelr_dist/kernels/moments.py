@@ -389,7 +389,7 @@ class EdgeStatistics:
     ``x_(i) - a ∝ i^{1/(α+1)}``; the ratio ``(x_(K) - x_(1)) / (x_(K/4) - x_(1))`` is about 4 for a
     density that does not vanish there (``α = 0``: a reflecting wall), about 2 for ``α = 1``
     (a diffusion path near its minimum) and less for a Gaussian tail. Measured with ``K = 256``
-    on 3e4 and 3e5 samples of every system on the line of :mod:`kelr_dist.data.models`: 1.2-2.4
+    on 3e4 and 3e5 samples of every system on the line of :mod:`kelr_dist.models.registry`: 1.2-2.4
     (one exception: 4.9 for the Langevin-Morse ``x`` at its flat right tail with 3e4 samples);
     on walls (a reflected Ornstein-Uhlenbeck process, the angles at their wrap): 3.5-5.5;
     clipped data put ``K/4`` samples at one value: an infinite ratio.
