@@ -57,7 +57,6 @@ from doc_table import write_table
 
 from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.engine.memory import peak_memory
 from kelr_dist.engine.passes import (
     ReductionGraph,
     build_graph,
@@ -81,6 +80,7 @@ from kelr_dist.pipeline.steps import (
     respond,
     survey_data,
 )
+from kelr_dist.testing import peak_memory
 
 GIB = 1 << 30
 PAPER_SECONDS = 1.54e3  # paper, Table 1: triple-well, M = 60, N = 1e7

@@ -23,9 +23,9 @@ from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.engine.memory import peak_memory
 from kelr_dist.engine.passes import build_graph, keep_in_memory, run_reduction, run_reductions
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.testing import peak_memory
 
 DIMS = ("chain", "time", "component")
 MAX_LAG = 5

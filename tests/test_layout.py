@@ -134,3 +134,38 @@ def test_the_core_imports_no_model_at_run_time() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (nothing imported yet)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_import_kelr_dist_is_light_and_the_accessor_still_registers() -> None:
+    heavy = ("pandas", "xarray", "matplotlib", "dask", "distributed", "zarr", "numba", "scipy")
+    loaded = _fresh(
+        "import sys, kelr_dist; "
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    )
+    assert loaded == "[]"
+    # ds.kelr works in a session that imported the package, whichever is imported first
+    for first, second in (("kelr_dist", "xarray as xr"), ("xarray as xr", "kelr_dist")):
+        name = _fresh(f"import {first}; import {second}; print(type(xr.Dataset().kelr).__name__)")
+        assert name == "KelrAccessor"
+
+
+def test_without_matplotlib_the_report_table_works_and_figures_say_what_to_install() -> None:
+    said = _fresh(
+        "import sys; sys.modules['matplotlib'] = None\n"  # as if it were not installed
+        "from kelr_dist.edges import report\n"
+        "from kelr_dist.edges.plotting import new_figure\n"
+        "try:\n"
+        "    new_figure()\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    assert 'pip install "kelr_dist[plot]"' in said

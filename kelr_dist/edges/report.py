@@ -26,17 +26,19 @@ import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import xarray as xr
-from matplotlib.figure import Figure
-from matplotlib.legend_handler import HandlerTuple
 
 from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.edges.distribution_plot import distribution_figures
+from kelr_dist.edges.plotting import new_figure
 from kelr_dist.kernels.response import relative_to_lag0
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
 #: with the estimator it came from, see :func:`label`)
@@ -484,7 +486,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     bound = windowed_max(ds["negative_excursion"].values)
     band = 2.0 * bound[converged].min() if converged.any() else math.nan
 
-    fig = Figure(figsize=(13, 8.2), layout="constrained")
+    fig = new_figure(figsize=(13, 8.2), layout="constrained")
     axes = fig.subplots(2, 2).ravel()
     ax = axes[0]
     ax.semilogy(orders, _positive(eta), "o-", ms=3, label="η_M")
@@ -562,7 +564,9 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     names_i = [str(v) for v in ds["i"].values]
     names_j = [str(v) for v in ds["j"].values]
     q, d = len(names_i), len(names_j)
-    fig = Figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
+    from matplotlib import legend_handler  # after new_figure: matplotlib is installed
+
+    fig = new_figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
     axes = fig.subplots(q, d, squeeze=False)
     time = ds["time"].values
     legend: dict[str, tuple[Any, ...]] = {}  # variable -> its band and line, for one legend
@@ -598,7 +602,7 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     axes[0, 0].legend(
         list(legend.values()),
         labels,
-        handler_map={tuple: HandlerTuple(ndivide=1)},
+        handler_map={tuple: legend_handler.HandlerTuple(ndivide=1)},
         fontsize="small",
     )
     stein = stein_rows(ds).get("response")
@@ -659,7 +663,7 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         "score-matching": ("score matching", "degree q (best ridge per degree)", "C2", "o-"),
     }
     widths = [1.0 if name == "kernel-embedding" else 2.5 for name in rows] or [1.0]
-    fig = Figure(figsize=(3.0 + 2.6 * sum(widths), 4.6), layout="constrained")
+    fig = new_figure(figsize=(3.0 + 2.6 * sum(widths), 4.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(widths), sharey=True, width_ratios=widths))
     for ax, (name, r) in zip(axes, rows.items(), strict=False):
         title, xlabel, color, fmt = panels[name]
@@ -832,7 +836,7 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     else:
         layout = [[f"m{k}" for k in range(d)] + [f"p{c}" for c in range(len(maps))]]
     columns = len(maps) if len(maps) == 3 else d + len(maps)
-    fig = Figure(figsize=(4.5 * columns, 3.8 * len(layout)), layout="constrained")
+    fig = new_figure(figsize=(4.5 * columns, 3.8 * len(layout)), layout="constrained")
     panel = fig.subplot_mosaic(layout)
     est_marginals = _marginals(estimate, axes)
     true_marginals = _marginals(truth, axes) if truth is not None else [None] * d
