@@ -26,7 +26,7 @@ import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 import xarray as xr
@@ -57,7 +57,7 @@ TITLE_WIDTH = 130
 DENSITY_GRID = {1: 400, 2: 161, 3: 41}
 # the density figure shows where the marginal exceeds this fraction of its maximum
 _SHOWN_FRACTION = 1e-3
-_STYLE = {
+_STYLE: dict[str, dict[str, Any]] = {
     "response": {"color": "C0", "linestyle": "-"},
     "response_kernel_embedding": {"color": "C4", "linestyle": "-."},
     "response_score_matching": {"color": "C4", "linestyle": "-."},
@@ -821,7 +821,7 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     estimate = density.pdf(points, order).reshape(shape)
     truth = _true_density(ds, points)
     truth = None if truth is None else _normalise(truth.reshape(shape), axes)
-    names = [str(c) for c in ds["component"].values] if "component" in ds else list(range(d))
+    names = [str(c) for c in (ds["component"].values if "component" in ds else range(d))]
     maps = [("estimated p_M", estimate, "viridis")] if d == 2 else []
     if maps and truth is not None:
         error = np.abs(estimate - truth)
@@ -837,14 +837,14 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
         layout = [[f"m{k}" for k in range(d)] + [f"p{c}" for c in range(len(maps))]]
     columns = len(maps) if len(maps) == 3 else d + len(maps)
     fig = new_figure(figsize=(4.5 * columns, 3.8 * len(layout)), layout="constrained")
-    panel = fig.subplot_mosaic(layout)
+    panel = fig.subplot_mosaic(cast(Any, layout))  # a list of rows of names (stubs: invariant)
     est_marginals = _marginals(estimate, axes)
-    true_marginals = _marginals(truth, axes) if truth is not None else [None] * d
+    true_marginals = _marginals(truth, axes) if truth is not None else None
     for k in range(d):
         ax = panel[f"m{k}"]
         ax.plot(axes[k], est_marginals[k], color="C0", label=f"p_M, kernel embedding (M = {order})")
         curves = [est_marginals[k]]
-        if true_marginals[k] is not None:
+        if true_marginals is not None:
             ax.plot(axes[k], true_marginals[k], color="black", lw=0.9, ls="--", label="true p_eq")
             curves.append(true_marginals[k])
         on_circle = density.basis.coordinates[k].period is not None

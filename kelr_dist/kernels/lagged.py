@@ -153,9 +153,11 @@ def lagged_sums(
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
     if max_lag == 0:  # one product sum, no transform
         return (a[: b.shape[0]].T @ b)[None]
-    total = 0.0
+    total: np.ndarray | None = None
     for spec in _spectra(a, b, block, max_lag, offset=0):
-        total = total + np.einsum("ikf,jkf->ijf", spec.a, np.conjugate(spec.b, out=spec.b))
+        term = np.einsum("ikf,jkf->ijf", spec.a, np.conjugate(spec.b, out=spec.b))
+        total = term if total is None else total + term
+    assert total is not None  # b has rows, so there is at least one sub-block
     return _to_lags(total, spec.length, max_lag)
 
 

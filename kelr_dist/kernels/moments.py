@@ -261,7 +261,7 @@ def _finalize_moments(p: dict) -> Moments:
     finite = np.isfinite(np.stack([p["mean"], p["m2"], p["m3"], p["m4"]])).all(axis=0)
     for k in np.flatnonzero(~finite | (largest > UNIT_LIMIT)):
         raise CoordinateError(
-            k,
+            int(k),
             f"values too large (max |x| = {largest[k]:.3g}; the estimate's products overflow "
             f"float64 beyond {UNIT_LIMIT:.0e}): rescale the data (e.g. to unit scale)",
         )
@@ -269,7 +269,7 @@ def _finalize_moments(p: dict) -> Moments:
     std = _times_power_of_two(np.sqrt(p["m2"] / n), p["unit"])
     for k in np.flatnonzero((std < 1.0 / UNIT_LIMIT) & (p["m2"] > 0)):
         raise CoordinateError(
-            k,
+            int(k),
             f"values too small (standard deviation {std[k]:.3g}; the estimate's scores "
             f"overflow float64 below {1.0 / UNIT_LIMIT:.0e}): rescale the data "
             "(e.g. to unit scale)",

@@ -21,12 +21,16 @@ Wrapped angles are stored in radians in ``(-π, π]``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kelr_dist.models import densities
 from kelr_dist.models.mala import MalaSystem
-from kelr_dist.models.parameters import Parameters, count, parameter, positive, real
+from kelr_dist.models.parameters import count, parameter, positive, real
+
+if TYPE_CHECKING:
+    from kelr_dist.models.registry import Model
 
 
 class _AngleSystem(MalaSystem):
@@ -118,4 +122,4 @@ class Circle(_AngleSystem):
 
 
 #: the systems of this module, registered in :data:`kelr_dist.models.registry.MODEL_NAMES`
-SYSTEMS: tuple[type[Parameters], ...] = (Torus, AnglesLine, Circle)
+SYSTEMS: tuple[type[Model], ...] = (Torus, AnglesLine, Circle)

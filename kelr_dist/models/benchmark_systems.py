@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -62,6 +62,9 @@ from kelr_dist.models.parameters import (
     vector,
 )
 from kelr_dist.models.sampling import points, run_blocks, start
+
+if TYPE_CHECKING:
+    from kelr_dist.models.registry import Model
 
 
 @compiled
@@ -465,9 +468,9 @@ class Wall(Parameters):
     sigma_w : stationary std of ``w`` (0.5).  dt : time between samples (0.05).
     """
 
-    name = "wall"
-    components = ("x1", "x2")
-    default_burn_in = 0  # initial_state draws from p_eq
+    name: ClassVar[str] = "wall"
+    components: ClassVar[tuple[str, ...]] = ("x1", "x2")
+    default_burn_in: ClassVar[int] = 0  # initial_state draws from p_eq
 
     shape: float = parameter(2.5, _gamma_shape)
     mean: float = parameter(1.0, positive)
@@ -535,6 +538,6 @@ class Wall(Parameters):
 
 
 #: the systems of this module, registered in :data:`kelr_dist.models.registry.MODEL_NAMES`
-SYSTEMS: tuple[type[Parameters], ...] = (
+SYSTEMS: tuple[type[Model], ...] = (
     CurvedWells, Coupled3D, Coupled4D, Coupled6D, HeavyTail, Wall, TrigTie4D, GammaTie3D,
 )  # fmt: skip

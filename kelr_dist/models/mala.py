@@ -20,6 +20,7 @@ start of each sub-block, the same numbers the chain carried).
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class MalaSystem(Parameters):
     in ``_derive``.
     """
 
-    name: str
+    name: ClassVar[str]
     components: tuple[str, ...]
     default_burn_in = 20_000  # stored samples, for every MALA system
     angles = 0  # how many leading components are angles in (-π, π]

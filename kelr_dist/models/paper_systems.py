@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from scipy.linalg import cholesky, expm, solve_continuous_lyapunov
@@ -26,6 +26,9 @@ from kelr_dist.models.parameters import (
     real,
 )
 from kelr_dist.models.sampling import points, run_blocks, start
+
+if TYPE_CHECKING:
+    from kelr_dist.models.registry import Model
 
 # --------------------------------------------------------------------------------------------
 # Ornstein-Uhlenbeck
@@ -288,4 +291,4 @@ class LangevinMorse(Parameters):
 
 
 #: the systems of this module, registered in :data:`kelr_dist.models.registry.MODEL_NAMES`
-SYSTEMS: tuple[type[Parameters], ...] = (TripleWell, LangevinMorse, OrnsteinUhlenbeck)
+SYSTEMS: tuple[type[Model], ...] = (TripleWell, LangevinMorse, OrnsteinUhlenbeck)

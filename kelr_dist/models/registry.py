@@ -10,7 +10,7 @@ model.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,10 +21,8 @@ from kelr_dist.models import angle_systems, benchmark_systems, paper_systems
 class Model(Protocol):
     """A stochastic system with a known equilibrium density and a resumable sampler."""
 
-    @property
-    def name(self) -> str:
-        """Command-line name (one of :data:`MODEL_NAMES`)."""
-        ...
+    #: command-line name (one of :data:`MODEL_NAMES`)
+    name: ClassVar[str]
 
     @property
     def components(self) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -168,7 +168,7 @@ def _is_replaceable(path: str) -> bool:
 
 def _prepare(
     path: str, run: _Run, settings: dict[str, Any], overwrite: bool = False
-) -> np.ndarray | None | bool:
+) -> np.ndarray | None | Literal[True]:
     """Create the store, or check an existing one; progress records, ``None`` if complete,
     ``True`` when ``path`` is to be replaced by a new generation (``overwrite``)."""
     width = 1 + _RNG_WORDS + len(run.model.components)
