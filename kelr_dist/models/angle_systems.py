@@ -44,7 +44,18 @@ class _AngleSystem(MalaSystem):
 
 
 @dataclass(eq=False)
-class Torus(_AngleSystem):
+class _TorusPotential(_AngleSystem):
+    """The torus potential's amplitudes, the first parameters of :class:`Torus` and
+    :class:`AnglesLine`."""
+
+    a: float = parameter(0.8, real)
+    b: float = parameter(0.7, real)
+    c: float = parameter(0.6, real)
+    e: float = parameter(0.3, real)
+
+
+@dataclass(eq=False)
+class Torus(_TorusPotential):
     """Two dihedral-like angles ``(φ, ψ)`` on a torus with six basins (d = 2), MALA-sampled.
 
     ``V = a cos 2φ + b cos(3ψ - 0.6) - c cos(φ - ψ - 0.8) + e sin φ``, ``p_eq ∝ exp(-V)``.
@@ -57,10 +68,6 @@ class Torus(_AngleSystem):
 
     name = "torus"
     components = ("phi", "psi")
-    a: float = parameter(0.8, real)
-    b: float = parameter(0.7, real)
-    c: float = parameter(0.6, real)
-    e: float = parameter(0.3, real)
     step: float = parameter(0.03, positive)
     subsample: int = parameter(5, count)
     _system = densities.TORUS
@@ -70,7 +77,7 @@ class Torus(_AngleSystem):
 
 
 @dataclass(eq=False)
-class AnglesLine(_AngleSystem):
+class AnglesLine(_TorusPotential):
     """Two angles and a real coordinate ``(φ, ψ, r)`` (d = 3), MALA-sampled.
 
     ``V = V_torus(φ, ψ) + g (r² - 1)² + k r sin φ + r cos(ψ) / 2``: a double well in ``r``
@@ -84,10 +91,6 @@ class AnglesLine(_AngleSystem):
 
     name = "angles-line"
     components = ("phi", "psi", "r")
-    a: float = parameter(0.8, real)
-    b: float = parameter(0.7, real)
-    c: float = parameter(0.6, real)
-    e: float = parameter(0.3, real)
     g: float = parameter(1.0, real)
     k: float = parameter(0.8, real)
     step: float = parameter(0.03, positive)
