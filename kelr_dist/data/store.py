@@ -697,7 +697,7 @@ def _step_range(t: Any, dt: float) -> tuple[float, float]:
 def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
     """Blocks of one chain, all components, time chunks as stored (see :func:`as_trajectory`)."""
     itemsize = da.dtype.itemsize
-    n_chains, n_time, n_comp = da.shape
+    n_chains, _, n_comp = da.shape
     if da.chunks is None:
         rows = max(1, DEFAULT_BLOCK_BYTES // (itemsize * n_comp))
         return da.chunk({"chain": 1, "time": rows, "component": -1})
