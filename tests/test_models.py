@@ -353,6 +353,8 @@ def test_model_metadata() -> None:
     assert make_model("langevin-morse").dt == pytest.approx(1e-2)
     assert make_model("langevin-morse").components == ("x", "v")
     assert make_model("ou", gamma=[[1.0]], sigma=[[1.0]]).components == ("x1",)
+    # a model is itself: models with other parameters (or none at all) are not equal
+    assert make_model("triple-well") != make_model("triple-well", kT=1.0)
 
 
 @pytest.mark.parametrize(

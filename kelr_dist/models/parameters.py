@@ -25,7 +25,7 @@ def derived() -> Any:
     return dataclasses.field(init=False, repr=False, compare=False)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Parameters:
     """A model whose constructor arguments are dataclass fields made by :func:`parameter`.
 
