@@ -1,7 +1,7 @@
 """Numba integrators of the paper's test systems (§5) and of the Ornstein-Uhlenbeck check.
 
-Every kernel advances one state through a block of pre-drawn standard normals and writes the
-state after every ``subsample`` integrator steps into ``out``:
+The Langevin and Ornstein-Uhlenbeck kernels advance one state through a block of pre-drawn
+standard normals and write the state after every ``subsample`` integrator steps into ``out``:
 
     kernel(x0 (d,), normals (k * subsample, m), out (k, d), step, subsample, *params) -> out
 
@@ -15,7 +15,7 @@ Kernels assume validated input and never allocate per step. The scalar potential
 are plain ``@compiled`` functions shared by the kernels and by the vectorised evaluators the models
 use (one implementation of each formula).
 
-The triple-well kernel draws its normals itself, from the numpy ``Generator`` it is given
+The triple-well kernel takes the numpy ``Generator`` in place of ``normals`` and draws from it
 (numba compiles ``Generator.standard_normal``: the same numbers in the same order as numpy's, and
 the generator is left in the same state), so it needs no buffer of normals.
 """
