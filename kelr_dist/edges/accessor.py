@@ -1,7 +1,7 @@
 """The ``Dataset.kelr`` accessor, registered when xarray is imported rather than by the package.
 
 ``import kelr_dist`` must stay light (worker processes import it to unpickle a kernel, and xarray
-brings pandas), yet ``ds.kelr`` must work in any session that imported the package. So
+brings pandas), yet ``ds.kelr`` must work in any program that imported the package. So
 :func:`register_when_xarray_is_imported` registers at once when xarray is already loaded, and
 otherwise puts a finder on ``sys.meta_path`` that lets xarray load as usual and then imports
 :mod:`kelr_dist.edges.analysis`, whose class decorator registers the accessor.
