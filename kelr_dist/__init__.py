@@ -7,7 +7,8 @@ The main entry points::
     kelr_dist.estimate_response(path_or_array, ...)      # the response k(lag, i, j)
 
 See ``docs/architecture.md`` for the module map. Importing the package registers the
-``Dataset.kelr`` accessor (:mod:`kelr_dist.edges.analysis`).
+``Dataset.kelr`` accessor (:mod:`kelr_dist.edges.analysis`) as soon as xarray is imported
+(:mod:`kelr_dist.edges.accessor`), so that the package itself imports neither xarray nor pandas.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -17,7 +18,9 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
-from kelr_dist.edges import analysis  # noqa: E402  (registers the Dataset.kelr accessor)
+from kelr_dist.edges.accessor import register_when_xarray_is_imported  # noqa: E402
+
+register_when_xarray_is_imported()
 
 #: public name -> defining module; imported on first use (PEP 562), so that worker processes,
 #: which import the package to unpickle a kernel, load only the modules that kernel needs
@@ -44,8 +47,8 @@ _EXPORTS = {
     "EdgeWarning": "pipeline.estimate",
     "DisagreementWarning": "pipeline.estimate",
     "write_result": "pipeline.result",
-    "MODEL_NAMES": "data.models",
-    "make_model": "data.models",
+    "MODEL_NAMES": "models.registry",
+    "make_model": "models.registry",
     "fit_basis": "kernels.coordinates",
     "format_basis": "kernels.basis_spec",
     "Forcing": "kernels.response",
@@ -53,19 +56,24 @@ _EXPORTS = {
     "Criteria": "kernels.selection",
     "choose_delta": "kernels.selection",
     "choose_order": "kernels.selection",
-    "simulate": "data.simulate",
+    "simulate": "models.simulate",
     "TrajectoryError": "data.store",
     "describe_trajectory": "data.store",
     "open_trajectory": "data.store",
 }
 
-__all__ = ["__version__", "analysis", *sorted(_EXPORTS)]
+#: public submodules, imported on first use like the names above
+_SUBMODULES = {"analysis": "edges.analysis"}
+
+__all__ = ["__version__", *sorted([*_EXPORTS, *_SUBMODULES])]
 
 
 def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        from importlib import import_module
+    from importlib import import_module
 
+    if name in _SUBMODULES:
+        return import_module(f"kelr_dist.{_SUBMODULES[name]}")
+    if name in _EXPORTS:
         value = getattr(import_module(f"kelr_dist.{_EXPORTS[name]}"), name)
         globals()[name] = value
         return value

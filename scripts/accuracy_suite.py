@@ -32,8 +32,8 @@ import xarray as xr
 from doc_table import write_table
 
 import kelr_dist
-from kelr_dist.data.models import make_model
 from kelr_dist.edges.report import stein_rows
+from kelr_dist.models.registry import make_model
 
 #: name -> (model name, parameters); d = 2 unless the model says otherwise
 SYSTEMS = {

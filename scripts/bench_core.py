@@ -36,7 +36,6 @@ from functools import reduce  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import fft  # noqa: E402
 
-from kelr_dist.data.models import make_model  # noqa: E402
 from kelr_dist.kernels import kde  # noqa: E402
 from kelr_dist.kernels.bases import TensorBasis, Workspace  # noqa: E402
 from kelr_dist.kernels.blocking import (  # noqa: E402
@@ -54,6 +53,7 @@ from kelr_dist.kernels.density import (  # noqa: E402
 from kelr_dist.kernels.lagged import default_block_rows, lagged_sums  # noqa: E402
 from kelr_dist.kernels.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
 from kelr_dist.kernels.selection import combine_sweeps, sweep_sums  # noqa: E402
+from kelr_dist.models.registry import make_model  # noqa: E402
 
 ORDER = 60
 SWEEP_ORDER = 70

@@ -45,13 +45,13 @@ def worker(n: int, repeats: int, save: str) -> None:
 
     import numpy as np
 
-    from kelr_dist.data.models import make_model
     from kelr_dist.kernels import bases
     from kelr_dist.kernels.bases import TensorBasis
     from kelr_dist.kernels.coordinates import fit_basis
     from kelr_dist.kernels.density import KernelDensity, coefficient_sums, row_blocks
     from kelr_dist.kernels.reduction import add_partials
     from kelr_dist.kernels.selection import combine_sweeps, sweep_sums
+    from kelr_dist.models.registry import make_model
 
     model = make_model("triple-well")
     rng = np.random.default_rng(0)

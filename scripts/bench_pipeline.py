@@ -55,11 +55,8 @@ import xarray as xr
 from distributed import get_task_stream
 from doc_table import write_table
 
-from kelr_dist.data.models import make_model
-from kelr_dist.data.simulate import simulate
 from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.engine.memory import peak_memory
 from kelr_dist.engine.passes import (
     ReductionGraph,
     build_graph,
@@ -72,6 +69,8 @@ from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.response import DensityScore, constant_forcing, identity_observable
+from kelr_dist.models.registry import make_model
+from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.estimate import estimate_response
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -81,6 +80,7 @@ from kelr_dist.pipeline.steps import (
     respond,
     survey_data,
 )
+from kelr_dist.testing import peak_memory
 
 GIB = 1 << 30
 PAPER_SECONDS = 1.54e3  # paper, Table 1: triple-well, M = 60, N = 1e7

@@ -4,9 +4,9 @@
    steps/s of ``model.advance`` by the wall clock and per CPU second of this process (the
    figure that holds on a machine shared with other jobs), and what drawing the same standard
    normals with numpy's ``Generator.standard_normal`` alone takes, as a share of ``advance``
-   (the triple-well draws its normals inside its kernel: numpy's PCG64 and ziggurat compiled
-   into the loop, the same numbers; ``--buffered`` times the numpy-buffer path instead).
-2. ``kelr_dist.data.simulate.simulate`` of the triple-well (one chain, no Dask client) for several
+   (the triple-well draws its normals inside its kernel, from numba's compiled
+   ``Generator.standard_normal``: the same numbers).
+2. ``kelr_dist.models.simulate.simulate`` of the triple-well (one chain, no Dask client) for several
    N:
    wall time and peak resident memory of a fresh process (itself and its children), with the
    target "flat in N, under 1 GiB".
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kelr_dist.data.models import MODEL_NAMES, make_model
+from kelr_dist.models.registry import MODEL_NAMES, make_model
 
-# standard normals each integrator step consumes (kelr_dist.kernels.integrators kernels)
+# standard normals each integrator step consumes (kelr_dist.models.integrators kernels)
 NORMALS_PER_STEP = {"triple-well": 4, "langevin-morse": 1, "ou": 2}
 GIB = 1 << 30
 
@@ -43,15 +43,11 @@ def steps_per_sample(model) -> int:
     return getattr(model, "subsample", 1)
 
 
-class BufferedPCG64(np.random.PCG64):
-    """PCG64 that is not ``type(...) is PCG64``: models take their numpy-buffer path."""
-
-
-def throughput(name: str, steps: int, repeats: int, buffered: bool = False) -> dict[str, float]:
+def throughput(name: str, steps: int, repeats: int) -> dict[str, float]:
     """Median integrator steps/s of ``advance`` and of drawing its normals alone."""
     model = make_model(name)
     n_samples = max(1, steps // steps_per_sample(model))
-    rng = np.random.Generator(BufferedPCG64(0) if buffered else np.random.PCG64(0))
+    rng = np.random.Generator(np.random.PCG64(0))
     state = model.advance(model.initial_state(rng), 1000, rng)[1]  # compile, then time
     total_steps = n_samples * steps_per_sample(model)
     buffer = np.empty(1 << 16)
@@ -77,7 +73,7 @@ def throughput(name: str, steps: int, repeats: int, buffered: bool = False) -> d
 
 def child(n_samples: int, path: str, chunk: int) -> None:
     """Run one simulation in this (fresh) process and print its figures as JSON."""
-    from kelr_dist.data.simulate import simulate
+    from kelr_dist.models.simulate import simulate
 
     start = time.perf_counter()
     simulate("triple-well", path, n_samples, chains=1, seed=0, chunk=chunk, progress=False)
@@ -104,9 +100,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N <= 1e7, shorter timings")
     parser.add_argument("--chunk", type=int, default=262144, help="samples per store chunk")
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats (median)")
-    parser.add_argument(
-        "--buffered", action="store_true", help="normals from a numpy buffer (the old path)"
-    )
     parser.add_argument("--no-store", action="store_true", help="throughput only")
     parser.add_argument("--models", nargs="*", choices=MODEL_NAMES, help="default: all")
     parser.add_argument("--child", nargs=3, metavar=("N", "PATH", "CHUNK"), help=argparse.SUPPRESS)
@@ -120,7 +113,7 @@ def main() -> None:
     print(f"load average: {os.getloadavg()[0]:.1f} (wall-clock figures need a quiet machine)")
     print(f"{'model':<16}{'steps/s':>12}{'steps/CPU-s':>13}{'samples/s':>12}{'numpy normals':>15}")
     for name in args.models or MODEL_NAMES:
-        r = throughput(name, steps, args.repeats, args.buffered)
+        r = throughput(name, steps, args.repeats)
         print(
             f"{name:<16}{r['steps_per_s']:>12.3g}{r['steps_per_cpu_s']:>13.3g}"
             f"{r['samples_per_s']:>12.3g}"

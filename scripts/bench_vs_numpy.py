@@ -59,7 +59,7 @@ def run(command: list[str], env: dict[str, str]) -> float:
 
 
 def make_store(path: Path, n: int) -> None:
-    from kelr_dist.data.simulate import simulate
+    from kelr_dist.models.simulate import simulate
 
     simulate("triple-well", path, n, chains=1, seed=0, progress=False)
 

@@ -39,11 +39,11 @@ import xarray as xr
 from numba import njit
 
 import kelr_dist
-from kelr_dist.data.models import make_model
 from kelr_dist.edges.distribution import distribution_grid, distribution_record
 from kelr_dist.edges.distribution_plot import plot_distribution
 from kelr_dist.kernels.distribution import DistributionGrid, distribution_values
-from kelr_dist.kernels.integrators import morse_point, triple_well_point
+from kelr_dist.models.integrators import morse_point, triple_well_point
+from kelr_dist.models.registry import make_model
 
 #: system -> (forced component index, time span of the response in its time units)
 SYSTEMS = {"triple-well": (0, 3.0), "langevin-morse": (1, 6.0)}

@@ -36,9 +36,9 @@ import numpy as np
 import psutil
 
 import kelr_dist
-from kelr_dist.data.simulate import simulate
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.engine.memory import peak_memory
+from kelr_dist.models.simulate import simulate
+from kelr_dist.testing import peak_memory
 
 MiB = 2**20
 ESTIMATE = {"max_lag": 200, "progress": False}

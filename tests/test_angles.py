@@ -12,8 +12,6 @@ import xarray as xr
 from scipy.linalg import expm
 
 from kelr_dist import EdgeWarning, estimate_response
-from kelr_dist.data.angle_systems import DegreesScore, degrees
-from kelr_dist.data.models import MODEL_NAMES, make_model
 from kelr_dist.kernels.bases import Fourier
 from kelr_dist.kernels.coordinates import fit_basis, periodicity
 from kelr_dist.kernels.moments import edge_reduction, moments_reduction, wrap_reduction
@@ -25,7 +23,9 @@ from kelr_dist.kernels.response import (
     constant_forcing,
     response_reduction,
 )
+from kelr_dist.models.registry import MODEL_NAMES, make_model
 from kelr_dist.pipeline.options import EstimateOptions, checked
+from kelr_dist.testing import DegreesScore, degrees
 
 
 def samples(name: str, n: int, seed: int = 7, **params) -> np.ndarray:

@@ -12,8 +12,9 @@ from kelr_dist.kernels.blocking import (
     default_base_block,
     response_block_partial,
 )
-from kelr_dist.kernels.lagged import lag_counts, lagged_sums
+from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.testing import lag_counts
 
 
 def blocking_reduction(q: int, max_lag: int, base_block: int, max_levels=None) -> Reduction:

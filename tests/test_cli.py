@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from kelr_dist.data.simulate import simulate
+from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.estimate import estimate_response
 
 KELR = [sys.executable, "-m", "kelr_dist.edges.cli"]
@@ -532,7 +532,7 @@ def test_simulate_counts_in_scientific_notation(tmp_path, capsys, monkeypatch):
 def test_documented_synopsis_lists_every_model():
     """The documentation's ``kelr simulate {...}`` names the models the command accepts, in
     order."""
-    from kelr_dist.data.models import MODEL_NAMES
+    from kelr_dist.models.registry import MODEL_NAMES
 
     guide = Path(__file__).resolve().parents[1] / "docs" / "guide" / "cli.md"
     synopsis = re.search(r"^kelr simulate \{([^}]*)\}", guide.read_text(), flags=re.MULTILINE)

@@ -171,7 +171,7 @@ def test_the_default_size_gives_each_worker_at_least_the_floor(monkeypatch) -> N
 def test_cli_refuses_a_memory_limit_below_what_a_worker_needs(tmp_path) -> None:
     """A worker below the floor was killed by its nanny at start-up, again and again, and the
     estimate hung with no worker left; now one line before any worker starts."""
-    from kelr_dist.data.simulate import simulate
+    from kelr_dist.models.simulate import simulate
 
     simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
     started = time.perf_counter()
@@ -227,7 +227,7 @@ def test_tls_address_needs_tls_settings() -> None:
 
 
 def test_cli_refuses_plain_tcp_under_require_encryption(tmp_path) -> None:
-    from kelr_dist.data.simulate import simulate
+    from kelr_dist.models.simulate import simulate
 
     simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
     env = os.environ | {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
@@ -278,7 +278,7 @@ def test_malformed_environment_address_named(monkeypatch) -> None:
 )  # fmt: skip
 def test_cli_malformed_address_is_one_line_at_once(tmp_path, argv, env, message) -> None:
     """No client is left to close at exit (it waited 20 s and printed a traceback)."""
-    from kelr_dist.data.simulate import simulate
+    from kelr_dist.models.simulate import simulate
 
     simulate("ou", tmp_path / "ou.zarr", 2000, chunk=1000, progress=False)
     started = time.perf_counter()

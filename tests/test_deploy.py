@@ -748,8 +748,8 @@ def test_tls_cluster_runs_with_generated_certificates(tmp_path):
     plain-TCP client is refused."""
     from distributed import Client
 
-    from kelr_dist.data.simulate import simulate
     from kelr_dist.engine.cluster import get_client
+    from kelr_dist.models.simulate import simulate
 
     store = tmp_path / "ou.zarr"
     simulate("ou", store, 20_000, chunk=5_000, seed=2, progress=False)

@@ -11,8 +11,6 @@ import xarray as xr
 from scipy.linalg import expm
 
 import kelr_dist
-from kelr_dist.data.models import make_model
-from kelr_dist.data.simulate import simulate
 from kelr_dist.edges.distribution import LinearRegimeWarning
 from kelr_dist.edges.report import write_figures
 from kelr_dist.kernels.distribution import (
@@ -21,6 +19,8 @@ from kelr_dist.kernels.distribution import (
     cardinal_bspline,
     parse_distribution_spec,
 )
+from kelr_dist.models.registry import make_model
+from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.options import EstimateOptions, OptionsError, checked
 
 

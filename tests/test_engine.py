@@ -23,10 +23,10 @@ from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.engine.memory import peak_memory
 from kelr_dist.engine.passes import build_graph, keep_in_memory, run_reduction, run_reductions
 from kelr_dist.engine.placement import spread
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.testing import peak_memory
 
 DIMS = ("chain", "time", "component")
 MAX_LAG = 5
@@ -552,7 +552,7 @@ def test_building_every_pass_of_an_estimate_computes_nothing(monkeypatch) -> Non
     dask callback that fails on any compute; the passes then run as usual."""
     import kelr_dist.engine.passes as engine
     from kelr_dist import estimate_response
-    from kelr_dist.data.models import make_model
+    from kelr_dist.models.registry import make_model
 
     real = engine.build_graph
 

@@ -15,12 +15,12 @@ from conftest import dask_processes_in
 from distributed import Client, LocalCluster, get_task_stream
 
 from kelr_dist import estimate_response
-from kelr_dist.data.simulate import simulate
 from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine import passes
 from kelr_dist.engine.cluster import ClusterError
 from kelr_dist.engine.passes import build_graph, run_reductions
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.models.simulate import simulate
 
 PACKAGE = Path(__file__).resolve().parent.parent / "kelr_dist"
 MAX_LAG = 7

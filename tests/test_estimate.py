@@ -24,11 +24,11 @@ import xarray as xr
 from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
-from kelr_dist.data.models import make_model
-from kelr_dist.data.simulate import simulate
 from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
 from kelr_dist.kernels.response import Observable
+from kelr_dist.models.registry import make_model
+from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.estimate import estimate_response
 from kelr_dist.pipeline.result import write_result
 

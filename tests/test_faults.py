@@ -37,9 +37,9 @@ from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from kelr_dist import estimate_response, write_result
-from kelr_dist.data.simulate import simulate
 from kelr_dist.data.store import TrajectoryError
 from kelr_dist.engine.cluster import ClusterError
+from kelr_dist.models.simulate import simulate
 
 SAMPLES = 20_000
 CHUNK = 2_500  # 8 blocks per pass
@@ -489,7 +489,7 @@ def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
     path = tmp_path / "resumed.zarr"
     interrupted = """
         import json
-        from kelr_dist.data.simulate import simulate
+        from kelr_dist.models.simulate import simulate
         try:
             simulate("ou", sys.argv[2], progress=False, **json.loads(sys.argv[3]))
         except OSError as err:
@@ -509,7 +509,7 @@ def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
 def test_full_disk_while_creating_a_store_leaves_nothing(tmp_path) -> None:
     path = tmp_path / "new.zarr"
     code = """
-        from kelr_dist.data.simulate import simulate
+        from kelr_dist.models.simulate import simulate
         try:
             simulate("ou", sys.argv[2], 4000, chunk=1000, progress=False)
         except OSError as err:

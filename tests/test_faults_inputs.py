@@ -27,7 +27,7 @@ import zarr
 from conftest import dask_processes_in
 
 from kelr_dist import estimate_response
-from kelr_dist.data.simulate import simulate
+from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.result import write_result
 
 SAMPLES, CHUNK = 20_000, 5_000  # four chunks of one chain

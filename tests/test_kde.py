@@ -13,7 +13,6 @@ from kelr_dist.kernels.kde import (
     binned_kde_reduction,
     default_grid,
     exact_kde_reduction,
-    kde_exact,
     linear_binning,
     make_grid,
     silverman_bandwidth,
@@ -25,6 +24,7 @@ from kelr_dist.kernels.quasi_gaussian import (
 )
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.pipeline.steps import kde_grid_and_bandwidth
+from kelr_dist.testing import kde_exact
 
 WEIGHTS = np.array([0.6, 0.4])
 MEANS = np.array([[-1.5, 0.0], [1.5, 1.0]])

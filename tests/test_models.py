@@ -1,4 +1,4 @@
-"""Tests for the test systems and their integrators (data.models, kernels.integrators).
+"""Tests for the test systems and their integrators (models.paper_systems, models.integrators).
 
 Oracles: the exact equilibrium densities (normalised by midpoint quadrature on a grid), the
 exact Ornstein-Uhlenbeck covariances ``expm(-Gamma t) C``, the paper's potentials written out
@@ -15,14 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from kelr_dist.data.models import (
-    MODEL_NAMES,
-    LangevinMorse,
-    Model,
-    OrnsteinUhlenbeck,
-    TripleWell,
-    make_model,
-)
+from kelr_dist.models.paper_systems import LangevinMorse, OrnsteinUhlenbeck, TripleWell
+from kelr_dist.models.registry import MODEL_NAMES, Model, make_model
 
 BATCHES = 40
 SIGMAS = 5.0  # tolerance in batch-means standard errors (many statistics per test)
@@ -206,14 +200,14 @@ def test_triple_well_kernel_steps_are_the_weak_trapezoidal_scheme(variant: str) 
     """The compiled step (its terms regrouped for speed) against the scheme written out in
     numpy with the model's own gradient: y = x + b(x) h/2 + s z1, x' = y + (2 b(y) - b(x)) h/2
     + s z2, s = sqrt(2 kT h/2), b = -grad V."""
-    from kelr_dist.kernels.integrators import weak_trapezoidal_triple_well
+    from kelr_dist.models.integrators import weak_trapezoidal_triple_well
 
     model = TripleWell(variant=variant, subsample=1)
     normals = np.random.default_rng(9).standard_normal((300, 4))
     x0 = np.array([0.3, 0.2])
-    out = weak_trapezoidal_triple_well(
-        x0, normals, np.empty((300, 2)), model.step, 1, model.a, model.gamma, model.kT,
-        variant == "radial",
+    out = weak_trapezoidal_triple_well(  # draws the same normals, in the same order
+        x0, np.random.default_rng(9), np.empty((300, 2)), model.step, 1, model.a, model.gamma,
+        model.kT, variant == "radial",
     )  # fmt: skip
     half, noise = model.step / 2, math.sqrt(2 * model.kT * model.step / 2)
     x, expected = x0, []
@@ -359,6 +353,8 @@ def test_model_metadata() -> None:
     assert make_model("langevin-morse").dt == pytest.approx(1e-2)
     assert make_model("langevin-morse").components == ("x", "v")
     assert make_model("ou", gamma=[[1.0]], sigma=[[1.0]]).components == ("x1",)
+    # a model is itself: models with other parameters (or none at all) are not equal
+    assert make_model("triple-well") != make_model("triple-well", kT=1.0)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from kelr_dist.data.models import make_model
-from kelr_dist.data.simulate import simulate
 from kelr_dist.edges.report import (
     TITLE_WIDTH,
     chosen_order,
@@ -18,6 +16,8 @@ from kelr_dist.edges.report import (
     summary,
     write_figures,
 )
+from kelr_dist.models.registry import make_model
+from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.estimate import estimate_response
 from kelr_dist.pipeline.result import write_result
 

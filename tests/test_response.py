@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.data.models import make_model
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.coordinates import fit_basis
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
@@ -22,6 +21,7 @@ from kelr_dist.kernels.response import (
     response_reduction,
 )
 from kelr_dist.kernels.selection import choose_delta, choose_order, criteria_reduction
+from kelr_dist.models.registry import make_model
 
 NAMES = ("x1", "x2")
 

@@ -4,7 +4,6 @@ identity it restores, its chunking invariance and its gain on a biased score."""
 import numpy as np
 import pytest
 
-from kelr_dist.data.models import make_model
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.response import (
@@ -15,6 +14,7 @@ from kelr_dist.kernels.response import (
     response_reduction,
 )
 from kelr_dist.kernels.stein_correction import affine_fit, augmented, corrected_response
+from kelr_dist.models.registry import make_model
 
 NAMES = ("x1", "x2")
 

@@ -226,7 +226,7 @@ BROKEN: dict[str, tuple[Callable[[Path], Path], str]] = {
     "incomplete": (
         _incomplete,
         r"incomplete generated store \(0 to 4 of 10 samples per chain written\); resume it by "
-        r"calling kelr_dist.data.simulate.simulate\(make_model\('ou'",
+        r"calling kelr_dist.models.simulate.simulate\(make_model\('ou'",
     ),
 }
 

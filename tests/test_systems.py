@@ -1,4 +1,4 @@
-"""Tests for the benchmark systems of kelr_dist.data.systems (closed-form p_eq, unbiased samplers).
+"""Tests for the benchmark systems (kelr_dist.models.benchmark_systems): closed-form p_eq, MALA.
 
 Oracles: finite differences of ``log_density``; the potentials written out again in numpy; exact
 moments (Student-t, Gamma, Gaussian), 1-D quadrature of independent factors (coupled-3d),
@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kelr_dist.data.models import MODEL_NAMES, Model, make_model
-from kelr_dist.data.systems import (
+from kelr_dist.models.benchmark_systems import (
     SYSTEMS,
     AnharmonicChain,
     Coupled3D,
@@ -28,6 +27,7 @@ from kelr_dist.data.systems import (
     HeavyTail,
     Wall,
 )
+from kelr_dist.models.registry import MODEL_NAMES, Model, make_model
 
 NAMES = tuple(cls.name for cls in SYSTEMS)
 MALA_NAMES = tuple(name for name in NAMES if name != "wall")

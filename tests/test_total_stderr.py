@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from kelr_dist import estimate_response
-from kelr_dist.data.models import make_model
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.response import (
     FunctionScore,
@@ -17,6 +16,7 @@ from kelr_dist.kernels.response import (
     jackknife_stderr,
     response_reduction,
 )
+from kelr_dist.models.registry import make_model
 
 
 def test_jackknife_of_the_mean_is_the_standard_error_of_the_mean():

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from kelr_dist import estimate_response
-from kelr_dist.data.models import make_model
 from kelr_dist.kernels.bases import Coordinate, Hermite, TensorBasis
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.folds import Folds
@@ -29,6 +28,7 @@ from kelr_dist.kernels.score_matching import (
     gram_sums,
     solve_weights,
 )
+from kelr_dist.models.registry import make_model
 from kelr_dist.pipeline.estimate import BiasWarning
 from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
 

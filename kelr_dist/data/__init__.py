@@ -1,1 +1,1 @@
-"""Trajectory stores and the models and simulator that fill them."""
+"""Trajectory stores: the store contract, the writer and atomic writes."""

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 import zarr
+from zarr.core.metadata import ArrayV3Metadata
 
 DIMS = ("chain", "time", "component")
 # most bytes one task may have to read for one block of one chain (see _check_chunks)
@@ -174,7 +175,7 @@ def _check_metadata(source: str, variable: str) -> None:
     names = _dimension_names(array)
     reach = _chunk_files_reach(array, len(grid))
     short = [a for a, (r, g) in enumerate(zip(reach, grid, strict=True)) if r < g]
-    if short and math.prod(shape):
+    if short and all(shape):  # not an empty array
         axis = short[0]
         found = (
             "it has no chunk files"
@@ -236,10 +237,14 @@ def _chunk_files_reach(array: zarr.Array, ndim: int) -> tuple[int, ...]:
     along every axis when nothing is stored), from one listing of the array's keys."""
     from zarr.core.sync import sync
 
-    encoding = array.metadata.chunk_key_encoding
-    separator = getattr(encoding, "separator", "/")
+    metadata = array.metadata
+    if isinstance(metadata, ArrayV3Metadata):
+        encoding = metadata.chunk_key_encoding
+        separator = getattr(encoding, "separator", "/")
+        lead = "" if getattr(encoding, "name", "default") == "v2" else f"c{separator}"
+    else:  # zarr format 2: keys "0.0.0" (or "0/0/0"), no prefix
+        separator, lead = metadata.dimension_separator or ".", ""
     prefix = f"{array.path}/" if array.path else ""
-    lead = "" if getattr(encoding, "name", "default") == "v2" else f"c{separator}"
 
     async def keys() -> list[str]:
         return [key async for key in array.store_path.store.list_prefix(prefix)]
@@ -692,7 +697,7 @@ def _step_range(t: Any, dt: float) -> tuple[float, float]:
 def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
     """Blocks of one chain, all components, time chunks as stored (see :func:`as_trajectory`)."""
     itemsize = da.dtype.itemsize
-    n_chains, n_time, n_comp = da.shape
+    n_chains, _, n_comp = da.shape
     if da.chunks is None:
         rows = max(1, DEFAULT_BLOCK_BYTES // (itemsize * n_comp))
         return da.chunk({"chain": 1, "time": rows, "component": -1})
@@ -754,10 +759,13 @@ def checksums(path: str, variable: str) -> str | None:
     """The checksum codec of the zarr store ``path``'s ``variable`` (``"crc32c"``), or None
     when its chunks carry none (or it is not a local zarr array)."""
     try:
-        codecs = zarr.open_array(path, path=variable, mode="r").metadata.codecs
-    except Exception:  # no zarr 3 array: no checksums this package can name
+        metadata = zarr.open_array(path, path=variable, mode="r").metadata
+    except Exception:  # not a zarr array
         return None
-    codecs = [*codecs, *(c for codec in codecs for c in getattr(codec, "codecs", ()))]
+    if not isinstance(metadata, ArrayV3Metadata):  # zarr 2: no checksums this package can name
+        return None
+    outer = metadata.codecs
+    codecs = [*outer, *(c for codec in outer for c in getattr(codec, "codecs", ()))]
     names = [str(codec.to_dict().get("name", "")) for codec in codecs]  # and inside a shard
     return "crc32c" if "crc32c" in names else None
 
@@ -852,7 +860,7 @@ def _incomplete_message(source: str, attrs: Mapping[str, Any]) -> str:
     params = attrs.get("model_params", "{}")
     return (
         f"incomplete generated store ({done} of {attrs.get('n_samples')} samples per chain "
-        f"written); resume it by calling kelr_dist.data.simulate.simulate(make_model("
+        f"written); resume it by calling kelr_dist.models.simulate.simulate(make_model("
         f"{attrs.get('model')!r}, **{params}), {source!r}, n_samples={attrs.get('n_samples')}, "
         f"chains={attrs.get('chains')}, seed={attrs.get('seed')}, chunk={attrs.get('chunk')}, "
         f"burn_in={attrs.get('burn_in')}) again"

@@ -95,7 +95,7 @@ def sampled(values: ArrayLike, times: ArrayLike, *, j: ForcedComponents = None) 
         if j is not None:
             coords["j"] = j
         return xr.DataArray(f, dims=("time",), coords=coords, name="forcing")
-    labels = [j] if isinstance(j, str) or j is None else list(j)
+    labels = list(j) if isinstance(j, list | tuple | np.ndarray) else [j]
     if j is None or len(labels) != f.shape[1]:
         raise ValueError(f"j must name the {f.shape[1]} forced components of values, got {j!r}")
     return xr.DataArray(f, dims=("time", "j"), coords={"time": t, "j": labels}, name="forcing")

@@ -27,9 +27,9 @@ import click
 import yaml
 
 from kelr_dist import __version__
-from kelr_dist.data.models import MODEL_NAMES
 from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, load_yaml, schema_yaml
 from kelr_dist.kernels.reduction import SYNCHRONOUS
+from kelr_dist.models.registry import MODEL_NAMES
 from kelr_dist.pipeline.options import (
     ClusterOptions,
     EstimateOptions,
@@ -306,8 +306,8 @@ def simulate(
       kelr simulate triple-well tw.zarr --samples 10000000 --chains 2 --param kT=1.0
       kelr simulate langevin-morse lm.zarr --samples 1000000 --scheduler tcp://host:8786
     """
-    from kelr_dist.data.models import make_model
-    from kelr_dist.data.simulate import simulate as run_simulation
+    from kelr_dist.models.registry import make_model
+    from kelr_dist.models.simulate import simulate as run_simulation
 
     built = make_model(model, **params)  # bad parameters fail before the store exists
     with contextlib.ExitStack() as stack:

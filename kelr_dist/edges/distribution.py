@@ -103,7 +103,7 @@ def distribution_response(
     if kind == "exceedance":
         coords["threshold"] = (dim, record["coordinates"][c])
         extra["width"] = record["scale"][c]  # the steps' smoothing width in data units
-    data = {}
+    data: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
     for key in (name, f"{name}_stderr"):
         values = result[key].transpose("lag", "i", "j").isel(i=rows).values * scale
         data["response" + key[len(name) :]] = (("lag", dim, "j"), values)

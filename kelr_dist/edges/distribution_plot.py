@@ -11,10 +11,10 @@ that moves the PDF by a quarter of its peak (named in the legend).
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
-from matplotlib.figure import Figure
 
 from kelr_dist.edges.analysis import step
 from kelr_dist.edges.distribution import (
@@ -22,6 +22,10 @@ from kelr_dist.edges.distribution import (
     distribution_record,
     predict_distribution,
 )
+from kelr_dist.edges.plotting import new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: the shown forcing moves the PDF by this fraction of its peak at most: visible, and well inside
 #: the linear regime where the prediction stays positive
@@ -42,7 +46,7 @@ def plot_distribution(ds: xr.Dataset, forced: str, name: str = "response") -> Fi
     """The figure of :mod:`this module <kelr_dist.edges.distribution_plot>` for forced component
     ``forced``; ``name`` the response variable shown."""
     components = distribution_record(ds)["components"]
-    fig = Figure(figsize=(10.5, 3.6 * len(components)), layout="constrained")
+    fig = new_figure(figsize=(10.5, 3.6 * len(components)), layout="constrained")
     axes = fig.subplots(len(components), 2, squeeze=False, width_ratios=(2.2, 1), sharey="row")
     times = ds["time"].values
     unit = step(1.0, times, j=forced)

@@ -26,17 +26,19 @@ import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 import xarray as xr
-from matplotlib.figure import Figure
-from matplotlib.legend_handler import HandlerTuple
 
 from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.edges.distribution_plot import distribution_figures
+from kelr_dist.edges.plotting import new_figure
 from kelr_dist.kernels.response import relative_to_lag0
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: estimates compared with ``response_exact``: variable -> label (``response`` is labelled
 #: with the estimator it came from, see :func:`label`)
@@ -55,7 +57,7 @@ TITLE_WIDTH = 130
 DENSITY_GRID = {1: 400, 2: 161, 3: 41}
 # the density figure shows where the marginal exceeds this fraction of its maximum
 _SHOWN_FRACTION = 1e-3
-_STYLE = {
+_STYLE: dict[str, dict[str, Any]] = {
     "response": {"color": "C0", "linestyle": "-"},
     "response_kernel_embedding": {"color": "C4", "linestyle": "-."},
     "response_score_matching": {"color": "C4", "linestyle": "-."},
@@ -484,7 +486,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     bound = windowed_max(ds["negative_excursion"].values)
     band = 2.0 * bound[converged].min() if converged.any() else math.nan
 
-    fig = Figure(figsize=(13, 8.2), layout="constrained")
+    fig = new_figure(figsize=(13, 8.2), layout="constrained")
     axes = fig.subplots(2, 2).ravel()
     ax = axes[0]
     ax.semilogy(orders, _positive(eta), "o-", ms=3, label="η_M")
@@ -562,7 +564,9 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     names_i = [str(v) for v in ds["i"].values]
     names_j = [str(v) for v in ds["j"].values]
     q, d = len(names_i), len(names_j)
-    fig = Figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
+    from matplotlib import legend_handler  # after new_figure: matplotlib is installed
+
+    fig = new_figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
     axes = fig.subplots(q, d, squeeze=False)
     time = ds["time"].values
     legend: dict[str, tuple[Any, ...]] = {}  # variable -> its band and line, for one legend
@@ -598,7 +602,7 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     axes[0, 0].legend(
         list(legend.values()),
         labels,
-        handler_map={tuple: HandlerTuple(ndivide=1)},
+        handler_map={tuple: legend_handler.HandlerTuple(ndivide=1)},
         fontsize="small",
     )
     stein = stein_rows(ds).get("response")
@@ -659,7 +663,7 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         "score-matching": ("score matching", "degree q (best ridge per degree)", "C2", "o-"),
     }
     widths = [1.0 if name == "kernel-embedding" else 2.5 for name in rows] or [1.0]
-    fig = Figure(figsize=(3.0 + 2.6 * sum(widths), 4.6), layout="constrained")
+    fig = new_figure(figsize=(3.0 + 2.6 * sum(widths), 4.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(widths), sharey=True, width_ratios=widths))
     for ax, (name, r) in zip(axes, rows.items(), strict=False):
         title, xlabel, color, fmt = panels[name]
@@ -753,7 +757,7 @@ def _true_density(ds: xr.Dataset, points: np.ndarray) -> np.ndarray | None:
     """Unnormalised ``p_eq`` of the store's built-in model at ``points (n, d)``, else None."""
     if "model" not in ds.attrs:
         return None
-    from kelr_dist.data.models import make_model
+    from kelr_dist.models.registry import make_model
 
     params = ds.attrs.get("model_params", "{}")
     try:
@@ -817,7 +821,7 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     estimate = density.pdf(points, order).reshape(shape)
     truth = _true_density(ds, points)
     truth = None if truth is None else _normalise(truth.reshape(shape), axes)
-    names = [str(c) for c in ds["component"].values] if "component" in ds else list(range(d))
+    names = [str(c) for c in (ds["component"].values if "component" in ds else range(d))]
     maps = [("estimated p_M", estimate, "viridis")] if d == 2 else []
     if maps and truth is not None:
         error = np.abs(estimate - truth)
@@ -832,15 +836,15 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
     else:
         layout = [[f"m{k}" for k in range(d)] + [f"p{c}" for c in range(len(maps))]]
     columns = len(maps) if len(maps) == 3 else d + len(maps)
-    fig = Figure(figsize=(4.5 * columns, 3.8 * len(layout)), layout="constrained")
-    panel = fig.subplot_mosaic(layout)
+    fig = new_figure(figsize=(4.5 * columns, 3.8 * len(layout)), layout="constrained")
+    panel = fig.subplot_mosaic(cast(Any, layout))  # a list of rows of names (stubs: invariant)
     est_marginals = _marginals(estimate, axes)
-    true_marginals = _marginals(truth, axes) if truth is not None else [None] * d
+    true_marginals = _marginals(truth, axes) if truth is not None else None
     for k in range(d):
         ax = panel[f"m{k}"]
         ax.plot(axes[k], est_marginals[k], color="C0", label=f"p_M, kernel embedding (M = {order})")
         curves = [est_marginals[k]]
-        if true_marginals[k] is not None:
+        if true_marginals is not None:
             ax.plot(axes[k], true_marginals[k], color="black", lw=0.9, ls="--", label="true p_eq")
             curves.append(true_marginals[k])
         on_circle = density.basis.coordinates[k].period is not None

@@ -307,6 +307,7 @@ def build_graph(
                     reader, where, halo_rows, reductions, dask_key_name=key
                 )
             else:
+                assert chunks is not None  # no store reader: the array's own chunks
                 last = bisect.bisect_left(edges, stop + halo_rows)  # k1..last-1 hold the halo
                 for k in range(k1, last):
                     if k not in heads:

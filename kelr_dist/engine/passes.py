@@ -157,12 +157,14 @@ def run_reductions(
     A pass whose workers are paused for memory fails after :data:`PAUSED_TIMEOUT` seconds
     without a finished task (:mod:`kelr_dist.engine.watch`).
     """
-    if client != SYNCHRONOUS and getattr(client, "status", None) == "running":
+    if isinstance(client, str) and client != SYNCHRONOUS:
+        raise ValueError(f"client={client!r} must be a distributed.Client or {SYNCHRONOUS!r}")
+    if not isinstance(client, str) and client.status == "running":
         trajectory = scatter_trajectory(trajectory, client)
     graph = build_graph(trajectory, reductions, split_every=split_every, task_bytes=task_bytes)
     for observer in tuple(_GRAPH_OBSERVERS):
         observer(graph)
-    if client == SYNCHRONOUS:
+    if isinstance(client, str):  # SYNCHRONOUS
         (partials,) = dask.compute(graph.total, scheduler="synchronous")
         return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
     where = PassContext.of(trajectory, graph, client)

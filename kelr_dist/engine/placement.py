@@ -22,7 +22,6 @@ from distributed import Client, Future, futures_of
 
 from kelr_dist.engine.graph import DIMS, naming_the_worker, task_target
 from kelr_dist.engine.reading import store_rows
-from kelr_dist.kernels.reduction import SYNCHRONOUS
 
 #: a store-backed trajectory is kept in the workers' memory after its first read when its
 #: float64 samples take at most this fraction of the cluster's memory (the rest is the passes'
@@ -129,7 +128,7 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
     Anything else (a lazy or store-backed trajectory, one already on the cluster,
     ``client="synchronous"``, not a dask-backed ``DataArray``) is returned unchanged.
     """
-    if client == SYNCHRONOUS or not isinstance(trajectory, xr.DataArray):
+    if isinstance(client, str) or not isinstance(trajectory, xr.DataArray):  # SYNCHRONOUS
         return trajectory
     data = trajectory.data
     if not isinstance(data, da.Array) or trajectory.dims != DIMS:
@@ -155,7 +154,7 @@ def keep_in_memory(
     Larger trajectories, numpy input already scattered, and ``client="synchronous"`` are
     returned unchanged (``False``): each pass reads the store again, out of core.
     """
-    if client == SYNCHRONOUS or not isinstance(trajectory, xr.DataArray):
+    if isinstance(client, str) or not isinstance(trajectory, xr.DataArray):  # SYNCHRONOUS
         return trajectory, False
     data = trajectory.data
     if not isinstance(data, da.Array) or any(np.isnan(c) for c in data.chunks[1]):
@@ -186,7 +185,7 @@ def _split(n: int, rows: int) -> tuple[int, ...]:
 
 
 @naming_the_worker
-def _read_block(reader: Any, block_info: dict | None = None) -> np.ndarray:
+def _read_block(reader: Any, block_info: dict[Any, Any]) -> np.ndarray:
     """One ``(1, L, d)`` float64 block of a store, read by its own task (``map_blocks``)."""
     (chain, _), (start, stop), _ = block_info[None]["array-location"]
     return np.asarray(reader.read(chain, start, stop), dtype=np.float64)[None]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -273,8 +273,9 @@ class _Family:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
         (written into ``out``'s buffers when given, see :class:`Workspace`)."""
+        family = cast("Hermite | Laguerre", self)  # the only subclasses
         return _evaluate(
-            self, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
+            family, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
         )
 
 
@@ -674,8 +675,8 @@ class TensorBasis:
         object.__setattr__(self, "coordinates", coords)
         if self.index_set not in ("total", "box"):
             raise ValueError(f"index_set must be 'total' or 'box', got {self.index_set!r}")
-        orders = self.order if isinstance(self.order, tuple | list) else None
-        if orders is not None:
+        if isinstance(self.order, tuple | list):
+            orders = self.order
             if self.index_set == "total":
                 raise ValueError("a per-coordinate order tuple needs index_set='box'")
             if len(orders) != len(coords):
@@ -699,8 +700,15 @@ class TensorBasis:
     def _tail_count(self) -> int:
         """``|R|`` without building the tails: C(M + d - 1, d - 1) (total) or Π_{k≥2}(M_k + 1)."""
         if self.index_set == "total":
-            return math.comb(int(self.order) + self.dim - 1, self.dim - 1)
+            return math.comb(self.total_order + self.dim - 1, self.dim - 1)
         return math.prod(m + 1 for m in self.max_orders[1:])
+
+    @property
+    def total_order(self) -> int:
+        """The total degree ``M`` of a ``"total"`` index set (whose order is one integer)."""
+        if isinstance(self.order, tuple):
+            raise ValueError(f"a box basis of orders {self.order} has no single total degree")
+        return self.order
 
     @property
     def max_orders(self) -> tuple[int, ...]:
@@ -711,7 +719,7 @@ class TensorBasis:
 
     @property
     def max_level(self) -> int:
-        return max(self.max_orders) if self.index_set == "box" else int(self.order)
+        return max(self.max_orders) if self.index_set == "box" else self.total_order
 
     @cached_property
     def indices(self) -> np.ndarray:
@@ -742,7 +750,7 @@ class TensorBasis:
     def first_stop(self, tail: tuple[int, ...] | np.ndarray) -> int:
         """Highest first-coordinate degree paired with ``tail``."""
         if self.index_set == "total":
-            return int(self.order) - int(np.sum(tail))
+            return self.total_order - int(np.sum(tail))
         return self.max_orders[0]
 
     def levels(self, indices: np.ndarray | None = None) -> np.ndarray:

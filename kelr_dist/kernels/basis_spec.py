@@ -58,7 +58,11 @@ def _parse_entry(entry: str, position: int) -> Entry:
     """One spec entry ``family`` or ``family(key=value, ...)`` -> ``(family, {key: value})``."""
     match = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*", entry)
     family = match.group(1).lower() if match else None
-    if family not in ("auto", *_KEYS) or (family == "auto" and match.group(2) is not None):
+    if (
+        match is None
+        or family not in ("auto", *_KEYS)
+        or (family == "auto" and match.group(2) is not None)
+    ):
         raise ValueError(
             f"basis spec entry {position} ({entry!r}): expected 'auto', 'hermite(...)', "
             "'laguerre(...)' or 'fourier(...)'"
@@ -86,7 +90,9 @@ def _parse_entry(entry: str, position: int) -> Entry:
 
 def split_entries(spec: str) -> list[str]:
     """Split at the commas outside parentheses."""
-    entries, depth, current = [], 0, []
+    entries: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in spec:
         depth += {"(": 1, ")": -1}.get(char, 0)
         if depth < 0 or depth > 1:

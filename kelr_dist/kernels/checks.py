@@ -13,4 +13,8 @@ def is_whole(value: Any, minimum: int = 0) -> bool:
     The one place where a bool is refused as an integer (``True`` is an ``int`` in Python);
     callers raise their own message naming the parameter.
     """
-    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= minimum
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | np.integer)
+        and bool(value >= minimum)
+    )

@@ -197,10 +197,10 @@ def _resolved_entries(
     """The entries with ``auto`` replaced by the family the rule picks (Fourier for the
     ``periodic`` components, default: those the spec declares); a constant coordinate (which
     no basis, forcing or estimate can use) is a :class:`CoordinateError`."""
-    for k in np.flatnonzero(moments.std == 0):
+    for constant in np.flatnonzero(moments.std == 0):
         raise CoordinateError(
-            k,
-            f"constant (every sample is {moments.mean[k]:g}): a component without spread "
+            int(constant),
+            f"constant (every sample is {moments.mean[constant]:g}): a component without spread "
             "can be neither forced nor estimated; leave it out (components=, --components, "
             "input.components)",
         )
@@ -246,8 +246,8 @@ def gamma_reduction_for(
 
 def _theta_from_fit(gamma: GammaFit | None, k: int, loc: float) -> float:
     """Integer Laguerre θ = max(0, round(k̂ - 1)) from the Gamma fit of coordinate ``k``."""
-    hits = [] if gamma is None else np.flatnonzero(gamma.columns == k)
-    if len(hits) == 0 or gamma.loc[hits[0]] != loc:
+    hits = np.flatnonzero(gamma.columns == k) if gamma is not None else np.zeros(0, np.int64)
+    if gamma is None or len(hits) == 0 or gamma.loc[hits[0]] != loc:
         raise ValueError(
             f"coordinate {k}: Laguerre θ needs a Gamma fit with loc={loc!r}; run the pass from "
             "gamma_reduction_for(moments, spec) and pass its result as `gamma`"

@@ -25,7 +25,7 @@ import numpy as np
 from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis, Workspace
 from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.folds import Folds, fold_stderr
-from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
+from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, add_partials
 
 Order = int | tuple[int, ...] | None
 
@@ -176,7 +176,7 @@ class KernelDensity:
     fold_counts: np.ndarray | None = None
 
     @classmethod
-    def from_sums(cls, basis: TensorBasis, sums: dict[str, np.ndarray | int]) -> KernelDensity:
+    def from_sums(cls, basis: TensorBasis, sums: dict[str, Partial]) -> KernelDensity:
         """Finalize combined :func:`coefficient_sums` (or :func:`coefficient_reduction`)
         partials."""
         n = int(sums["n"])
@@ -382,7 +382,7 @@ class KernelDensity:
             ),
             axis=1,
         )
-        return losses.mean(axis=0), fold_stderr(losses)
+        return losses.mean(axis=0), np.asarray(fold_stderr(losses))  # (M+1,): losses are 2-D
 
     def eta_noise(self) -> np.ndarray:
         """Noise level of ``η_M`` for independent samples, ``(Σ_{level = M+1} Var ĉ_m)^{1/2}``."""

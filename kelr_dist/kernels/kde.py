@@ -11,7 +11,7 @@ with ``phi`` the standard normal density and ``h_k = (4 / ((d+2) N))^(1/(d+4)) s
 
 Two evaluators:
 
-* :func:`kde_exact` (and its mergeable form :func:`exact_kde_reduction`): the direct O(N n)
+* :func:`exact_kde_reduction`: the direct O(N n)
   sum over all samples for n evaluation points, numba, O(1) extra memory. It is the reference
   on subsamples; the paper ran it at all N = 1e7 samples (Table 1, 2e4 s).
 * :func:`binned_kde_reduction`: linear binning (Wand 1994: each sample spreads its unit mass
@@ -24,7 +24,7 @@ Two evaluators:
 Accuracy of the binned KDE (measured): 2-D two-component Gaussian mixture (non-Gaussian,
 correlated components), N = 1e6 i.i.d. samples, Silverman bandwidth (h = 0.1 sigma per
 coordinate), grid = data range padded by 4 h, errors at 2000 random sample points against
-:func:`kde_exact`. ``dens``: relative density error; ``score``: error of ``grad p / p``
+:func:`exact_kde_reduction`. ``dens``: relative density error; ``score``: error of ``grad p / p``
 (Euclidean norm) relative to the RMS score norm; rms over the points and max. Interpolation
 order 1 (multilinear); cubic splines (``order=3``) only halve these errors because the
 linear binning itself is second order.
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kelr_dist.kernels.compiled import compiled
-from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, reduce_in_memory
+from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction
 
 DEFAULT_PAD = 4.0
 """Grid padding beyond the data range, in bandwidths."""
@@ -193,31 +193,6 @@ def exact_kde_reduction(points: np.ndarray, bandwidth: np.ndarray) -> Reduction:
         return partial["sums"] * scale, partial["grads"] * scale
 
     return Reduction("exact KDE", chunk, finalize=finalize)
-
-
-def kde_exact(
-    samples: np.ndarray, points: np.ndarray, bandwidth: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian product-kernel KDE (eq. 58) and its gradient at ``points``, by direct summation.
-
-    Cost O(N n d), memory O(n d): meant for references on subsamples.
-
-    Parameters
-    ----------
-    samples : ``(N, d)`` samples ``X_n``.
-    points : ``(n, d)`` evaluation points.
-    bandwidth : ``(d,)`` per-coordinate bandwidths ``h_k``.
-
-    Returns
-    -------
-    density : ``(n,)`` ``p_N(points)``.
-    gradient : ``(n, d)`` ``grad p_N(points)``.
-    """
-    reduction = exact_kde_reduction(points, bandwidth)
-    samples = as_samples("samples", samples, np.asarray(points).shape[1])
-    if samples.shape[0] == 0:
-        raise ValueError("samples must hold at least one sample, got shape (0, d)")
-    return reduce_in_memory(reduction, samples)
 
 
 # ----------------------------------------------------------------------------- binned KDE

@@ -8,7 +8,7 @@ so a chunk of rows ``[start, stop)`` of a chain contributes the sums over its ``
 with ``a`` holding the chunk's ``A`` rows followed by the *halo*: ``A`` on the next
 ``min(S, rows left in the chain)`` rows. Pairs whose ``n + s`` falls beyond the rows of ``a``
 (the end of the chain) are left out, which is exactly what makes the partial sums of any
-chunking add up to the whole-series sums; :func:`lag_counts` gives the matching ``N - s``.
+chunking add up to the whole-series sums.
 
 The sums are cross-correlations, computed by real FFTs of length ``next_fast_len(K + S)`` over
 sub-blocks of ``K`` rows of ``b`` (each with its own ``S`` rows of ``a`` look-ahead), so the
@@ -153,9 +153,11 @@ def lagged_sums(
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
     if max_lag == 0:  # one product sum, no transform
         return (a[: b.shape[0]].T @ b)[None]
-    total = 0.0
+    total: np.ndarray | None = None
     for spec in _spectra(a, b, block, max_lag, offset=0):
-        total = total + np.einsum("ikf,jkf->ijf", spec.a, np.conjugate(spec.b, out=spec.b))
+        term = np.einsum("ikf,jkf->ijf", spec.a, np.conjugate(spec.b, out=spec.b))
+        total = term if total is None else total + term
+    assert total is not None  # b has rows, so there is at least one sub-block
     return _to_lags(total, spec.length, max_lag)
 
 
@@ -208,19 +210,3 @@ def blockwise_lagged_sums(
         out[first : first + count] = _to_lags(products, spec.length, max_lag)
         first += count
     return out
-
-
-def lag_counts(chain_lengths: int | list[int] | np.ndarray, max_lag: int) -> np.ndarray:
-    """Number of pairs ``(n, n+s)`` per lag: ``sum_c max(N_c - s, 0)``, shape ``(S+1,)``.
-
-    The denominators ``N - s`` of eq. 6, pooled over independent chains.
-    """
-    if not is_whole(max_lag):
-        raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
-    lengths = np.atleast_1d(np.asarray(chain_lengths))
-    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
-        raise ValueError(
-            f"chain_lengths must be non-negative integers, one per chain, got {chain_lengths!r}"
-        )
-    lags = np.arange(max_lag + 1)
-    return np.clip(lengths[:, None] - lags[None, :], 0, None).sum(axis=0).astype(np.int64)

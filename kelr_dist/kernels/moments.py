@@ -261,7 +261,7 @@ def _finalize_moments(p: dict) -> Moments:
     finite = np.isfinite(np.stack([p["mean"], p["m2"], p["m3"], p["m4"]])).all(axis=0)
     for k in np.flatnonzero(~finite | (largest > UNIT_LIMIT)):
         raise CoordinateError(
-            k,
+            int(k),
             f"values too large (max |x| = {largest[k]:.3g}; the estimate's products overflow "
             f"float64 beyond {UNIT_LIMIT:.0e}): rescale the data (e.g. to unit scale)",
         )
@@ -269,7 +269,7 @@ def _finalize_moments(p: dict) -> Moments:
     std = _times_power_of_two(np.sqrt(p["m2"] / n), p["unit"])
     for k in np.flatnonzero((std < 1.0 / UNIT_LIMIT) & (p["m2"] > 0)):
         raise CoordinateError(
-            k,
+            int(k),
             f"values too small (standard deviation {std[k]:.3g}; the estimate's scores "
             f"overflow float64 below {1.0 / UNIT_LIMIT:.0e}): rescale the data "
             "(e.g. to unit scale)",
@@ -389,7 +389,7 @@ class EdgeStatistics:
     ``x_(i) - a ∝ i^{1/(α+1)}``; the ratio ``(x_(K) - x_(1)) / (x_(K/4) - x_(1))`` is about 4 for a
     density that does not vanish there (``α = 0``: a reflecting wall), about 2 for ``α = 1``
     (a diffusion path near its minimum) and less for a Gaussian tail. Measured with ``K = 256``
-    on 3e4 and 3e5 samples of every system on the line of :mod:`kelr_dist.data.models`: 1.2-2.4
+    on 3e4 and 3e5 samples of every system on the line of :mod:`kelr_dist.models.registry`: 1.2-2.4
     (one exception: 4.9 for the Langevin-Morse ``x`` at its flat right tail with 3e4 samples);
     on walls (a reflected Ornstein-Uhlenbeck process, the angles at their wrap): 3.5-5.5;
     clipped data put ``K/4`` samples at one value: an infinite ratio.

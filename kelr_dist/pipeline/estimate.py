@@ -304,7 +304,7 @@ def _exact_score(
 ) -> Callable | None:
     if score is not None:
         return score
-    from kelr_dist.data.models import make_model
+    from kelr_dist.models.registry import make_model
 
     attrs = trajectory.attrs
     if "model" not in attrs:

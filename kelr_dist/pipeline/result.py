@@ -143,7 +143,7 @@ def assemble_result(
     return ds
 
 
-def _names(names: Sequence[Any]) -> np.ndarray:
+def _names(names: Sequence[Any] | np.ndarray) -> np.ndarray:
     return np.asarray([str(n) for n in names], dtype=object)
 
 

@@ -1,7 +1,7 @@
-"""Numba integrators for the test systems of the paper's §5 (and the Ornstein-Uhlenbeck check).
+"""Numba integrators of the paper's test systems (§5) and of the Ornstein-Uhlenbeck check.
 
-Every kernel advances one state through a block of pre-drawn standard normals and writes the
-state after every ``subsample`` integrator steps into ``out``:
+The Langevin and Ornstein-Uhlenbeck kernels advance one state through a block of pre-drawn
+standard normals and write the state after every ``subsample`` integrator steps into ``out``:
 
     kernel(x0 (d,), normals (k * subsample, m), out (k, d), step, subsample, *params) -> out
 
@@ -15,12 +15,9 @@ Kernels assume validated input and never allocate per step. The scalar potential
 are plain ``@compiled`` functions shared by the kernels and by the vectorised evaluators the models
 use (one implementation of each formula).
 
-The triple-well kernel can also draw its normals itself (:func:`weak_trapezoidal_triple_well`
-given ``words``): numpy's PCG64 step and its ziggurat for
-``standard_normal``, compiled into the integrator loop, give the very numbers
-``Generator(PCG64).standard_normal`` gives, in the same order, and leave the generator in the
-same state (checked bit for bit in ``tests/test_simulate.py``), with no buffer of normals and
-the random numbers drawn while the previous step's arithmetic is still in flight.
+The triple-well kernel takes the numpy ``Generator`` in place of ``normals`` and draws from it
+(numba compiles ``Generator.standard_normal``: the same numbers in the same order as numpy's, and
+the generator is left in the same state), so it needs no buffer of normals.
 """
 
 from __future__ import annotations
@@ -28,16 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
-from numba.np.random._constants import (  # numpy's ziggurat tables, as numba's port holds them
-    fi_double,
-    ki_double,
-    wi_double,
-    ziggurat_nor_inv_r,
-    ziggurat_nor_r,
-)
+from numba import njit
 
 from kelr_dist.kernels.compiled import compiled, contracted
 
@@ -154,132 +142,10 @@ def triple_well_gradient(x: np.ndarray, a: float, gamma: float, radial: bool) ->
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# numpy's PCG64 and standard_normal, compiled into the kernels
-# --------------------------------------------------------------------------------------------
-
-_MULTIPLIER_HIGH = np.uint64(2549297995355413924)  # PCG's 128-bit default multiplier
-_MULTIPLIER_LOW = np.uint64(4865540595714422341)
-_MANTISSA = np.uint64(0x000FFFFFFFFFFFFF)
-_DOUBLE_UNIT = 1.0 / 9007199254740992.0  # 2**-53
-
-
-@intrinsic
-def _high_product(typingctx, a, b):  # noqa: ARG001 (numba's intrinsic signature)
-    """The high 64 bits of the 128-bit product ``a * b`` (both uint64): one widening multiply
-    in LLVM's 128-bit integers, where numba has no 128-bit type."""
-
-    def codegen(context, builder, signature, args):  # noqa: ARG001
-        wide = ir.IntType(128)
-        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
-        return builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
-
-    return types.uint64(types.uint64, types.uint64), codegen
-
-
-@njit(inline="always")
-def pcg64_next(
-    high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
-) -> tuple[np.uint64, np.uint64, np.uint64]:
-    """numpy's ``PCG64.random_raw()``: ``(output, new state high, new state low)``.
-
-    The state advances ``s <- s * multiplier + inc (mod 2**128)``; the output is the XSL-RR
-    permutation of the new state.
-    """
-    new_high = high * _MULTIPLIER_LOW + low * _MULTIPLIER_HIGH + _high_product(low, _MULTIPLIER_LOW)
-    product_low = low * _MULTIPLIER_LOW
-    new_low = product_low + inc_low
-    new_high = new_high + inc_high + (np.uint64(1) if new_low < product_low else np.uint64(0))
-    mixed = new_high ^ new_low
-    rotation = new_high >> np.uint64(58)
-    output = (mixed >> rotation) | (mixed << ((np.uint64(64) - rotation) & np.uint64(63)))
-    return output, new_high, new_low
-
-
-@njit(inline="always")
-def _ziggurat_draw(
-    high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
-) -> tuple[np.uint64, np.uint64, float, bool, np.uint64, np.uint64]:
-    """One try of numpy's ziggurat: ``(layer, magnitude, x, accepted, new high, new low)``."""
-    bits, high, low = pcg64_next(high, low, inc_high, inc_low)
-    layer = bits & np.uint64(0xFF)
-    bits = bits >> np.uint64(8)
-    magnitude = (bits >> np.uint64(1)) & _MANTISSA
-    # magnitude < 2**52: a signed conversion is exact. The sign is applied to the integer
-    # (negated when the bit is set, exactly), not by a branch that random bits mispredict
-    # half the time
-    negative = np.int64(bits & np.uint64(1))
-    x = ((np.int64(magnitude) ^ -negative) + negative) * wi_double[layer]
-    return layer, magnitude, x, magnitude < ki_double[layer], high, low
-
-
-@njit(inline="always")
-def pcg64_standard_normal(
-    high: np.uint64, low: np.uint64, inc_high: np.uint64, inc_low: np.uint64
-) -> tuple[float, np.uint64, np.uint64]:
-    """numpy's ``Generator.standard_normal()`` on PCG64 (its 256-layer ziggurat):
-    ``(normal, new state high, new state low)``.
-
-    Only the first try (accepted 98.8% of the time) is inlined where this is called; the rest
-    of the loop is a compiled function of its own, so its wedge test keeps numpy's unfused
-    arithmetic inside an integrator compiled with fused multiply-adds (``@contracted``)."""
-    layer, magnitude, x, accepted, high, low = _ziggurat_draw(high, low, inc_high, inc_low)
-    if accepted:
-        return x, high, low
-    return _ziggurat_rejected(layer, magnitude, x, high, low, inc_high, inc_low)
-
-
-@compiled
-def _ziggurat_rejected(
-    layer: np.uint64,
-    magnitude: np.uint64,
-    x: float,
-    high: np.uint64,
-    low: np.uint64,
-    inc_high: np.uint64,
-    inc_low: np.uint64,
-) -> tuple[float, np.uint64, np.uint64]:
-    """numpy's ziggurat loop from a try outside its layer's rectangle: the tail or the wedge
-    test, then tries again until one is accepted."""
-    while True:
-        if layer == 0:  # the tail beyond ziggurat_nor_r
-            while True:
-                u, high, low = pcg64_next(high, low, inc_high, inc_low)
-                xx = -ziggurat_nor_inv_r * np.log1p(-np.int64(u >> np.uint64(11)) * _DOUBLE_UNIT)
-                u, high, low = pcg64_next(high, low, inc_high, inc_low)
-                yy = -np.log1p(-np.int64(u >> np.uint64(11)) * _DOUBLE_UNIT)
-                if yy + yy > xx * xx:
-                    if (magnitude >> np.uint64(8)) & np.uint64(1):
-                        return -(ziggurat_nor_r + xx), high, low
-                    return ziggurat_nor_r + xx, high, low
-        else:
-            u, high, low = pcg64_next(high, low, inc_high, inc_low)
-            uniform = np.int64(u >> np.uint64(11)) * _DOUBLE_UNIT
-            edge = (fi_double[layer - 1] - fi_double[layer]) * uniform + fi_double[layer]
-            if edge < math.exp(-0.5 * x * x):
-                return x, high, low
-        layer, magnitude, x, accepted, high, low = _ziggurat_draw(high, low, inc_high, inc_low)
-        if accepted:
-            return x, high, low
-
-
-@compiled
-def pcg64_fill_normals(state: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``out[:] = Generator(PCG64).standard_normal(out.size)`` with the PCG64 state held in
-    ``state`` (``[high, low, inc high, inc low]`` uint64, advanced in place)."""
-    high, low, inc_high, inc_low = state[0], state[1], state[2], state[3]
-    flat = out.reshape(-1)
-    for i in range(flat.size):
-        flat[i], high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-    state[0] = high
-    state[1] = low
-    return out
-
-
 @contracted
 def weak_trapezoidal_triple_well(
     x0: np.ndarray,
-    normals: np.ndarray,
+    rng: np.random.Generator,
     out: np.ndarray,
     step: float,
     subsample: int,
@@ -287,7 +153,6 @@ def weak_trapezoidal_triple_well(
     gamma: float,
     kT: float,
     radial: bool,
-    words: np.ndarray | None = None,
 ) -> np.ndarray:
     """Weak trapezoidal scheme (Anderson & Mattingly 2011, theta = 1/2) for eq. 59.
 
@@ -306,35 +171,22 @@ def weak_trapezoidal_triple_well(
     Parameters
     ----------
     x0 : (2,) state before the block.
-    normals : (k * subsample, 4) rows ``(z1_1, z1_2, z2_1, z2_2)``, one per step (not read,
-        and may be empty, when ``words`` is given).
+    rng : the generator of the four normals ``z1_1, z1_2, z2_1, z2_2`` of each step, drawn in
+        that order (advanced in place).
     out : (k, 2) written with the state after every ``subsample`` steps.
     step : integrator step ``h``.
-    words : None, or (4,) uint64 PCG64 state ``[high, low, inc high, inc low]``, advanced in
-        place: the normals are then drawn from it inside the loop (:func:`pcg64_standard_normal`),
-        in the order of a row of ``normals``, instead of read from ``normals``; the trajectory is
-        the same, bit for bit, as with ``normals`` filled by ``Generator(PCG64).standard_normal``
-        of the same generator. ``words is None`` is known when numba compiles, so each form
-        compiles only its own branch.
     """
     half = 0.5 * step
     noise = math.sqrt(2.0 * kT) * math.sqrt(half)
-    if words is not None:
-        high, low, inc_high, inc_low = words[0], words[1], words[2], words[3]
     x1 = x0[0]
     x2 = x0[1]
     _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
-    row = 0
     for n in range(out.shape[0]):
         for _ in range(subsample):
-            if words is not None:
-                z1, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-                z2, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-                z3, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-                z4, high, low = pcg64_standard_normal(high, low, inc_high, inc_low)
-            else:
-                z1, z2, z3, z4 = normals[row, 0], normals[row, 1], normals[row, 2], normals[row, 3]
-                row += 1
+            z1 = rng.standard_normal()
+            z2 = rng.standard_normal()
+            z3 = rng.standard_normal()
+            z4 = rng.standard_normal()
             # grouped so that each drift enters with one multiply-add (the step is a chain of
             # two dependent drift evaluations; everything else is computed while they run)
             y1 = (x1 + noise * z1) - half * g1
@@ -345,9 +197,6 @@ def weak_trapezoidal_triple_well(
             _, g1, g2 = triple_well_point(x1, x2, a, gamma, radial)
         out[n, 0] = x1
         out[n, 1] = x2
-    if words is not None:
-        words[0] = high
-        words[1] = low
     return out
 
 

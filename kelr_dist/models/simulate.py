@@ -3,8 +3,8 @@
 Each chain is simulated and written one time chunk after another (memory bounded by one
 chunk), continuing exactly from its last state and random stream. Chain ``c`` draws from
 ``Generator(PCG64(SeedSequence(seed).spawn(chains)[c]))``, and the models' ``advance`` does not
-depend on how a run is split (:mod:`kelr_dist.data.models`), so a store depends only on the model,
-``seed``, ``n_samples``, ``chains`` and ``burn_in``: not on the number of workers, nor on
+depend on how a run is split (:mod:`kelr_dist.models.sampling`), so a store depends only on the
+model, ``seed``, ``n_samples``, ``chains`` and ``burn_in``: not on the number of workers, nor on
 interruptions.
 
 After writing each chunk, a chain stores its progress record (samples written, the PCG64
@@ -22,7 +22,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -30,7 +30,6 @@ from tqdm.auto import tqdm
 
 from kelr_dist import __version__
 from kelr_dist.data.atomic import new_directory, replacement
-from kelr_dist.data.models import Model, make_model
 from kelr_dist.data.store import open_trajectory, parse_json_attr, read_progress
 from kelr_dist.data.writer import (
     create_store,
@@ -40,6 +39,7 @@ from kelr_dist.data.writer import (
     write_samples,
 )
 from kelr_dist.kernels.checks import is_whole
+from kelr_dist.models.registry import Model, make_model
 
 # progress record: [samples written, PCG64 state (hi, lo), inc (hi, lo), has_uint32,
 #                   uinteger, model state as float64 bits (d)]
@@ -168,7 +168,7 @@ def _is_replaceable(path: str) -> bool:
 
 def _prepare(
     path: str, run: _Run, settings: dict[str, Any], overwrite: bool = False
-) -> np.ndarray | None | bool:
+) -> np.ndarray | None | Literal[True]:
     """Create the store, or check an existing one; progress records, ``None`` if complete,
     ``True`` when ``path`` is to be replaced by a new generation (``overwrite``)."""
     width = 1 + _RNG_WORDS + len(run.model.components)
@@ -219,7 +219,7 @@ def simulate(
 
     Parameters
     ----------
-    model : a :class:`kelr_dist.data.models.Model` or a name ("triple-well", "langevin-morse", "ou")
+    model : a :class:`kelr_dist.models.registry.Model` or a name (one of ``MODEL_NAMES``)
         built with default parameters.
     path : where the zarr store is written; an incomplete store made by an earlier call with
         the same settings is resumed, a complete one is returned as it is.

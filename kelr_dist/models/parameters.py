@@ -1,12 +1,11 @@
-"""Model parameters: their checks, the constructor a table of them generates, and ``params()``."""
+"""Model parameters as dataclass fields, each checked on construction by the check it names."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -16,43 +15,30 @@ Check = Callable[[str, Any], Any]
 """``check(name, value)``: the value to keep (converted), or a ValueError naming the parameter."""
 
 
-@dataclass(frozen=True)
-class Parameter:
-    """A constructor parameter: its default and the :data:`Check` of a given value."""
-
-    default: Any
-    check: Check
-
-    def signature(self, name: str) -> inspect.Parameter:
-        """This parameter in a constructor signature, annotated with its check's return type."""
-        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        annotation = inspect.signature(self.check).return_annotation
-        return inspect.Parameter(name, kind, default=self.default, annotation=annotation)
+def parameter(default: Any, check: Check) -> Any:
+    """A dataclass field with ``default`` whose given value ``check`` converts or rejects."""
+    return dataclasses.field(default=default, metadata={"check": check})
 
 
-class Parametrised:
-    """A model that keeps each constructor parameter as the attribute of the same name.
+def derived() -> Any:
+    """A dataclass field computed from the parameters (not a constructor argument)."""
+    return dataclasses.field(init=False, repr=False, compare=False)
 
-    A subclass either lists its parameters in :attr:`parameters` (name -> :class:`Parameter`, in
-    signature order), which generates its constructor: each value is checked and set in that
-    order, then :meth:`_derive` computes what follows from them; or it writes its own
-    ``__init__``. :meth:`params` reads the names from the constructor's signature either way.
+
+@dataclasses.dataclass(eq=False)
+class Parameters:
+    """A model whose constructor arguments are dataclass fields made by :func:`parameter`.
+
+    A subclass is a ``@dataclass``: on construction each parameter is checked and set in field
+    order, then :meth:`_derive` computes the :func:`derived` fields (and makes the checks that
+    involve several parameters). :meth:`params` gives the parameters back.
     """
 
-    parameters: ClassVar[dict[str, Parameter]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "parameters" in vars(cls):  # the generated constructor's signature, typed by the checks
-            cls.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-                [p.signature(name) for name, p in cls.parameters.items()]
-            )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        bound = inspect.signature(type(self)).bind(*args, **kwargs)
-        bound.apply_defaults()
-        for name, value in bound.arguments.items():
-            setattr(self, name, self.parameters[name].check(name, value))
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            if field.init:
+                value = getattr(self, field.name)
+                setattr(self, field.name, field.metadata["check"](field.name, value))
         self._derive()
 
     def _derive(self) -> None:
@@ -61,7 +47,7 @@ class Parametrised:
     def params(self) -> dict[str, Any]:
         """JSON-serialisable parameters; ``make_model(name, **params())`` rebuilds the model
         (a numpy array is returned as nested lists)."""
-        values = {name: getattr(self, name) for name in inspect.signature(type(self)).parameters}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in values.items()}
 
 
@@ -121,8 +107,3 @@ def vector(name: str, value: Any, d: int) -> np.ndarray:
     if result.shape != (d,) or not np.all(np.isfinite(result)):
         raise ValueError(f"{name}={value!r} must be {d} finite real numbers")
     return result
-
-
-def integration(step: float, subsample: int) -> dict[str, Parameter]:
-    """The ``step`` and ``subsample`` parameters of an integrated model, with these defaults."""
-    return {"step": Parameter(step, positive), "subsample": Parameter(subsample, count)}

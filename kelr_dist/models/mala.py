@@ -1,0 +1,172 @@
+"""Metropolis-adjusted Langevin (MALA) sampling, periodic components wrapped, and its model base.
+
+Each step proposes ``y = x + h s(x) + sqrt(2h) xi`` (``s = grad log p_eq``, ``xi`` standard
+normal) and accepts it with probability ``min(1, p(y) q(x|y) / (p(x) q(y|x)))``,
+``q(y|x) ∝ exp(-|y - x - h s(x)|^2 / 4h)``, so the analytic ``p_eq`` is exactly invariant. For
+small ``h`` this is the overdamped Langevin dynamics ``dX = s(X) dt + sqrt(2) dW``.
+
+Periodic components (angles, the first ``angles`` of the state) are wrapped to ``(-π, π]`` after
+each proposal. On the circle the proposal density is the wrapped Gaussian; the chain uses its
+nearest image, the displacement wrapped to ``(-π, π]``: the other images weigh
+``exp(-(2π - |Δ|)² / 4h)`` relative to it, below 1e-40 for the step sizes of the angle systems
+(``sqrt(2h) ≤ 0.3``, ``|Δ| ≤ 5 sqrt(2h)``).
+
+The uniform of the Metropolis test is one of the standard normals, ``u = Phi(z)`` (exactly
+uniform), so each step consumes ``d + 1`` normals of the one stream and no second stream has to
+be interleaved; the state is the stored sample itself (``log p`` and ``s`` are recomputed at the
+start of each sub-block, the same numbers the chain carried).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from kelr_dist.kernels.compiled import compiled
+from kelr_dist.models.densities import log_density_and_score, log_density_point
+from kelr_dist.models.parameters import Parameters
+from kelr_dist.models.sampling import points, run_blocks
+
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+@compiled
+def _wrap(value: float) -> float:
+    """``value`` wrapped to ``(-π, π]``."""
+    out = value - 2.0 * math.pi * math.floor((value + math.pi) / (2.0 * math.pi))
+    return math.pi if out == -math.pi else out
+
+
+@compiled
+def mala(
+    x0: np.ndarray,
+    normals: np.ndarray,
+    out: np.ndarray,
+    step: float,
+    subsample: int,
+    system: int,
+    theta: np.ndarray,
+    angles: int,
+    accepted: np.ndarray,
+) -> np.ndarray:
+    """MALA steps for ``system`` (:mod:`kelr_dist.models.densities`), storing every
+    ``subsample``-th state; the first ``angles`` components wrapped to ``(-π, π]``.
+
+    Proposal ``y = wrap(x + h s(x) + sqrt(2h) xi)``; accepted when ``Phi(z) < exp(log r)`` with
+    ``log r = log p(y) - log p(x) - |wrap(x - y - h s(y))|^2 / 4h + |xi|^2 / 2`` (a NaN ratio,
+    e.g. an overflowing proposal, is rejected).
+
+    Parameters
+    ----------
+    x0 : (d,) state before the block.
+    normals : (k * subsample, d + 1) per step: ``xi`` (d) then ``z`` for the uniform ``Phi(z)``.
+    out : (k, d) written with the state after every ``subsample`` steps.
+    step : ``h``.
+    theta : the system's parameters, as :func:`kelr_dist.models.densities.log_density_point`
+        reads them.
+    angles : how many leading components are angles.
+    accepted : (1,) int64, incremented by the number of accepted proposals.
+    """
+    d = x0.shape[0]
+    x = x0.copy()
+    y = np.empty(d)
+    gx = np.empty(d)
+    gy = np.empty(d)
+    lpx = log_density_point(system, x, theta, gx)
+    noise = math.sqrt(2.0 * step)
+    inv4h = 0.25 / step
+    row = 0
+    count = 0
+    for n in range(out.shape[0]):
+        for _ in range(subsample):
+            forward = 0.0
+            for i in range(d):
+                z = normals[row, i]
+                y[i] = x[i] + step * gx[i] + noise * z
+                if i < angles:
+                    y[i] = _wrap(y[i])
+                forward += z * z
+            lpy = log_density_point(system, y, theta, gy)
+            backward = 0.0
+            for i in range(d):
+                r = x[i] - y[i] - step * gy[i]
+                if i < angles:
+                    r = _wrap(r)
+                backward += r * r
+            log_ratio = lpy - lpx - inv4h * backward + 0.5 * forward
+            if log_ratio >= 0.0 or 0.5 * math.erfc(-normals[row, d] * _INV_SQRT2) < math.exp(
+                log_ratio
+            ):
+                x, y = y, x
+                gx, gy = gy, gx
+                lpx = lpy
+                count += 1
+            row += 1
+        for i in range(d):
+            out[n, i] = x[i]
+    accepted[0] += count
+    return out
+
+
+class MalaSystem(Parameters):
+    """The sampler and exact evaluators of a MALA-sampled system.
+
+    A subclass is a ``@dataclass`` of its parameters (``step`` and ``subsample`` among them); it
+    names its ``name``, ``components``, the number ``_system`` of its density in
+    :mod:`kelr_dist.models.densities`, and sets ``_theta`` (the parameters that density reads)
+    in ``_derive``.
+    """
+
+    name: ClassVar[str]
+    components: tuple[str, ...]
+    default_burn_in = 20_000  # stored samples, for every MALA system
+    angles = 0  # how many leading components are angles in (-π, π]
+    step: float
+    subsample: int
+    _system: int
+    _theta: np.ndarray
+
+    @property
+    def dt(self) -> float:
+        """Time between stored samples, ``step * subsample``."""
+        return self.step * self.subsample
+
+    def advance_with_acceptance(
+        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """:meth:`advance`, and the fraction of accepted proposals (NaN when ``n_samples = 0``).
+
+        Returns
+        -------
+        samples : (n_samples, d).  new_state : (d,).  acceptance : float.
+        """
+        d = len(self.components)
+        accepted = np.zeros(1, dtype=np.int64)
+
+        def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
+            return mala(
+                x0, normals.reshape(-1, d + 1), out, self.step, self.subsample, self._system,
+                self._theta, self.angles, accepted,
+            )  # fmt: skip
+
+        samples, new = run_blocks(state, n_samples, rng, (d + 1) * self.subsample, kernel, d)
+        steps = samples.shape[0] * self.subsample
+        return samples, new, (accepted[0] / steps if steps else math.nan)
+
+    def advance(
+        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``n_samples`` stored samples ``(n_samples, d)`` and the new state ``(d,)``."""
+        samples, new, _ = self.advance_with_acceptance(state, n_samples, rng)
+        return samples, new
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        """Exact ``grad log p_eq`` at ``x (n, d)``, shape ``(n, d)`` (periodic in the angles,
+        whatever window they are given in)."""
+        return log_density_and_score(self._system, points(x, len(self.components)), self._theta)[1]
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """Unnormalised ``log p_eq`` at ``x (n, d)``, shape ``(n,)``."""
+        return log_density_and_score(self._system, points(x, len(self.components)), self._theta)[0]
