@@ -512,18 +512,18 @@ def blas_threads(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
 
 
 def thread_cap_in_this_process() -> tuple[int, int, int]:
-    """(pools before, after _cap_thread_pools(1), after _cap_thread_pools(8))."""
+    """(pools before, after cap_thread_pools(1), after cap_thread_pools(8))."""
     from threadpoolctl import threadpool_info
 
-    from kelr_dist.engine.passes import _cap_thread_pools
+    from kelr_dist.engine.graph import cap_thread_pools
 
     def most() -> int:
         return max(p["num_threads"] for p in threadpool_info())
 
     before = most()
-    _cap_thread_pools(1)
+    cap_thread_pools(1)
     capped = most()
-    _cap_thread_pools(8)  # never raised
+    cap_thread_pools(8)  # never raised
     return before, capped, most()
 
 

@@ -39,7 +39,6 @@ from kelr_dist.engine.graph import (
     ReductionGraph,
     build_graph,
 )
-from kelr_dist.engine.graph import cap_thread_pools as _cap_thread_pools  # noqa: F401 - old name
 from kelr_dist.engine.placement import (
     KEEP_FRACTION,
     cluster_memory,
