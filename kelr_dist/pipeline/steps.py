@@ -31,6 +31,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.engine.passes import run_reductions
+from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
 from kelr_dist.kernels.coordinates import (
     Periodicity,
@@ -69,6 +70,7 @@ from kelr_dist.kernels.response import (
     response_reduction,
 )
 from kelr_dist.kernels.score_matching import (
+    RIDGES,
     Candidate,
     GramSums,
     PolynomialFeatures,
@@ -79,6 +81,7 @@ from kelr_dist.kernels.score_matching import (
     fit_score,
     gram_reduction,
     held_out_candidates,
+    held_out_losses,
 )
 from kelr_dist.kernels.selection import Criteria, choose_delta, choose_order, criteria_reduction
 
@@ -94,6 +97,10 @@ KE_MAX_DEGREE = 150
 #: held-out loss never chose a degree above 15 on the benchmark systems)
 SM_MAX_FEATURES = 220
 SM_MAX_DEGREE = 24
+#: the adaptive index set's dictionary: at most this many features (Gram products ~5x those of
+#: SM_MAX_FEATURES per row used; the flop budget below thins the rows instead of growing the
+#: pass), so single coordinates and pairs reach about twice the total degree of the budget
+SM_MAX_DICTIONARY = 500
 #: flops the score-matching Gram pass may spend (2 P² per row used, ~8 s at 50 Gflop/s): rows
 #: beyond that budget are thinned to every stride-th sample
 SM_GRAM_FLOPS = 4e11
@@ -115,6 +122,19 @@ def score_matching_max_degree(d: int) -> int:
     while degree < SM_MAX_DEGREE and feature_count(d, degree + 1) <= SM_MAX_FEATURES:
         degree += 1
     return degree
+
+
+def score_matching_features(
+    coordinates: tuple[Coordinate, ...], degree: int | None, adaptive: bool = False
+) -> PolynomialFeatures:
+    """The features of the Gram pass: total degree ``degree`` (default
+    :func:`score_matching_max_degree`), or (``adaptive``) the dictionary the adaptive index set
+    grows in (:func:`kelr_dist.kernels.adaptive_index.dictionary`, at most
+    :data:`SM_MAX_DICTIONARY` features)."""
+    d = len(coordinates)
+    if adaptive:
+        return dictionary(coordinates, score_matching_max_degree(d), SM_MAX_DICTIONARY)
+    return PolynomialFeatures(coordinates, degree or score_matching_max_degree(d))
 
 
 def gram_stride(n_samples: int, features: int) -> int:
@@ -159,7 +179,7 @@ def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Tr
     good, so the loss was still falling. The knob is ``degree``, one more than the largest, with
     its Gram matrices' bytes and the Gram pass's seconds."""
     top = choice.sums.features.degree
-    if choice.degree != top or top < 2:
+    if choice.path is not None or choice.degree != top or top < 2:
         return None
 
     def best(degree: int) -> Candidate:
@@ -434,27 +454,28 @@ def choose_kernel_embedding(
 
 @dataclass(frozen=True)
 class ScoreMatchingChoice:
-    """The score-matching fit of the degree and ridge with the least held-out loss, and every
-    candidate scored."""
+    """The score-matching fit of the degree (or adaptive index set) and ridge with the least
+    held-out loss, and every candidate scored."""
 
     model: ScoreModel
     pick: Candidate
     candidates: list[Candidate] = field(repr=False)
     sums: GramSums = field(repr=False)
+    path: GrowthPath | None = field(default=None, repr=False)
 
     @property
     def condition(self) -> float:
-        """Condition number of the chosen degree's Gram matrix (all rows) scaled to unit
+        """Condition number of the chosen features' Gram matrix (all rows) scaled to unit
         diagonal, the matrix the weights are solved with
         (:class:`~kelr_dist.kernels.score_matching.ScaledGram`)."""
-        keep = self.sums.features.mask(self.degree)
+        keep = self.pick.keep(self.sums.features)
         gram, _ = self.sums.means()
         return ScaledGram.of(gram[np.ix_(keep, keep)]).condition
 
     def refits(self) -> tuple[ScoreModel, ...]:
         """The chosen model refitted without each held-out fold (the jackknife replicates)."""
         return tuple(
-            fit_score(self.sums, self.pick.degree, self.pick.ridge, without=f)
+            fit_score(self.sums, self.degree, self.ridge, without=f, members=self.pick.members)
             for f in range(len(self.sums.n))
         )
 
@@ -466,13 +487,37 @@ class ScoreMatchingChoice:
     def ridge(self) -> float:
         return self.pick.ridge
 
+    @property
+    def index_set(self) -> str:
+        return "total" if self.path is None else "adaptive"
 
-def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMatchingChoice:
+
+def choose_score_matching(
+    gram: GramSums, degree: int | None = None, adaptive: bool = False
+) -> ScoreMatchingChoice:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
-    :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read."""
-    candidates = held_out_candidates(gram, None if degree is None else [degree])
+    :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read.
+
+    ``adaptive``: ``gram`` holds the sums of a dictionary
+    (:func:`score_matching_features`); the index set is grown in it from the linear features
+    by held-out loss (:func:`kelr_dist.kernels.adaptive_index.grow`), then the ridge is chosen
+    for that set."""
+    if not adaptive:
+        candidates = held_out_candidates(gram, None if degree is None else [degree])
+        pick = choose_candidate(candidates)
+        return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
+    path = grow(gram, gram.features.mask(1))
+    members = path.members(path.chosen_step())
+    top = int(gram.features.indices[members].sum(axis=1).max())
+    losses = held_out_losses(gram, members, RIDGES)
+    share = gram.n / gram.n.sum()
+    candidates = [
+        Candidate(top, alpha, float(losses[r] @ share), losses[r], members)
+        for r, alpha in enumerate(RIDGES)
+    ]
     pick = choose_candidate(candidates)
-    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
+    model = fit_score(gram, top, pick.ridge, members=members)
+    return ScoreMatchingChoice(model, pick, candidates, gram, path)
 
 
 @dataclass(frozen=True)
@@ -527,5 +572,6 @@ __all__ = [
     "fit_estimators",
     "kde_grid_and_bandwidth",
     "respond",
+    "score_matching_features",
     "survey_data",
 ]
