@@ -118,3 +118,27 @@ def test_estimate_with_an_adaptive_index_set_records_it():
     assert total.attrs["score_matching_index_set"] == "total"
     with pytest.raises(ValueError, match="index_set='adaptive'"):
         estimate_response(x, index_set="adaptive", degree=3, **run)
+
+
+def test_correlation_time_from_the_survey_steps_and_the_stride_it_allows():
+    from kelr_dist.kernels.moments import moments_reduction, wrap_reduction
+    from kelr_dist.pipeline.steps import Survey, correlation_time, gram_stride
+
+    rng = np.random.default_rng(5)
+    n, rhos = 200_000, np.array([0.9, 0.98])
+    x = np.zeros((n, 2))
+    noise = rng.normal(size=(n, 2)) * np.sqrt(1 - rhos**2)
+    for t in range(1, n):
+        x[t] = rhos * x[t - 1] + noise[t]
+
+    def survey(y: np.ndarray) -> Survey:
+        moments = reduce_in_memory(moments_reduction(), y, 30_000)
+        wraps = reduce_in_memory(wrap_reduction(), y, 30_000)
+        return Survey(moments, np.zeros(2), wraps=wraps)
+
+    tau = correlation_time(survey(x))
+    assert tau == pytest.approx((1 + 0.9) / (1 - 0.9), rel=0.05)  # the faster coordinate's
+    assert gram_stride(n, 10, tau) == int(tau // 4) and gram_stride(n, 10) == 1
+    assert gram_stride(n, 10_000, tau) == gram_stride(n, 10_000) > int(tau // 4)  # flops rule
+    # a coordinate whose steps jump at every candidate period: no correlation time
+    assert correlation_time(survey(x * [1.0, 1000.0])) is None

@@ -78,6 +78,7 @@ from kelr_dist.pipeline.steps import (
     choose_coordinates,
     choose_kernel_embedding,
     choose_score_matching,
+    correlation_time,
     find_periodic,
     fit_estimators,
     gram_stride,
@@ -526,6 +527,8 @@ def estimate_response(
         if index_set == "auto" and isinstance(chosen, tuple):
             index_set = "box"
         features = score_matching_features(coordinates, sm_degree, adaptive) if use_sm else None
+        # the dictionary's Gram pass is thinned by the correlation time as well
+        correlation = correlation_time(survey) if adaptive else None
         fits = fit_estimators(
             passes,
             density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
@@ -534,6 +537,7 @@ def estimate_response(
             features=features,
             folds=fold_plan,
             kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
+            correlation=correlation,
         )
         ke: KernelEmbeddingChoice | None = None
         if use_ke:
@@ -660,7 +664,7 @@ def estimate_response(
             degree=sm.degree,
             ridge=sm.ridge,
             max_degree=features.degree,
-            gram_stride=gram_stride(chains * n, features.size),
+            gram_stride=gram_stride(chains * n, features.size, correlation),
             gram_condition=sm.condition,
             score_matching_index_set=sm.index_set,
             score_matching_features=int(sm.model.features.size),
