@@ -12,11 +12,14 @@ total standard error (sampling and the fitted score's jackknife variance), ">2ts
 entries beyond 2 total standard errors, "tse/se" the median ratio of total to sampling standard
 error, "warn" the warnings raised (T truncation, B bias, D disagreement, C convergence, N
 non-finite). Errors are ``max over lags and entries of |k̂ - k_exact|``,
-diagonal and off-diagonal entries apart. Printed: one table, and (``--figure``) the response
-curves of the two systems where the automatic estimate is furthest from the exact response.
+diagonal and off-diagonal entries apart; "M/q" the kernel embedding's order and score matching's
+degree ("a": the largest total degree of an adaptive index set, ``--index-set adaptive``).
+Printed: one table, and (``--figure``) the response curves of the two systems where the automatic
+estimate is furthest from the exact response.
 
     python scripts/accuracy_suite.py                      # N = 1e7, every system (~15 min)
     python scripts/accuracy_suite.py --samples 1e6 --systems ou curved-wells
+    python scripts/accuracy_suite.py --samples 1e6 --systems trig-4d gamma-3d --index-set adaptive
     python scripts/accuracy_suite.py --samples 1e6 --output docs/benchmarks/accuracy.md
 """
 

@@ -142,3 +142,23 @@ def test_correlation_time_from_the_survey_steps_and_the_stride_it_allows():
     assert gram_stride(n, 10_000, tau) == gram_stride(n, 10_000) > int(tau // 4)  # flops rule
     # a coordinate whose steps jump at every candidate period: no correlation time
     assert correlation_time(survey(x * [1.0, 1000.0])) is None
+
+
+def test_truncation_is_reported_when_the_dictionary_stops_the_growth():
+    """x1's score is cubic: a dictionary that reaches only degree 3 along x1 is used up there with
+    the loss still falling (a TruncationWarning's message names the coordinate), one that reaches
+    further is not."""
+    from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
+
+    x, _ = quartic_and_gaussians(20_000, seed=6)
+    messages = []
+    for budget in (20, 120):
+        features = dictionary(coordinates(x), 2, budget)
+        sums = reduce_in_memory(gram_reduction(features, Folds(4, 1, len(x))), x, 5000)
+        choice = choose_score_matching(sums, adaptive=True)
+        messages.append(score_matching_truncation(choice, len(x)))
+    short, long = messages
+    assert short is not None and short.chosen == 3 and short.drop > 10 * short.drop_stderr
+    assert "along coordinate 1 of its adaptive index set" in short.message
+    assert "index_set='total' with degree=4" in short.message
+    assert long is None

@@ -31,7 +31,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.engine.passes import run_reductions
-from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow
+from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow, reached_edge
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
 from kelr_dist.kernels.coordinates import (
     Periodicity,
@@ -193,12 +193,14 @@ class Truncation:
     drop: float
     drop_stderr: float
     knob: str  #: the option that raises the budget, with its cost
+    where: str = ""  #: where in the index set, when not the whole set
 
     @property
     def message(self) -> str:
         family = "degree" if self.estimator == "score-matching" else "order"
         return (
-            f"{self.estimator} chose {family} {self.chosen}, the largest its budget allows, and "
+            f"{self.estimator} chose {family} {self.chosen}{self.where}, the largest its budget "
+            "allows, and "
             f"its held-out loss was still falling there (by {self.drop:.3g}, "
             f"{self.drop / self.drop_stderr:.1f} standard errors, from {family} "
             f"{self.chosen - 1}): the estimate is limited by the budget, not the data, and may "
@@ -210,31 +212,67 @@ def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Tr
     """A :class:`Truncation` when score matching's automatic degree is the largest fitted
     (:func:`score_matching_max_degree`): the one-standard-error rule then found no lower degree as
     good, so the loss was still falling. The knob is ``degree``, one more than the largest, with
-    its Gram matrices' bytes and the Gram pass's seconds."""
+    its Gram matrices' bytes and the Gram pass's seconds. For an adaptive index set: when the
+    grown set holds the dictionary's highest degree along a coordinate and adding it lowered the
+    held-out loss (:func:`adaptive_truncation`)."""
+    if choice.path is not None:
+        return adaptive_truncation(choice, n_samples)
     top = choice.sums.features.degree
-    if choice.path is not None or choice.degree != top or top < 2:
+    if choice.degree != top or top < 2:
         return None
 
     def best(degree: int) -> Candidate:
         return min((c for c in choice.candidates if c.degree == degree), key=lambda c: c.loss)
 
     lower, upper = best(top - 1), best(top)
-    d, folds = choice.sums.features.dim, len(choice.sums.n)
-    size = feature_count(d, top + 1)
-    rows = n_samples / gram_stride(n_samples, size)
-    seconds = rows * 2.0 * size**2 / GRAM_FLOP_RATE
-    knob = (
-        f"degree={top + 1} raises it ({size} features instead of "
-        f"{feature_count(d, top)}: Gram matrices of {8 * size**2 * (folds + 1) / 2**20:.1f} MiB "
-        f"with the folds', ~{seconds:.0f} s of Gram products, rows thinned to every "
-        f"{gram_stride(n_samples, size)}-th)"
-    )
     return Truncation(
         "score-matching",
         top,
         lower.loss - upper.loss,
         float(fold_stderr(lower.fold_losses - upper.fold_losses)),
-        knob,
+        f"degree={top + 1} raises it ({_degree_cost(choice.sums, top + 1, n_samples)})",
+    )
+
+
+def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncation | None:
+    """A :class:`Truncation` when the adaptive index set reached the dictionary's highest degree
+    along a coordinate (:func:`kelr_dist.kernels.adaptive_index.reached_edge`) and the step that
+    added it lowered the held-out loss (the largest such fall): growth there was stopped by the
+    dictionary, not by the data."""
+    features, path = choice.sums.features, choice.path
+    assert path is not None
+    members = choice.pick.keep(features)
+    found: Truncation | None = None
+    for k in reached_edge(features, members):
+        top = int(features.indices[:, k].max())
+        step = int(path.order[members & (features.indices[:, k] == top)].min())
+        if step < 1:
+            continue
+        fall = path.fold_losses[step - 1] - path.fold_losses[step]
+        drop = float(fall @ path.weights)
+        if drop > 0 and (found is None or drop > found.drop):
+            found = Truncation(
+                "score-matching",
+                top,
+                drop,
+                float(fold_stderr(fall)),
+                f"index_set='total' with degree={top + 1} reaches further along it "
+                f"({_degree_cost(choice.sums, top + 1, n_samples)})",
+                f" along coordinate {k + 1} of its adaptive index set",
+            )
+    return found
+
+
+def _degree_cost(sums: GramSums, degree: int, n_samples: int) -> str:
+    """What the total-degree set of ``degree`` costs: features, Gram bytes, seconds, stride."""
+    d, folds = sums.features.dim, len(sums.n)
+    size = feature_count(d, degree)
+    stride = gram_stride(n_samples, size)
+    seconds = n_samples / stride * 2.0 * size**2 / GRAM_FLOP_RATE
+    return (
+        f"{size} features instead of {feature_count(d, degree - 1)}: Gram matrices of "
+        f"{8 * size**2 * (folds + 1) / 2**20:.1f} MiB with the folds', ~{seconds:.0f} s of Gram "
+        f"products, rows thinned to every {stride}-th"
     )
 
 
