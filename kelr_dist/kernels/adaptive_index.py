@@ -34,7 +34,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases import Coordinate
 from kelr_dist.kernels.folds import fold_stderr
-from kelr_dist.kernels.score_matching import GramSums, PolynomialFeatures, feature_count
+from kelr_dist.kernels.score_matching import GramSums, PolynomialFeatures
 
 #: growth stops after this many steps without a new least held-out loss (a later step could
 #: still fall below it; the one-standard-error rule picks among the sets on the path)
@@ -82,18 +82,6 @@ def _dictionary_rows(d: int, base: int, reach: int) -> set[tuple[int, ...]]:
 def _total_indices(d: int, degree: int) -> np.ndarray:
     grids = np.stack(np.meshgrid(*[np.arange(degree + 1)] * d, indexing="ij"), -1).reshape(-1, d)
     return grids[grids.sum(axis=1) <= degree]
-
-
-def dictionary_size(d: int, base: int, max_features: int) -> int:
-    """Features of :func:`dictionary` without building it (for budgets and messages)."""
-    size = feature_count(d, base)
-    reach = base
-    while d > 1:
-        wider = len(_dictionary_rows(d, base, reach + 1))
-        if wider > max_features:
-            break
-        size, reach = wider, reach + 1
-    return size
 
 
 @dataclass(frozen=True)
@@ -303,4 +291,4 @@ def reached_edge(features: PolynomialFeatures, members: np.ndarray) -> list[int]
     return [k for k in range(features.dim) if chosen[k] == top[k] and top[k] > 1]
 
 
-__all__ = ["GrowthPath", "dictionary", "dictionary_size", "grow", "reached_edge"]
+__all__ = ["GrowthPath", "dictionary", "grow", "reached_edge"]

@@ -15,8 +15,10 @@ equals the Fisher divergence ``½ E|s_W - s|²`` minus ``½ E|s|²`` (integratio
 Features. Tensor products of each coordinate's orthonormal polynomials — ``ψ_m`` (Hermite) or
 ``ℓ^{(θ)}_m`` (Laguerre) in the same affine maps ``y = (x - loc) / scale`` as the kernel
 embedding (:mod:`kelr_dist.kernels.bases`), without the weight — over the total-degree set
-``|m|_1 ≤ q``. The features of degree ``q' ≤ q`` are a subset, so one pass at the highest
-degree gives the sums of every lower degree. The linear features are in the span for
+``|m|_1 ≤ q``, or any downward-closed set of multi-indices (an adaptive set,
+:mod:`kelr_dist.kernels.adaptive_index`). The features of degree ``q' ≤ q`` (of any
+downward-closed subset) are a subset, so one pass at the highest degree gives the sums of every
+lower degree. The linear features are in the span for
 ``q ≥ 1``, so the unregularised fit satisfies the sample Stein identity ``Ê[x s_Wᵀ] = -I``
 exactly (k̂(0) = I for ``A = x``); degree 1 is the quasi-Gaussian score.
 
