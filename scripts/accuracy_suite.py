@@ -12,11 +12,14 @@ total standard error (sampling and the fitted score's jackknife variance), ">2ts
 entries beyond 2 total standard errors, "tse/se" the median ratio of total to sampling standard
 error, "warn" the warnings raised (T truncation, B bias, D disagreement, C convergence, N
 non-finite). Errors are ``max over lags and entries of |k̂ - k_exact|``,
-diagonal and off-diagonal entries apart. Printed: one table, and (``--figure``) the response
-curves of the two systems where the automatic estimate is furthest from the exact response.
+diagonal and off-diagonal entries apart; "M/q" the kernel embedding's order and score matching's
+degree ("a": the largest total degree of an adaptive index set, ``--index-set adaptive``).
+Printed: one table, and (``--figure``) the response curves of the two systems where the automatic
+estimate is furthest from the exact response.
 
     python scripts/accuracy_suite.py                      # N = 1e7, every system (~15 min)
     python scripts/accuracy_suite.py --samples 1e6 --systems ou curved-wells
+    python scripts/accuracy_suite.py --samples 1e6 --systems trig-4d gamma-3d --index-set adaptive
     python scripts/accuracy_suite.py --samples 1e6 --output docs/benchmarks/accuracy.md
 """
 
@@ -77,7 +80,7 @@ def trajectory(system: str, samples: int, data: Path) -> Path:
     return path
 
 
-def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
+def run(system: str, samples: int, data: Path, index_set: str = "auto") -> tuple[dict, xr.Dataset]:
     path = trajectory(system, samples, data)
     d = len(make_model(SYSTEMS[system]).components)
     started = time.perf_counter()
@@ -89,6 +92,7 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
             kde=d <= 2,
             gaussian=True,
             observable=OBSERVABLES.get(system, "identity"),
+            index_set=index_set,
         )
     seconds = time.perf_counter() - started
     other = (
@@ -109,7 +113,8 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
         "sm": single.get("score-matching", (np.nan, np.nan)),
         **{k: errors(ds, v) for k, v in BASELINES.items()},
         "chosen": ds.attrs["estimator"],
-        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs['order'])))}/{ds.attrs['degree']}",
+        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs['order'])))}/{ds.attrs['degree']}"
+        + ("a" if ds.attrs.get("score_matching_index_set") == "adaptive" else ""),
         "stein": stein[1],
         "raw_stein": stein[2],
         "warned": any("Stein" in str(w.message) for w in caught),
@@ -246,6 +251,12 @@ def main() -> None:
     parser.add_argument("--samples", type=float, default=1e7)
     parser.add_argument("--systems", nargs="*", default=list(SYSTEMS))
     parser.add_argument("--data", type=Path, default=Path("runs/accuracy"))
+    parser.add_argument(
+        "--index-set",
+        default="auto",
+        choices=["auto", "adaptive"],
+        help="the estimate's index_set (adaptive: score matching's set grown by held-out loss)",
+    )
     parser.add_argument("--figure", type=Path, default=None, help="PNG of the hardest two")
     parser.add_argument(
         "--output", type=Path, default=None, help="also write the table as Markdown to this file"
@@ -255,7 +266,7 @@ def main() -> None:
     args.data.mkdir(parents=True, exist_ok=True)
     results = []
     for system in args.systems:
-        row, ds = run(system, samples, args.data)
+        row, ds = run(system, samples, args.data, args.index_set)
         results.append((row, ds))
         print_table([row], samples)
     print_table([r for r, _ in results], samples)

@@ -105,3 +105,21 @@ def test_total_error_bars_cover_the_error_over_seeds():
         # the exact score is not fitted: its total error is the sampling error
         exact = ds["response_exact_total_stderr"]
         np.testing.assert_array_equal(exact, ds["response_exact_stderr"])
+
+
+def test_total_error_bars_cover_where_the_fit_dominates_and_sampling_bars_do_not():
+    """20 seeds of a 2-D Ornstein-Uhlenbeck process (exact score), score matching of degree 8
+    (45 features) on 1000 samples: the fitted score's variance dominates the error of the
+    response, so the sampling error bars alone leave far more than 10% of the entries beyond 2
+    of them, while the total error bars leave at most 10%."""
+    model = make_model("ou")
+    results = [
+        _estimate(model, seed, 1000, 1, estimator="score-matching", degree=8,
+                  stein_correction=False)
+        for seed in range(20)
+    ]  # fmt: skip
+    error = np.abs(np.stack([(ds["response"] - ds["response_exact"]).values for ds in results]))
+    total = np.stack([ds["response_total_stderr"].values for ds in results])
+    sampling = np.stack([ds["response_stderr"].values for ds in results])
+    assert np.mean(error > 2 * total) <= 0.10
+    assert np.mean(error > 2 * sampling) > 0.20

@@ -15,8 +15,10 @@ equals the Fisher divergence ``½ E|s_W - s|²`` minus ``½ E|s|²`` (integratio
 Features. Tensor products of each coordinate's orthonormal polynomials — ``ψ_m`` (Hermite) or
 ``ℓ^{(θ)}_m`` (Laguerre) in the same affine maps ``y = (x - loc) / scale`` as the kernel
 embedding (:mod:`kelr_dist.kernels.bases`), without the weight — over the total-degree set
-``|m|_1 ≤ q``. The features of degree ``q' ≤ q`` are a subset, so one pass at the highest
-degree gives the sums of every lower degree. The linear features are in the span for
+``|m|_1 ≤ q``, or any downward-closed set of multi-indices (an adaptive set,
+:mod:`kelr_dist.kernels.adaptive_index`). The features of degree ``q' ≤ q`` (of any
+downward-closed subset) are a subset, so one pass at the highest degree gives the sums of every
+lower degree. The linear features are in the span for
 ``q ≥ 1``, so the unregularised fit satisfies the sample Stein identity ``Ê[x s_Wᵀ] = -I``
 exactly (k̂(0) = I for ``A = x``); degree 1 is the quasi-Gaussian score.
 
@@ -63,22 +65,34 @@ def feature_count(d: int, degree: int) -> int:
 
 @dataclass(frozen=True)
 class PolynomialFeatures:
-    """Features ``φ_a(x) = Π_k P_{m_ak}(y_k)`` for ``|m_a|_1 ≤ degree``.
+    """Features ``φ_a(x) = Π_k P_{m_ak}(y_k)`` over a downward-closed set of multi-indices.
 
     ``P_m`` are the coordinate family's orthonormal polynomials (weight exponent 0) in the
-    mapped coordinate ``y_k = (x_k - loc_k) / scale_k``. The features are laid out as the
-    kernel embedding's basis functions (:class:`~kelr_dist.kernels.bases.TensorBasis`, total
-    degree), so
-    the same matrix products give them: ``φ = T_1[:, m_1] ⊙ H[:, tail]``.
+    mapped coordinate ``y_k = (x_k - loc_k) / scale_k``. Without ``index_set`` the set is the
+    total degree ``|m_a|_1 ≤ degree``, laid out as the kernel embedding's basis functions
+    (:class:`~kelr_dist.kernels.bases.TensorBasis`); with ``index_set`` (multi-indices, each
+    ``d`` whole numbers, every backward neighbour ``m - e_k`` in the set) it is that set and
+    ``degree`` its largest total degree (:meth:`of_indices`).
     """
 
     coordinates: tuple[Coordinate, ...]
     degree: int
+    index_set: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "coordinates", tuple(self.coordinates))
         if isinstance(self.degree, bool) or int(self.degree) != self.degree or self.degree < 1:
             raise ValueError(f"degree must be an integer >= 1, got {self.degree!r}")
+        if self.index_set is not None and int(self.indices.sum(axis=1).max()) != self.degree:
+            raise ValueError("degree must be the largest total degree of index_set")
+
+    @classmethod
+    def of_indices(
+        cls, coordinates: tuple[Coordinate, ...], indices: np.ndarray
+    ) -> PolynomialFeatures:
+        """The features of the multi-indices ``indices (P, d)`` (a downward-closed set)."""
+        rows = tuple(tuple(int(v) for v in row) for row in np.asarray(indices))
+        return cls(coordinates, max(sum(row) for row in rows), rows)
 
     @cached_property
     def layout(self) -> TensorBasis:
@@ -88,56 +102,72 @@ class PolynomialFeatures:
     def dim(self) -> int:
         return len(self.coordinates)
 
-    @property
+    @cached_property
     def indices(self) -> np.ndarray:
         """Multi-indices ``(P, d)``."""
-        return self.layout.indices
+        if self.index_set is None:
+            return self.layout.indices
+        return np.asarray(self.index_set, dtype=np.int64).reshape(-1, self.dim)
 
     @property
     def size(self) -> int:
-        return self.layout.size
+        return int(self.indices.shape[0])
+
+    @property
+    def max_degrees(self) -> tuple[int, ...]:
+        """Highest degree per coordinate, ``(d,)``."""
+        return tuple(int(m) for m in self.indices.max(axis=0))
 
     def mask(self, degree: int) -> np.ndarray:
         """``(P,)`` bool: the features of total degree ``≤ degree``."""
-        return self.layout.levels() <= degree
+        return self.indices.sum(axis=1) <= degree
+
+    def subset(self, keep: np.ndarray) -> PolynomialFeatures:
+        """The features ``keep`` (``(P,)`` bool, a downward-closed subset), in the same order."""
+        return PolynomialFeatures.of_indices(self.coordinates, self.indices[keep])
 
     def truncated(self, degree: int) -> PolynomialFeatures:
-        return PolynomialFeatures(self.coordinates, degree)
+        if self.index_set is None:
+            return PolynomialFeatures(self.coordinates, degree)
+        return self.subset(self.mask(degree))
 
     def _tables(self, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per coordinate, the polynomials of the set's multi-indices and their derivatives (x
+        units), each ``(n, P)``."""
         values, derivs = [], []
-        for k, c in enumerate(self.coordinates):
-            v, dv = polynomials(c.family, c.mapped(x[:, k]), self.degree)
-            values.append(v)
-            derivs.append(dv / c.scale)
+        for k, (c, top) in enumerate(zip(self.coordinates, self.max_degrees, strict=True)):
+            v, dv = polynomials(c.family, c.mapped(x[:, k]), top)
+            columns = self.indices[:, k]
+            values.append(v[:, columns])
+            derivs.append(dv[:, columns] / c.scale)
         return values, derivs
 
     def values(self, x: np.ndarray) -> np.ndarray:
         """``φ (n, P)`` at ``x (n, d)``."""
         values, _ = self._tables(np.asarray(x, dtype=np.float64))
-        tails, _ = self.layout.tail_products(values)
-        return self.layout.columns(values[0], tails)
+        return math.prod(values[1:], start=values[0])
 
     def gradients(self, x: np.ndarray) -> np.ndarray:
         """``∂_j φ`` at ``x (n, d)``, ``(d, n, P)`` (x units)."""
-        values, derivs = self._tables(np.asarray(x, dtype=np.float64))
-        layout = self.layout
-        tails, tail_grads = layout.tail_products(values, derivs)
-        columns = [layout.columns(derivs[0], tails)]
-        columns += [layout.columns(values[0], g) for g in tail_grads]
-        return np.stack(columns)
+        return self._values_and_gradients(np.asarray(x, dtype=np.float64))[1]
 
     def values_and_gradient_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``φ (n, P)`` at ``x (n, d)`` and ``Σ_n ∂_j φ`` ``(d, P)`` (x units), the latter by
-        matrix products of the first coordinate's tables with the tail products."""
-        values, derivs = self._tables(np.asarray(x, dtype=np.float64))
-        layout = self.layout
-        tails, tail_grads = layout.tail_products(values, derivs)
-        sums = np.empty((self.dim, self.size))
-        sums[0] = layout.from_matrix(derivs[0].T @ tails)
-        for k, g in enumerate(tail_grads, start=1):
-            sums[k] = layout.from_matrix(values[0].T @ g)
-        return layout.columns(values[0], tails), sums
+        """``φ (n, P)`` at ``x (n, d)`` and ``Σ_n ∂_j φ`` ``(d, P)`` (x units)."""
+        phi, grads = self._values_and_gradients(np.asarray(x, dtype=np.float64))
+        return phi, grads.sum(axis=1)
+
+    def _values_and_gradients(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``φ`` and ``∂_j φ``: the product with coordinate ``j``'s table replaced by its
+        derivative, from the products of the tables before and after it."""
+        values, derivs = self._tables(x)
+        before = [np.ones_like(values[0])]
+        for v in values[:-1]:
+            before.append(before[-1] * v)
+        after = [np.ones_like(values[0])]
+        for v in values[:0:-1]:
+            after.append(v * after[-1])
+        grads = np.stack([before[j] * derivs[j] * after[-1 - j] for j in range(self.dim)])
+        return before[-1] * values[-1], grads
 
 
 def gram_sums(
@@ -276,42 +306,57 @@ def hyvarinen_loss(
 
 @dataclass(frozen=True)
 class Candidate:
-    """One fitted candidate with its held-out loss (mean over folds) and per-fold losses."""
+    """One fitted candidate with its held-out loss (mean over folds) and per-fold losses.
+
+    ``members`` ``(P,)`` bool: its features in the fitted set (``None``: total degree
+    ``≤ degree``); ``degree`` is then their largest total degree.
+    """
 
     degree: int
     ridge: float
     loss: float
     fold_losses: np.ndarray = field(repr=False)
+    members: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def keep(self, features: PolynomialFeatures) -> np.ndarray:
+        """``(P,)`` bool: the candidate's features among ``features``."""
+        return features.mask(self.degree) if self.members is None else self.members
+
+
+def held_out_losses(sums: GramSums, keep: np.ndarray, ridges: tuple[float, ...]) -> np.ndarray:
+    """``(len(ridges), K)``: the features ``keep`` fitted on all folds but one, per ridge, and
+    scored by ``J`` on that fold in the standardized coordinates of the features' maps
+    (:func:`hyvarinen_loss`)."""
+    scales = np.array([c.scale for c in sums.features.coordinates])
+    losses = np.zeros((len(ridges), len(sums.n)))
+    for f in range(len(sums.n)):
+        train_g, train_b = sums.means(f, left_out=True)
+        test_g, test_b = sums.means(f)
+        fits = solve_weights(train_g[np.ix_(keep, keep)], train_b[:, keep], ridges)
+        for r, w in enumerate(fits):
+            losses[r, f] = hyvarinen_loss(w, test_g[np.ix_(keep, keep)], test_b[:, keep], scales)
+    return losses
 
 
 def held_out_candidates(
     sums: GramSums, degrees: list[int] | None = None, ridges: tuple[float, ...] = RIDGES
 ) -> list[Candidate]:
-    """Every (degree, ridge) fitted on all folds but one and scored by ``J`` on that fold, in
-    the standardized coordinates of the features' maps (:func:`hyvarinen_loss`).
+    """Every (degree, ridge) fitted on all folds but one and scored by ``J`` on that fold
+    (:func:`held_out_losses`).
 
     The loss of a candidate is the row-weighted mean over folds; its fit never sees the fold it
     is scored on.
     """
     degrees = degrees or list(range(1, sums.features.degree + 1))
     weights_n = sums.n / sums.n.sum()
-    scales = np.array([c.scale for c in sums.features.coordinates])
-    losses = np.zeros((len(degrees), len(ridges), len(sums.n)))
-    for f in range(len(sums.n)):
-        train_g, train_b = sums.means(f, left_out=True)
-        test_g, test_b = sums.means(f)
-        for i, q in enumerate(degrees):
-            keep = sums.features.mask(q)
-            fits = solve_weights(train_g[np.ix_(keep, keep)], train_b[:, keep], ridges)
-            for r, w in enumerate(fits):
-                losses[i, r, f] = hyvarinen_loss(
-                    w, test_g[np.ix_(keep, keep)], test_b[:, keep], scales
-                )
-    return [
-        Candidate(q, alpha, float(losses[i, r] @ weights_n), losses[i, r])
-        for i, q in enumerate(degrees)
-        for r, alpha in enumerate(ridges)
-    ]
+    out = []
+    for q in degrees:
+        losses = held_out_losses(sums, sums.features.mask(q), ridges)
+        out += [
+            Candidate(q, alpha, float(losses[r] @ weights_n), losses[r])
+            for r, alpha in enumerate(ridges)
+        ]
+    return out
 
 
 def choose_candidate(candidates: list[Candidate]) -> Candidate:
@@ -359,14 +404,20 @@ class ScoreModel:
 
 
 def fit_score(
-    sums: GramSums, degree: int, ridge: float = 0.0, without: int | None = None
+    sums: GramSums,
+    degree: int,
+    ridge: float = 0.0,
+    without: int | None = None,
+    members: np.ndarray | None = None,
 ) -> ScoreModel:
-    """The score model of ``degree`` and ridge factor ``ridge`` fitted on every row, or on every
-    held-out fold but ``without`` (a jackknife replicate)."""
-    keep = sums.features.mask(degree)
+    """The score model of ``degree`` (or of the features ``members``, ``(P,)`` bool) and ridge
+    factor ``ridge`` fitted on every row, or on every held-out fold but ``without`` (a
+    jackknife replicate)."""
+    keep = sums.features.mask(degree) if members is None else members
     gram, b = sums.means(without, left_out=True)
     (weights,) = solve_weights(gram[np.ix_(keep, keep)], b[:, keep], (ridge,))
-    return ScoreModel(sums.features.truncated(degree), weights)
+    fitted = sums.features.truncated(degree) if members is None else sums.features.subset(keep)
+    return ScoreModel(fitted, weights)
 
 
 def gram_reduction(features: PolynomialFeatures, folds: Folds, stride: int = 1) -> Reduction:

@@ -65,7 +65,7 @@ from kelr_dist.kernels.response import (
     observable_mean_reduction,
     relative_to_lag0,
 )
-from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
+from kelr_dist.kernels.score_matching import Candidate, feature_count
 from kelr_dist.kernels.selection import active_coordinates
 from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
 from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
@@ -78,6 +78,7 @@ from kelr_dist.pipeline.steps import (
     choose_coordinates,
     choose_kernel_embedding,
     choose_score_matching,
+    correlation_time,
     find_periodic,
     fit_estimators,
     gram_stride,
@@ -86,7 +87,7 @@ from kelr_dist.pipeline.steps import (
     kernel_embedding_max_order,
     kernel_embedding_truncation,
     respond,
-    score_matching_max_degree,
+    score_matching_features,
     score_matching_truncation,
 )
 
@@ -438,7 +439,11 @@ def estimate_response(
         degree unless at most one coordinate carries structure beyond its weight
         (:func:`kelr_dist.kernels.selection.active_coordinates`), then a box with order 0 on the
         others,
-        as in the paper's Langevin example.
+        as in the paper's Langevin example; ``"adaptive"``: that for the kernel embedding, and
+        score matching's index set grown by held-out loss in a dictionary of higher
+        single-coordinate and pairwise degrees
+        (:func:`kelr_dist.kernels.adaptive_index.grow`; attributes
+        ``score_matching_features``, ``score_matching_max_degrees``).
     degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
         :func:`kelr_dist.pipeline.steps.score_matching_max_degree`) or a total degree ``q``.
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
@@ -498,6 +503,8 @@ def estimate_response(
     )
     estimator, basis, index_set, folds = (o := options).estimator, o.basis, o.index_set, o.folds
     max_order, delta, kde, gaussian = o.max_order, o.delta, o.kde, o.gaussian
+    # "adaptive" grows score matching's index set; the kernel embedding's is then "auto"
+    adaptive, index_set = index_set == "adaptive", "auto" if index_set == "adaptive" else index_set
     inputs = check_inputs(trajectory, options, dt)
     traj, lag, fitted, chosen, sm_degree, fold_plan = inputs[:6]
     exact_fn, observable, forcing = inputs.exact, inputs.observable, inputs.forcing
@@ -519,11 +526,9 @@ def estimate_response(
         observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
         if index_set == "auto" and isinstance(chosen, tuple):
             index_set = "box"
-        features = (
-            PolynomialFeatures(coordinates, sm_degree or score_matching_max_degree(d))
-            if use_sm
-            else None
-        )
+        features = score_matching_features(coordinates, sm_degree, adaptive) if use_sm else None
+        # the dictionary's Gram pass is thinned by the correlation time as well
+        correlation = correlation_time(survey) if adaptive else None
         fits = fit_estimators(
             passes,
             density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
@@ -532,6 +537,7 @@ def estimate_response(
             features=features,
             folds=fold_plan,
             kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
+            correlation=correlation,
         )
         ke: KernelEmbeddingChoice | None = None
         if use_ke:
@@ -549,7 +555,7 @@ def estimate_response(
         sm: ScoreMatchingChoice | None = None
         if use_sm:
             assert fits.gram is not None
-            sm = choose_score_matching(fits.gram, sm_degree)
+            sm = choose_score_matching(fits.gram, sm_degree, adaptive)
 
         scores: dict[str, Score] = {}
         # the estimated scores refitted without each fold: their jackknife error, same read
@@ -658,8 +664,11 @@ def estimate_response(
             degree=sm.degree,
             ridge=sm.ridge,
             max_degree=features.degree,
-            gram_stride=gram_stride(chains * n, features.size),
+            gram_stride=gram_stride(chains * n, features.size, correlation),
             gram_condition=sm.condition,
+            score_matching_index_set=sm.index_set,
+            score_matching_features=int(sm.model.features.size),
+            score_matching_max_degrees=list(sm.model.features.max_degrees),
         )
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement

@@ -62,7 +62,7 @@ from kelr_dist.kernels.response import (
     identity_observable,
 )
 
-INDEX_SETS = ("auto", "total", "box")
+INDEX_SETS = ("auto", "total", "box", "adaptive")
 DELTA_RULES = ("auto", "paper")
 OBSERVABLES = ("identity", "square", "angles", *KINDS)
 FORCINGS = ("constant", "linear")
@@ -540,7 +540,8 @@ class EstimateOptions(_Options):
     index_set: Annotated[str, _checks(_choice(INDEX_SETS))] = option(
         "auto",
         "multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless only "
-        "one coordinate is active: box, paper §5.2)",
+        "one coordinate is active: box, paper §5.2); adaptive: auto, and score matching's set "
+        "grown by held-out loss",
         choices=INDEX_SETS,
     )
     observable: Annotated[Any, _checks(_observable)] = option(
@@ -587,6 +588,11 @@ class EstimateOptions(_Options):
             raise _invalid(
                 f"a per-coordinate {name('order')} {self.order} needs "
                 f"{name('index_set')}='box', got 'total'"
+            )
+        if self.index_set == "adaptive" and self.degree != "auto":
+            raise _invalid(
+                f"{name('index_set')}='adaptive' grows the score-matching set itself: leave "
+                f"{name('degree')}='auto', got {self.degree!r}"
             )
         if isinstance(self.order, int) and isinstance(self.max_order, int):
             if self.order > self.max_order:

@@ -31,6 +31,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.engine.passes import run_reductions
+from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow, reached_edge
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
 from kelr_dist.kernels.coordinates import (
     Periodicity,
@@ -69,6 +70,7 @@ from kelr_dist.kernels.response import (
     response_reduction,
 )
 from kelr_dist.kernels.score_matching import (
+    RIDGES,
     Candidate,
     GramSums,
     PolynomialFeatures,
@@ -79,6 +81,7 @@ from kelr_dist.kernels.score_matching import (
     fit_score,
     gram_reduction,
     held_out_candidates,
+    held_out_losses,
 )
 from kelr_dist.kernels.selection import Criteria, choose_delta, choose_order, criteria_reduction
 
@@ -94,6 +97,10 @@ KE_MAX_DEGREE = 150
 #: held-out loss never chose a degree above 15 on the benchmark systems)
 SM_MAX_FEATURES = 220
 SM_MAX_DEGREE = 24
+#: the adaptive index set's dictionary: at most this many features (Gram products ~5x those of
+#: SM_MAX_FEATURES per row used; the flop budget below thins the rows instead of growing the
+#: pass), so single coordinates and pairs reach about twice the total degree of the budget
+SM_MAX_DICTIONARY = 500
 #: flops the score-matching Gram pass may spend (2 P² per row used, ~8 s at 50 Gflop/s): rows
 #: beyond that budget are thinned to every stride-th sample
 SM_GRAM_FLOPS = 4e11
@@ -117,9 +124,55 @@ def score_matching_max_degree(d: int) -> int:
     return degree
 
 
-def gram_stride(n_samples: int, features: int) -> int:
-    """Every how many samples the Gram pass uses so it stays within :data:`SM_GRAM_FLOPS`."""
-    return max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
+def score_matching_features(
+    coordinates: tuple[Coordinate, ...], degree: int | None, adaptive: bool = False
+) -> PolynomialFeatures:
+    """The features of the Gram pass: total degree ``degree`` (default
+    :func:`score_matching_max_degree`), or (``adaptive``) the dictionary the adaptive index set
+    grows in (:func:`kelr_dist.kernels.adaptive_index.dictionary`, at most
+    :data:`SM_MAX_DICTIONARY` features)."""
+    d = len(coordinates)
+    if adaptive:
+        return dictionary(coordinates, score_matching_max_degree(d), SM_MAX_DICTIONARY)
+    return PolynomialFeatures(coordinates, degree or score_matching_max_degree(d))
+
+
+#: with a correlation time τ (rows), the Gram pass may use every ⌊τ / this⌋-th row: for an AR(1)
+#: series thinning to a stride of τ / 4 raises the variance of a mean by about 2% (s τ_s / τ with
+#: τ_s the thinned series' time), so the flops of the other rows buy nearly nothing
+#: (MacEachern & Berliner, "Subsampling the Gibbs sampler", Amer. Statist. 48 (1994) 188-190;
+#: Sokal, "Monte Carlo methods in statistical mechanics", 1997, for τ)
+CORRELATION_STRIDE_DIVISOR = 4
+
+
+def gram_stride(n_samples: int, features: int, correlation: float | None = None) -> int:
+    """Every how many samples the Gram pass uses: so it stays within :data:`SM_GRAM_FLOPS`, and
+    (given an integrated autocorrelation time ``correlation`` in rows, :func:`correlation_time`)
+    at least every ``⌊τ /`` :data:`CORRELATION_STRIDE_DIVISOR` ``⌋``-th."""
+    stride = max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
+    if correlation is None:
+        return stride
+    return max(stride, int(correlation // CORRELATION_STRIDE_DIVISOR))
+
+
+def correlation_time(survey: Survey) -> float | None:
+    """Integrated autocorrelation time in rows from the survey, no further read: per coordinate
+    the lag-1 autocorrelation ``ρ₁ = 1 - E[Δ²] / (2 var)`` of consecutive steps ``Δ`` and its
+    AR(1) time ``τ = (1 + ρ₁) / (1 - ρ₁)``, the smallest over coordinates (the slower modes of a
+    coordinate only lengthen its true τ, so this thins less than they would allow). ``E[Δ²]`` is
+    the survey's mean square circular step of a period that saw no jump (then every circular step
+    is the plain step); ``None`` when a coordinate has none."""
+    wraps = survey.wraps
+    if wraps is None:
+        return None
+    times = []
+    for k, var in enumerate(np.asarray(survey.moments.std, dtype=np.float64) ** 2):
+        plain = np.flatnonzero(wraps.jumps[k] == 0)
+        if plain.size == 0 or not var > 0 or wraps.steps[k] < 1:
+            return None
+        rho = 1.0 - float(wraps.step_rms[k, plain[0]]) ** 2 / (2.0 * var)
+        times.append((1.0 + rho) / (1.0 - rho) if 0.0 < rho < 1.0 else 1.0)
+    return min(times)
 
 
 #: flops per second of the passes' matrix products on the embedded cluster, to state the cost of
@@ -140,12 +193,14 @@ class Truncation:
     drop: float
     drop_stderr: float
     knob: str  #: the option that raises the budget, with its cost
+    where: str = ""  #: where in the index set, when not the whole set
 
     @property
     def message(self) -> str:
         family = "degree" if self.estimator == "score-matching" else "order"
         return (
-            f"{self.estimator} chose {family} {self.chosen}, the largest its budget allows, and "
+            f"{self.estimator} chose {family} {self.chosen}{self.where}, the largest its budget "
+            "allows, and "
             f"its held-out loss was still falling there (by {self.drop:.3g}, "
             f"{self.drop / self.drop_stderr:.1f} standard errors, from {family} "
             f"{self.chosen - 1}): the estimate is limited by the budget, not the data, and may "
@@ -157,7 +212,11 @@ def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Tr
     """A :class:`Truncation` when score matching's automatic degree is the largest fitted
     (:func:`score_matching_max_degree`): the one-standard-error rule then found no lower degree as
     good, so the loss was still falling. The knob is ``degree``, one more than the largest, with
-    its Gram matrices' bytes and the Gram pass's seconds."""
+    its Gram matrices' bytes and the Gram pass's seconds. For an adaptive index set: when the
+    grown set holds the dictionary's highest degree along a coordinate and adding it lowered the
+    held-out loss (:func:`adaptive_truncation`)."""
+    if choice.path is not None:
+        return adaptive_truncation(choice, n_samples)
     top = choice.sums.features.degree
     if choice.degree != top or top < 2:
         return None
@@ -166,22 +225,54 @@ def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Tr
         return min((c for c in choice.candidates if c.degree == degree), key=lambda c: c.loss)
 
     lower, upper = best(top - 1), best(top)
-    d, folds = choice.sums.features.dim, len(choice.sums.n)
-    size = feature_count(d, top + 1)
-    rows = n_samples / gram_stride(n_samples, size)
-    seconds = rows * 2.0 * size**2 / GRAM_FLOP_RATE
-    knob = (
-        f"degree={top + 1} raises it ({size} features instead of "
-        f"{feature_count(d, top)}: Gram matrices of {8 * size**2 * (folds + 1) / 2**20:.1f} MiB "
-        f"with the folds', ~{seconds:.0f} s of Gram products, rows thinned to every "
-        f"{gram_stride(n_samples, size)}-th)"
-    )
     return Truncation(
         "score-matching",
         top,
         lower.loss - upper.loss,
         float(fold_stderr(lower.fold_losses - upper.fold_losses)),
-        knob,
+        f"degree={top + 1} raises it ({_degree_cost(choice.sums, top + 1, n_samples)})",
+    )
+
+
+def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncation | None:
+    """A :class:`Truncation` when the adaptive index set reached the dictionary's highest degree
+    along a coordinate (:func:`kelr_dist.kernels.adaptive_index.reached_edge`) and the step that
+    added it lowered the held-out loss (the largest such fall): growth there was stopped by the
+    dictionary, not by the data."""
+    features, path = choice.sums.features, choice.path
+    assert path is not None
+    members = choice.pick.keep(features)
+    found: Truncation | None = None
+    for k in reached_edge(features, members):
+        top = int(features.indices[:, k].max())
+        step = int(path.order[members & (features.indices[:, k] == top)].min())
+        if step < 1:
+            continue
+        fall = path.fold_losses[step - 1] - path.fold_losses[step]
+        drop = float(fall @ path.weights)
+        if drop > 0 and (found is None or drop > found.drop):
+            found = Truncation(
+                "score-matching",
+                top,
+                drop,
+                float(fold_stderr(fall)),
+                f"index_set='total' with degree={top + 1} reaches further along it "
+                f"({_degree_cost(choice.sums, top + 1, n_samples)})",
+                f" along coordinate {k + 1} of its adaptive index set",
+            )
+    return found
+
+
+def _degree_cost(sums: GramSums, degree: int, n_samples: int) -> str:
+    """What the total-degree set of ``degree`` costs: features, Gram bytes, seconds, stride."""
+    d, folds = sums.features.dim, len(sums.n)
+    size = feature_count(d, degree)
+    stride = gram_stride(n_samples, size)
+    seconds = n_samples / stride * 2.0 * size**2 / GRAM_FLOP_RATE
+    return (
+        f"{size} features instead of {feature_count(d, degree - 1)}: Gram matrices of "
+        f"{8 * size**2 * (folds + 1) / 2**20:.1f} MiB with the folds', ~{seconds:.0f} s of Gram "
+        f"products, rows thinned to every {stride}-th"
     )
 
 
@@ -353,9 +444,11 @@ def fit_estimators(
     features: PolynomialFeatures | None = None,
     folds: Folds | None = None,
     kde_grid: tuple[Any, np.ndarray] | None = None,
+    correlation: float | None = None,
 ) -> Fits:
     """Read 2: coefficient sums (eq. 39), score matching's Gram sums (Hyvärinen 2005) and
-    the KDE bins, in one pass; sums kept per held-out fold when ``folds`` is given."""
+    the KDE bins, in one pass; sums kept per held-out fold when ``folds`` is given. The Gram
+    sums use every :func:`gram_stride`-th row (``correlation``: the data's correlation time)."""
     reductions, names = [], []
     if density_basis is not None:
         reductions.append(coefficient_reduction(density_basis, folds))
@@ -364,7 +457,7 @@ def fit_estimators(
         if folds is None:
             raise ValueError("score matching needs held-out folds")
         chains, n, _ = passes.trajectory.shape
-        stride = gram_stride(chains * n, features.size)
+        stride = gram_stride(chains * n, features.size, correlation)
         reductions.append(gram_reduction(features, folds, stride))
         names.append("gram")
     if kde_grid is not None:
@@ -434,27 +527,28 @@ def choose_kernel_embedding(
 
 @dataclass(frozen=True)
 class ScoreMatchingChoice:
-    """The score-matching fit of the degree and ridge with the least held-out loss, and every
-    candidate scored."""
+    """The score-matching fit of the degree (or adaptive index set) and ridge with the least
+    held-out loss, and every candidate scored."""
 
     model: ScoreModel
     pick: Candidate
     candidates: list[Candidate] = field(repr=False)
     sums: GramSums = field(repr=False)
+    path: GrowthPath | None = field(default=None, repr=False)
 
     @property
     def condition(self) -> float:
-        """Condition number of the chosen degree's Gram matrix (all rows) scaled to unit
+        """Condition number of the chosen features' Gram matrix (all rows) scaled to unit
         diagonal, the matrix the weights are solved with
         (:class:`~kelr_dist.kernels.score_matching.ScaledGram`)."""
-        keep = self.sums.features.mask(self.degree)
+        keep = self.pick.keep(self.sums.features)
         gram, _ = self.sums.means()
         return ScaledGram.of(gram[np.ix_(keep, keep)]).condition
 
     def refits(self) -> tuple[ScoreModel, ...]:
         """The chosen model refitted without each held-out fold (the jackknife replicates)."""
         return tuple(
-            fit_score(self.sums, self.pick.degree, self.pick.ridge, without=f)
+            fit_score(self.sums, self.degree, self.ridge, without=f, members=self.pick.members)
             for f in range(len(self.sums.n))
         )
 
@@ -466,13 +560,37 @@ class ScoreMatchingChoice:
     def ridge(self) -> float:
         return self.pick.ridge
 
+    @property
+    def index_set(self) -> str:
+        return "total" if self.path is None else "adaptive"
 
-def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMatchingChoice:
+
+def choose_score_matching(
+    gram: GramSums, degree: int | None = None, adaptive: bool = False
+) -> ScoreMatchingChoice:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
-    :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read."""
-    candidates = held_out_candidates(gram, None if degree is None else [degree])
+    :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read.
+
+    ``adaptive``: ``gram`` holds the sums of a dictionary
+    (:func:`score_matching_features`); the index set is grown in it from the linear features
+    by held-out loss (:func:`kelr_dist.kernels.adaptive_index.grow`), then the ridge is chosen
+    for that set."""
+    if not adaptive:
+        candidates = held_out_candidates(gram, None if degree is None else [degree])
+        pick = choose_candidate(candidates)
+        return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
+    path = grow(gram, gram.features.mask(1))
+    members = path.members(path.chosen_step())
+    top = int(gram.features.indices[members].sum(axis=1).max())
+    losses = held_out_losses(gram, members, RIDGES)
+    share = gram.n / gram.n.sum()
+    candidates = [
+        Candidate(top, alpha, float(losses[r] @ share), losses[r], members)
+        for r, alpha in enumerate(RIDGES)
+    ]
     pick = choose_candidate(candidates)
-    return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
+    model = fit_score(gram, top, pick.ridge, members=members)
+    return ScoreMatchingChoice(model, pick, candidates, gram, path)
 
 
 @dataclass(frozen=True)
@@ -522,10 +640,12 @@ __all__ = [
     "choose_coordinates",
     "choose_kernel_embedding",
     "choose_score_matching",
+    "correlation_time",
     "declared_periods",
     "find_periodic",
     "fit_estimators",
     "kde_grid_and_bandwidth",
     "respond",
+    "score_matching_features",
     "survey_data",
 ]

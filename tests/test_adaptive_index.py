@@ -1,0 +1,164 @@
+"""Adaptive index sets for score matching: the dictionary, the closed-form held-out losses of the
+growth against direct refits, downward-closed sets, and growth that goes to the coordinate whose
+score needs it."""
+
+import numpy as np
+import pytest
+
+from kelr_dist.kernels.adaptive_index import dictionary, grow, reached_edge
+from kelr_dist.kernels.bases import Coordinate, Hermite
+from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.score_matching import (
+    choose_candidate,
+    feature_count,
+    fit_score,
+    gram_reduction,
+    held_out_candidates,
+    held_out_losses,
+)
+
+
+def coordinates(x: np.ndarray) -> tuple[Coordinate, ...]:
+    return tuple(Coordinate(Hermite(1.0), float(c.mean()), float(c.std())) for c in x.T)
+
+
+def downward_closed(indices: np.ndarray) -> bool:
+    rows = {tuple(m) for m in indices.tolist()}
+    return all(
+        (*m[:k], m[k] - 1, *m[k + 1 :]) in rows for m in rows for k in range(len(m)) if m[k] > 0
+    )
+
+
+@pytest.mark.parametrize("d, base, budget", [(2, 5, 60), (3, 3, 80), (4, 2, 120), (1, 4, 50)])
+def test_dictionary_holds_the_total_degree_set_and_reaches_further_on_axes_and_pairs(
+    d, base, budget
+):
+    coords = tuple(Coordinate(Hermite(1.0), 0.0, 1.0) for _ in range(d))
+    features = dictionary(coords, base, budget)
+    indices = features.indices
+    assert downward_closed(indices)
+    assert features.size <= max(budget, feature_count(d, base))
+    assert features.mask(base).sum() == feature_count(d, base)  # the whole total-degree set
+    if d > 1:
+        assert max(features.max_degrees) > base  # single coordinates and pairs reach further
+        assert ((indices > 0).sum(axis=1)[indices.sum(axis=1) > base] <= 2).all()
+        assert len({tuple(m) for m in indices.tolist()}) == features.size
+
+
+def quartic_and_gaussians(n: int, seed: int) -> tuple[np.ndarray, callable]:
+    """x1 with p ∝ exp(-x⁴ + 2x²) (a double well: a cubic score), x2, x3 independent standard
+    normals (linear scores): i.i.d. samples by rejection from N(0, 1.2²)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while sum(len(o) for o in out) < n:
+        z = rng.normal(0.0, 1.2, 4 * n)
+        log_ratio = -(z**4) + 2 * z**2 + z**2 / (2 * 1.2**2) - 1.25
+        out.append(z[np.log(rng.uniform(size=z.size)) < log_ratio])
+    x1 = np.concatenate(out)[:n]
+    x = np.column_stack([x1, rng.normal(size=(n, 2))])
+
+    def score(y: np.ndarray) -> np.ndarray:
+        return np.column_stack([-4 * y[:, 0] ** 3 + 4 * y[:, 0], -y[:, 1], -y[:, 2]])
+
+    return x, score
+
+
+def test_growth_losses_are_the_refits_held_out_losses_and_sets_stay_downward_closed():
+    x, _ = quartic_and_gaussians(20_000, seed=1)
+    features = dictionary(coordinates(x), 3, 90)
+    sums = reduce_in_memory(gram_reduction(features, Folds(4, 1, len(x))), x, 5000)
+    path = grow(sums, features.mask(1))
+    steps = len(path.losses) - 1
+    assert steps >= 3
+    for step in sorted({0, 1, steps // 2, steps}):
+        members = path.members(step)
+        assert members.sum() == path.start_size + step
+        assert downward_closed(features.indices[members])
+        direct = held_out_losses(sums, members, (0.0,))[0]
+        np.testing.assert_allclose(path.fold_losses[step], direct, rtol=1e-7)
+
+
+def test_growth_spends_the_features_on_the_coordinate_that_needs_them():
+    """Only x1's score is non-linear: the grown set reaches degree >= 3 in x1 and stays linear in
+    x2 and x3, with fewer features and a smaller Fisher divergence to the true score than the
+    total-degree choice from the same sums."""
+    x, score = quartic_and_gaussians(40_000, seed=2)
+    features = dictionary(coordinates(x), 4, 120)
+    sums = reduce_in_memory(gram_reduction(features, Folds(4, 1, len(x))), x, 10_000)
+    path = grow(sums, features.mask(1))
+    members = path.members(path.chosen_step())
+    chosen = features.indices[members]
+    assert chosen[:, 0].max() >= 3
+    assert chosen[:, 1:].max() <= 1
+    total = choose_candidate(held_out_candidates(sums))
+    test, _ = quartic_and_gaussians(20_000, seed=3)
+
+    def fisher(model) -> float:
+        return float(np.mean(np.sum((model(test)[0] - score(test)) ** 2, axis=1)))
+
+    adaptive = fit_score(sums, 1, members=members)
+    assert adaptive.features.size < features.mask(total.degree).sum()
+    assert fisher(adaptive) <= fisher(fit_score(sums, total.degree, total.ridge))
+    assert reached_edge(features, members) == []
+
+
+def test_estimate_with_an_adaptive_index_set_records_it():
+    from kelr_dist import estimate_response
+
+    x, _ = quartic_and_gaussians(20_000, seed=4)
+    run = dict(dt=1.0, estimator="score-matching", max_lag=3, client="synchronous")
+    ds = estimate_response(x, index_set="adaptive", **run)
+    assert ds.attrs["score_matching_index_set"] == "adaptive"
+    degrees = ds.attrs["score_matching_max_degrees"]
+    assert degrees[0] >= 3 and max(degrees[1:]) <= 1
+    # the Stein identity of the linear features holds for any set that contains them
+    np.testing.assert_allclose(ds["response"].isel(lag=0), np.eye(3), atol=1e-8)
+    total = estimate_response(x, **run)
+    assert total.attrs["score_matching_index_set"] == "total"
+    with pytest.raises(ValueError, match="index_set='adaptive'"):
+        estimate_response(x, index_set="adaptive", degree=3, **run)
+
+
+def test_correlation_time_from_the_survey_steps_and_the_stride_it_allows():
+    from kelr_dist.kernels.moments import moments_reduction, wrap_reduction
+    from kelr_dist.pipeline.steps import Survey, correlation_time, gram_stride
+
+    rng = np.random.default_rng(5)
+    n, rhos = 200_000, np.array([0.9, 0.98])
+    x = np.zeros((n, 2))
+    noise = rng.normal(size=(n, 2)) * np.sqrt(1 - rhos**2)
+    for t in range(1, n):
+        x[t] = rhos * x[t - 1] + noise[t]
+
+    def survey(y: np.ndarray) -> Survey:
+        moments = reduce_in_memory(moments_reduction(), y, 30_000)
+        wraps = reduce_in_memory(wrap_reduction(), y, 30_000)
+        return Survey(moments, np.zeros(2), wraps=wraps)
+
+    tau = correlation_time(survey(x))
+    assert tau == pytest.approx((1 + 0.9) / (1 - 0.9), rel=0.05)  # the faster coordinate's
+    assert gram_stride(n, 10, tau) == int(tau // 4) and gram_stride(n, 10) == 1
+    assert gram_stride(n, 10_000, tau) == gram_stride(n, 10_000) > int(tau // 4)  # flops rule
+    # a coordinate whose steps jump at every candidate period: no correlation time
+    assert correlation_time(survey(x * [1.0, 1000.0])) is None
+
+
+def test_truncation_is_reported_when_the_dictionary_stops_the_growth():
+    """x1's score is cubic: a dictionary that reaches only degree 3 along x1 is used up there with
+    the loss still falling (a TruncationWarning's message names the coordinate), one that reaches
+    further is not."""
+    from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
+
+    x, _ = quartic_and_gaussians(20_000, seed=6)
+    messages = []
+    for budget in (20, 120):
+        features = dictionary(coordinates(x), 2, budget)
+        sums = reduce_in_memory(gram_reduction(features, Folds(4, 1, len(x))), x, 5000)
+        choice = choose_score_matching(sums, adaptive=True)
+        messages.append(score_matching_truncation(choice, len(x)))
+    short, long = messages
+    assert short is not None and short.chosen == 3 and short.drop > 10 * short.drop_stderr
+    assert "along coordinate 1 of its adaptive index set" in short.message
+    assert "index_set='total' with degree=4" in short.message
+    assert long is None
