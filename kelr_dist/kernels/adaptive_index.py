@@ -137,13 +137,14 @@ class _Fold:
         ``(M,)`` (``inf`` for one collinear with the set), ``v = A g (|S|, M)``, the Schur
         complements ``(M,)`` and the candidate's weights ``(d, M)`` (module docstring)."""
         (g_tr, b_tr), (g_te, b_te), w = self.train, self.test, self.fit
-        g = g_tr[np.ix_(rows, candidates)]
+        rows_ = np.asarray(rows, dtype=np.intp)
+        g = g_tr[np.ix_(rows_, candidates)]
         v = self.inverse @ g
         diagonal = g_tr[candidates, candidates]
         schur = diagonal - np.einsum("sm,sm->m", g, v)
         usable = schur > SCHUR_FLOOR * diagonal
         w_new = -(b_tr[:, candidates] + w @ g) / np.where(usable, schur, 1.0)
-        g_ss, g_sm = g_te[np.ix_(rows, rows)], g_te[np.ix_(rows, candidates)]
+        g_ss, g_sm = g_te[np.ix_(rows_, rows_)], g_te[np.ix_(rows_, candidates)]
         # held-out loss of W + w_new u, u = (-v, 1): linear term uᵀ G_te Wᵀ + u·b_te, curvature
         # uᵀ G_te u
         linear = -(w @ g_ss @ v) + w @ g_sm - b_te[:, rows] @ v + b_te[:, candidates]

@@ -181,7 +181,7 @@ def candidate_table(
     if kernel_embedding is not None:
         order, losses = kernel_embedding
         ke_loss = losses.mean if losses is not None else float("nan")
-        spread = fold_stderr(losses.loss) if losses is not None else float("nan")
+        spread = float(fold_stderr(losses.loss)) if losses is not None else float("nan")
         rows.append(Choice("kernel-embedding", order, float("nan"), ke_loss, spread))
     sm_loss = pick.loss if pick is not None else float("nan")
     if estimator == "auto":
@@ -199,7 +199,7 @@ def candidate_table(
             c.degree,
             c.ridge,
             c.loss,
-            fold_stderr(c.fold_losses),
+            float(fold_stderr(c.fold_losses)),
             used == "score-matching" and c is pick,
         )
         for c in score_matching

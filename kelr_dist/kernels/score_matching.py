@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +195,7 @@ def _gram_chunk(
     info: BlockInfo,
     halo: np.ndarray | None,
 ) -> list[dict]:
-    out = [
+    out: list[dict[str, Any]] = [
         {
             "gram": np.zeros((features.size,) * 2),
             "b": np.zeros((features.dim, features.size)),

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -201,7 +202,7 @@ def _layout(basis: TensorBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return shift.astype(np.int64), floor.astype(np.int64), stop
 
 
-def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
+def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, Any]:
     """Partial statistics of ``p_M(X_n)`` for every order ``M = 0..max_level`` over ``x (n, d)``.
 
     Returns counts ``pos``/``neg`` ``(levels, N_BINS)``, ``zeros`` ``(levels,)``, ``n``, and the
@@ -210,7 +211,7 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, np.ndarray]:
     basis = density.basis
     x = check_samples(basis, x)
     levels = basis.max_level + 1
-    out = {
+    out: dict[str, Any] = {
         "pos": np.zeros((levels, N_BINS), dtype=np.int64),
         "neg": np.zeros((levels, N_BINS), dtype=np.int64),
         "zeros": np.zeros(levels, dtype=np.int64),
