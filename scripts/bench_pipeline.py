@@ -447,11 +447,11 @@ def large(cache: Path, quick: bool, n: int | None = None) -> None:
 TASKS_LAG = 200  # the halo of the lagged pass (S of the large run)
 
 
-def _column_sums(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+def _column_sums(x: np.ndarray, _info: BlockInfo, _halo: None) -> dict:
     return {"count": len(x), "sum": x.sum(axis=0)}
 
 
-def _lagged(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> np.ndarray:
+def _lagged(x: np.ndarray, _info: BlockInfo, halo: np.ndarray) -> np.ndarray:
     return lagged_sums(np.concatenate([x, halo]), x, TASKS_LAG)
 
 

@@ -79,7 +79,7 @@ def gamma_gauss_pdf(x: np.ndarray) -> np.ndarray:
     return stats.gamma(2).pdf(x[:, 0]) * stats.norm.pdf(x[:, 1])
 
 
-def laguerre_hermite(x: np.ndarray) -> TensorBasis:
+def laguerre_hermite(_x: np.ndarray) -> TensorBasis:
     return TensorBasis((Coordinate(Laguerre(1.0), 0.0, 0.7), Coordinate(Hermite(), 0.0, 1.2)), 20)
 
 

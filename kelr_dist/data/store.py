@@ -671,7 +671,7 @@ def _entries(t: Any, indices: list[int]) -> np.ndarray:
 
 def _check_uniform(t: Any, dt: float, tolerance: float, source: str, variable: str) -> None:
     """An error unless every step of ``t`` is ``dt`` to within ``tolerance``."""
-    low, high = _step_range(t, dt)
+    low, high = _step_range(t)
     if max(abs(low - dt), abs(high - dt)) > tolerance:
         raise _error(
             source,
@@ -681,7 +681,7 @@ def _check_uniform(t: Any, dt: float, tolerance: float, source: str, variable: s
         )
 
 
-def _step_range(t: Any, dt: float) -> tuple[float, float]:
+def _step_range(t: Any) -> tuple[float, float]:
     """Smallest and largest step of ``t`` (streamed chunk by chunk when it is dask)."""
     if isinstance(t, np.ndarray):
         steps = np.diff(np.asarray(t, dtype=np.float64))

@@ -39,7 +39,10 @@ class _XarrayFinder(importlib.abc.MetaPathFinder):
     """Finds xarray as the other finders do, once, and wraps its loader in :class:`_Loader`."""
 
     def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+        self,
+        fullname: str,
+        path: Sequence[str] | None,  # noqa: ARG002 - importlib's finder signature
+        target: ModuleType | None = None,  # noqa: ARG002
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "xarray":
             return None

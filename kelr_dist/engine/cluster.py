@@ -107,7 +107,7 @@ class ThreadLimits(WorkerPlugin):
         self.threads = int(threads)
         self._limits: Any = None
 
-    def setup(self, worker: Any) -> None:
+    def setup(self, worker: Any) -> None:  # noqa: ARG002 - distributed's WorkerPlugin.setup
         """Set the pools of the worker process (kept until the process ends)."""
         from threadpoolctl import threadpool_limits
 

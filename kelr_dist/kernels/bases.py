@@ -413,7 +413,10 @@ class Fourier:
         )[0]
 
     def second_derivatives(
-        self, x: np.ndarray, values: np.ndarray, derivs: np.ndarray
+        self,
+        x: np.ndarray,  # noqa: ARG002 - the families' common signature
+        values: np.ndarray,
+        derivs: np.ndarray,  # noqa: ARG002
     ) -> np.ndarray:
         """``Ψ_m'' = -k² Ψ_m`` (frequency ``k = ⌈m/2⌉``), ``(n, order + 1)``."""
         k = (np.arange(values.shape[1]) + 1) // 2

@@ -43,7 +43,7 @@ def _parse_value(text: str, key: str, entry: str, position: int) -> float:
         "theta": (lambda v: v > -1.0, "theta > -1"),
         "scale": (lambda v: v > 0.0, "scale > 0"),
         "period": (lambda v: v > 0.0, "period > 0"),
-        "loc": (lambda v: True, "a finite number"),
+        "loc": (lambda _v: True, "a finite number"),
     }
     check, need = checks[key]
     ok = math.isfinite(value) and check(value)

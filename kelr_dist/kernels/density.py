@@ -398,7 +398,7 @@ def _coefficient_chunk(
     folds: Folds | None,
     x: np.ndarray,
     info: BlockInfo,
-    halo: np.ndarray | None,
+    _halo: np.ndarray | None,
 ) -> dict:
     if folds is None:
         return coefficient_sums(basis, x, info.start)

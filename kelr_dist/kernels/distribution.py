@@ -309,7 +309,7 @@ def distribution_derivative(grid: DistributionGrid, x: np.ndarray) -> np.ndarray
 
 
 def _histogram_chunk(
-    lo: np.ndarray, hi: np.ndarray, bins: int, x: np.ndarray, info: BlockInfo, halo: Any
+    lo: np.ndarray, hi: np.ndarray, bins: int, x: np.ndarray, _info: BlockInfo, _halo: Any
 ) -> np.ndarray:
     """Counts ``(d, bins)`` of a block ``x (L, d)`` on ``[lo, hi]`` per component."""
     x = np.asarray(x, dtype=np.float64)

@@ -96,7 +96,7 @@ def _density_loss_chunk(
     stride: int,
     x: np.ndarray,
     info: BlockInfo,
-    halo: np.ndarray | None,
+    _halo: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     loss = np.zeros(folds.count)
     count = np.zeros(folds.count, dtype=np.int64)

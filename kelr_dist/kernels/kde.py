@@ -183,7 +183,7 @@ def exact_kde_reduction(points: np.ndarray, bandwidth: np.ndarray) -> Reduction:
     inv_h = 1.0 / bandwidth
     norm = _kernel_norm(bandwidth)
 
-    def chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
+    def chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> Partial:
         x = as_samples("samples", x, d)
         sums, grads = _kernel_sums(x, points, inv_h)
         return {"n": x.shape[0], "sums": sums, "grads": grads}
@@ -549,7 +549,7 @@ def binned_kde_reduction(grid: Grid, bandwidth: np.ndarray, order: int = 1) -> R
     if order not in (1, 3):
         raise ValueError(f"order must be 1 or 3, got {order!r}")
 
-    def chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
+    def chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> Partial:
         return {"counts": linear_binning(x, grid), "n": int(np.shape(x)[0])}
 
     def finalize(partial: Partial) -> BinnedKDE:

@@ -230,7 +230,7 @@ def _combined(a: dict, b: dict) -> dict:
     }
 
 
-def _moments_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
+def _moments_chunk(x: np.ndarray, info: BlockInfo, _halo: np.ndarray | None) -> dict:
     """Moment partial of one block ``x (L, d)``, in sub-blocks of :data:`SUB_BLOCK` rows."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2:
@@ -328,7 +328,7 @@ class WrapStatistics:
     jump_rms: np.ndarray
 
 
-def _wrap_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
+def _wrap_chunk(x: np.ndarray, _info: BlockInfo, halo: np.ndarray | None) -> dict:
     """Step sums of one block ``x (L, d)`` and the first row of its halo, by sub-blocks."""
     x = np.asarray(x, dtype=np.float64)
     periods = np.asarray(PERIODS)
@@ -422,7 +422,7 @@ class EdgeStatistics:
         return self.ratios() > EDGE_RATIO
 
 
-def _edge_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
+def _edge_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> dict:
     x = np.asarray(x, dtype=np.float64)
     return {"lowest": _smallest(x.T), "highest": -_smallest(-x.T)}
 
@@ -548,7 +548,7 @@ def gamma_reduction(
             f"got loc={loc.tolist()}, scale={scale.tolist()} (a constant coordinate?)"
         )
 
-    def chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict:
+    def chunk(x: np.ndarray, info: BlockInfo, _halo: np.ndarray | None) -> dict:
         return _gamma_chunk(x, info, columns, loc, scale)
 
     def finalize(p: dict) -> GammaFit:

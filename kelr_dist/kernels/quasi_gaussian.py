@@ -28,7 +28,7 @@ class SampleMoments:
     maximum: np.ndarray
 
 
-def _covariance_chunk(x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
+def _covariance_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> Partial:
     x = as_samples("samples", x)
     if x.shape[0] == 0:
         d = x.shape[1]

@@ -30,7 +30,7 @@ class NonFinite:
     values: np.ndarray
 
 
-def _chunk(first: int, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> Partial:
+def _chunk(first: int, x: np.ndarray, info: BlockInfo, _halo: np.ndarray | None) -> Partial:
     bad = ~np.isfinite(x)
     rows, columns = np.nonzero(bad)  # row-major: time, then component
     rows, columns = rows[:first], columns[:first]

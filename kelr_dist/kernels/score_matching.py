@@ -193,7 +193,7 @@ def _gram_chunk(
     stride: int,
     x: np.ndarray,
     info: BlockInfo,
-    halo: np.ndarray | None,
+    _halo: np.ndarray | None,
 ) -> list[dict]:
     out: list[dict[str, Any]] = [
         {

@@ -459,7 +459,7 @@ def active_coordinates(density: KernelDensity) -> np.ndarray:
 
 
 def _sweep_chunk(
-    density: KernelDensity, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
+    density: KernelDensity, x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     return sweep_sums(density, x)
 
