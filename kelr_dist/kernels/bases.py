@@ -264,7 +264,8 @@ def _as_points(x: np.ndarray) -> np.ndarray:
 
 
 class _Family:
-    """:meth:`evaluate` of :class:`Hermite` and :class:`Laguerre` (one table kernel)."""
+    """:meth:`evaluate` and :meth:`weighted_polynomials` of :class:`Hermite`,
+    :class:`Laguerre` and :class:`Fourier` (one table kernel)."""
 
     beta: float
 
@@ -273,10 +274,22 @@ class _Family:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Values and x-derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``
         (written into ``out``'s buffers when given, see :class:`Workspace`)."""
-        family = cast("Hermite | Laguerre", self)  # the only subclasses
+        family = cast("Family", self)  # the only subclasses
         return _evaluate(
             family, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
         )
+
+    def weighted_polynomials(
+        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
+    ) -> np.ndarray:
+        """The family's orthonormal polynomials times its weight to the power ``weight``
+        (``ψ_m W^weight``, ``ℓ_m G^weight``, ``φ_m w^weight``) for m = 0..order, shape
+        ``(n, order + 1)``. With ``weight = 1 - β`` these are the integrands of the
+        coefficients (eq. 39)."""
+        family = cast("Family", self)
+        return _evaluate(
+            family, _as_points(x), _check_order(order), weight, derivatives=False, out=out
+        )[0]
 
 
 @dataclass(frozen=True)
@@ -308,17 +321,6 @@ class Hermite(_Family):
         lower = np.zeros_like(derivs)
         lower[:, 1:] = derivs[:, :-1]
         return root * lower - self.beta * (values + x * derivs)
-
-    def weighted_polynomials(
-        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
-    ) -> np.ndarray:
-        """``ψ_m(x) W(x)^weight`` for m = 0..order, shape ``(n, order + 1)``.
-
-        With ``weight = 1 - β`` these are the integrands of the coefficients (eq. 39).
-        """
-        return _evaluate(
-            self, _as_points(x), _check_order(order), weight, derivatives=False, out=out
-        )[0]
 
     def spec(self) -> str:
         return f"hermite(beta={self.beta:g})"
@@ -365,20 +367,12 @@ class Laguerre(_Family):
         out[~inside] = 0.0
         return out
 
-    def weighted_polynomials(
-        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
-    ) -> np.ndarray:
-        """``ℓ_m(x) G(x; θ)^weight`` for m = 0..order, shape ``(n, order + 1)``."""
-        return _evaluate(
-            self, _as_points(x), _check_order(order), weight, derivatives=False, out=out
-        )[0]
-
     def spec(self) -> str:
         return f"laguerre(theta={self.theta:g},beta={self.beta:g})"
 
 
 @dataclass(frozen=True)
-class Fourier:
+class Fourier(_Family):
     """Fourier functions on the circle ``θ ∈ [0, 2π)``: ``Ψ_m = φ_m w^β`` with ``φ_0 = 1``,
     ``φ_{2k-1} = √2 cos kθ``, ``φ_{2k} = √2 sin kθ`` (index ``m`` counts cosines and sines in
     turn, so a truncation at order ``M`` keeps the frequencies up to ``⌈M/2⌉``), orthonormal in
@@ -393,24 +387,7 @@ class Fourier:
     """
 
     name = "fourier"
-
-    @property
-    def beta(self) -> float:
-        return 1.0
-
-    def evaluate(
-        self, x: np.ndarray, order: int, out: Workspace | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Values and derivatives of ``Ψ_0..Ψ_order`` at ``x (n,)``, each ``(n, order + 1)``."""
-        return _evaluate(self, _as_points(x), _check_order(order), 1.0, derivatives=True, out=out)
-
-    def weighted_polynomials(
-        self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None
-    ) -> np.ndarray:
-        """``φ_m(x) w^weight`` for m = 0..order, shape ``(n, order + 1)``."""
-        return _evaluate(
-            self, _as_points(x), _check_order(order), weight, derivatives=False, out=out
-        )[0]
+    beta = 1.0  # the weight is constant: Ψ_m = φ_m w (a class constant, not a parameter)
 
     def second_derivatives(
         self,
