@@ -32,8 +32,9 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -47,14 +48,13 @@ from kelr_dist.data.store import (
 )
 from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
-from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.bases import Coordinate, TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
-from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.distribution import PendingDistribution
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
-from kelr_dist.kernels.quasi_gaussian import gaussian_score
+from kelr_dist.kernels.quasi_gaussian import SampleMoments, gaussian_score
 from kelr_dist.kernels.response import (
     Forcing,
     FunctionScore,
@@ -66,13 +66,15 @@ from kelr_dist.kernels.response import (
     relative_to_lag0,
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
-from kelr_dist.kernels.selection import active_coordinates
 from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
 from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
+    Fits,
     KernelEmbeddingChoice,
     Passes,
+    Pilot,
+    Responses,
     ScoreMatchingChoice,
     Survey,
     choose_coordinates,
@@ -85,6 +87,7 @@ from kelr_dist.pipeline.steps import (
     kde_grid_and_bandwidth,
     kernel_embedding_max_order,
     kernel_embedding_truncation,
+    pilot_families,
     respond,
     score_matching_max_degree,
     score_matching_truncation,
@@ -148,7 +151,7 @@ class NonFiniteWarning(UserWarning):
 def _emit(category: type[Warning], message: str, record: list[str] | None) -> None:
     """Warn with ``message`` (one line) and add ``"Category: message"`` to ``record``, which the
     result keeps in ``attrs["warnings"]``."""
-    warnings.warn(message, category, stacklevel=4)
+    warnings.warn(message, category, stacklevel=5)
     if record is not None:
         record.append(f"{category.__name__}: {message}")
 
@@ -283,22 +286,6 @@ def _degree(options: EstimateOptions, d: int, name: Name = str) -> int | None:
     return degree
 
 
-def _resolve_index_set(
-    density: KernelDensity, max_order: Any, chosen: int | None
-) -> tuple[str, Any, Any]:
-    """``index_set="auto"``: total degree, unless at most one coordinate is active
-    (:func:`kelr_dist.kernels.selection.active_coordinates`); then a box with order 0 on the
-    inactive
-    ones and the 1-D default order on the active one."""
-    active = active_coordinates(density)
-    fitted = density.basis.order
-    if active.all() or active.sum() > 1:
-        return "total", fitted, chosen
-    top = kernel_embedding_max_order(1) if max_order is None else int(max_order)
-    box = tuple(top if a else 0 for a in active)
-    return "box", box, None if chosen is None else tuple(chosen if a else 0 for a in active)
-
-
 def _exact_score(
     trajectory: xr.DataArray, score: Callable | None, name: Name = str
 ) -> Callable | None:
@@ -322,7 +309,8 @@ def _exact_score(
     return model.score
 
 
-class Inputs(NamedTuple):
+@dataclass(frozen=True)
+class Inputs:
     """The checked inputs of an estimate (:func:`check_inputs`)."""
 
     trajectory: xr.DataArray  #: validated, ``(chain, time, component)``
@@ -491,68 +479,110 @@ def estimate_response(
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
     """
     started = time.perf_counter()
-    # every option through the one model first (the arguments are the only locals yet), then
-    # the checks that need the data
     options = checked(
-        EstimateOptions, {k: v for k, v in locals().items() if k in EstimateOptions.model_fields}
-    )
-    estimator, basis, index_set, folds = (o := options).estimator, o.basis, o.index_set, o.folds
-    max_order, delta, kde, gaussian = o.max_order, o.delta, o.kde, o.gaussian
+        EstimateOptions,
+        dict(
+            variable=variable, components=components, estimator=estimator, basis=basis,
+            order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
+            max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
+            forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
+            stein_correction=stein_correction,
+        ),
+    )  # fmt: skip
     inputs = check_inputs(trajectory, options, dt)
-    traj, lag, fitted, chosen, sm_degree, fold_plan = inputs[:6]
-    exact_fn, observable, forcing = inputs.exact, inputs.observable, inputs.forcing
-    chains, n, d = traj.shape
-    step = float(traj.attrs["dt"])
-    use_ke = estimator in ("auto", "kernel-embedding")
-    use_sm = estimator in ("auto", "score-matching")
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
-        # in-memory input goes to the workers once, not once per pass
-        # ... and a store that fits in the workers' memory is read once for all passes
-        kept, in_memory = keep_in_memory(scatter_trajectory(traj, run_on), run_on)
+        # in-memory input goes to the workers once, and a store that fits in the workers' memory
+        # is read once for all passes
+        kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
         passes = Passes(kept, run_on, progress, in_memory)
-
-        survey, observable = survey_for(passes, observable, covariance=kde or gaussian)
-        periodic = find_periodic(passes, survey, basis)
-        _warn_edges(survey, periodic, [str(c) for c in traj["component"].values])
-        coordinates = choose_coordinates(passes, survey, basis, periodic)
-        observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
-        if index_set == "auto" and isinstance(chosen, tuple):
-            index_set = "box"
-        features = (
-            PolynomialFeatures(coordinates, sm_degree or score_matching_max_degree(d))
-            if use_sm
-            else None
-        )
+        setting = settle(passes, options, inputs)
+        plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
             passes,
-            density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
-            if use_ke
-            else None,
-            features=features,
-            folds=fold_plan,
-            kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
+            density_basis=plan.density_basis,
+            features=plan.features,
+            folds=inputs.folds,
+            kde_grid=plan.kde_grid,
         )
-        ke: KernelEmbeddingChoice | None = None
-        if use_ke:
-            density = fits.density
-            assert density is not None
-            if index_set == "auto":
-                index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
-                if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
-                    basis_box = TensorBasis(coordinates, fitted, "box")
-                    density = fit_estimators(
-                        passes, density_basis=basis_box, folds=fold_plan
-                    ).density
-                    assert density is not None
-            ke = choose_kernel_embedding(passes, density, chosen, delta)
-        sm: ScoreMatchingChoice | None = None
-        if use_sm:
-            assert fits.gram is not None
-            sm = choose_score_matching(fits.gram, sm_degree)
+        ke = None
+        if fits.density is not None:
+            ke = choose_kernel_embedding(
+                passes,
+                fits.density,
+                inputs.order,
+                options.delta,
+                index_set=plan.index_set,
+                max_order=options.max_order,
+                folds=inputs.folds,
+            )
+        sm = None if fits.gram is None else choose_score_matching(fits.gram, inputs.degree)
+        scores, replicates = plan.scores(ke, sm, fits)
+        out = respond(
+            passes,
+            scores,
+            setting.observable,
+            inputs.forcing,
+            inputs.max_lag,
+            centre=setting.centre,
+            scales=setting.survey.moments.std,
+            held_out=None if ke is None or sm is None else (ke, inputs.folds),
+            corrected=[name for name in ESTIMATED if name in scores] if plan.corrected else (),
+            origin=setting.survey.moments.mean,
+            replicates=replicates,
+            periods=setting.periods,
+        )
+    return conclude(options, inputs, setting, plan, passes, ke, sm, out, started)
 
+
+@dataclass(frozen=True)
+class Setting:
+    """What read 1 (and 1b) settle before any fit: the survey, the periodic components, the
+    basis per coordinate, and the observable with its centre ``Ā`` and the periods."""
+
+    survey: Survey
+    periodic: list[Periodicity | None]
+    coordinates: tuple[Coordinate, ...]
+    observable: Observable
+    centre: np.ndarray
+    periods: np.ndarray | None
+
+
+def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
+    """Read 1 (moments, ``Ā``; :func:`~kelr_dist.pipeline.steps.survey_data`), the periodic
+    components, the :class:`EdgeWarning` of hard edges, the basis (read 1b when a Laguerre θ comes
+    from the data) and the observable on the circle (one light read for angles)."""
+    covariance = options.kde or options.gaussian
+    survey, observable = survey_for(passes, inputs.observable, covariance=covariance)
+    periodic = find_periodic(passes, survey, options.basis)
+    _warn_edges(survey, periodic, [str(c) for c in passes.trajectory["component"].values])
+    coordinates = choose_coordinates(passes, survey, options.basis, periodic)
+    observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
+    return Setting(survey, periodic, coordinates, observable, centre, periods)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an estimate fits and adds (:func:`plan_estimate`): the kernel embedding's first basis
+    and score matching's features (``None``: that family is not fitted), the index-set rule
+    (``"auto"`` resolves after the fit), the baselines, the affine correction and the pilot
+    behind the choice of families."""
+
+    density_basis: TensorBasis | None
+    features: PolynomialFeatures | None
+    index_set: str
+    kde_grid: tuple[Any, np.ndarray] | None
+    exact: Callable | None
+    gaussian: SampleMoments | None
+    corrected: bool
+    pilot: Pilot | None
+
+    def scores(
+        self, ke: KernelEmbeddingChoice | None, sm: ScoreMatchingChoice | None, fits: Fits
+    ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]]]:
+        """The scores of the response read by response variable, and the estimated ones
+        refitted without each fold (their jackknife error, same read)."""
         scores: dict[str, Score] = {}
-        # the estimated scores refitted without each fold: their jackknife error, same read
         replicates: dict[str, tuple[Score, ...]] = {}
         if ke is not None:
             scores["response_kernel_embedding"] = ke.score
@@ -560,32 +590,79 @@ def estimate_response(
         if sm is not None:
             scores["response_score_matching"] = sm.model
             replicates["response_score_matching"] = sm.refits()
-        if exact_fn is not None:
-            scores["response_exact"] = FunctionScore(exact_fn)
+        if self.exact is not None:
+            scores["response_exact"] = FunctionScore(self.exact)
         if fits.kde is not None:
             scores["response_kde"] = KDEScore(fits.kde)
-        if gaussian:
-            assert survey.sample is not None
-            sample = survey.sample
+        if self.gaussian is not None:
+            sample = self.gaussian
             scores["response_gaussian"] = FunctionScore(
                 gaussian_score(sample.mean, np.atleast_2d(sample.cov))
             )
-        out = respond(
+        return scores, replicates
+
+
+def plan_estimate(
+    passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
+) -> Plan:
+    """The families to fit, their bases, the baselines. With ``estimator="auto"`` a pilot on a
+    subsample (:func:`~kelr_dist.pipeline.steps.pilot_families`, reads 1c-1e) decides whether
+    the kernel embedding can still win; when it cannot, it is not fitted."""
+    d = passes.trajectory.shape[2]
+    index_set = options.index_set
+    if index_set == "auto" and isinstance(inputs.order, tuple):
+        index_set = "box"
+    basis = features = pilot = None
+    if options.estimator in ("auto", "kernel-embedding"):
+        basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
+    if options.estimator in ("auto", "score-matching"):
+        degree = inputs.degree or score_matching_max_degree(d)
+        features = PolynomialFeatures(setting.coordinates, degree)
+    if basis is not None and features is not None:
+        pilot = pilot_families(
             passes,
-            scores,
-            observable,
-            forcing,
-            lag,
-            centre=centre,
-            scales=survey.moments.std,
-            held_out=(ke, fold_plan) if (ke is not None and use_sm) else None,
-            corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
-            origin=survey.moments.mean,
-            replicates=replicates,
-            periods=periods,
+            basis,
+            features,
+            inputs.folds.count,
+            order=inputs.order,
+            degree=inputs.degree,
+            delta=options.delta,
+            index_set=index_set,
+            max_order=options.max_order,
         )
+        basis = None if pilot is not None and pilot.skips_kernel_embedding else basis
+    sample = setting.survey.sample
+    return Plan(
+        density_basis=basis,
+        features=features,
+        index_set=index_set,
+        kde_grid=kde_grid_and_bandwidth(sample) if options.kde and sample is not None else None,
+        exact=inputs.exact,
+        gaussian=sample if options.gaussian else None,
+        corrected=options.stein_correction,
+        pilot=pilot,
+    )
+
+
+def conclude(
+    options: EstimateOptions,
+    inputs: Inputs,
+    setting: Setting,
+    plan: Plan,
+    passes: Passes,
+    ke: KernelEmbeddingChoice | None,
+    sm: ScoreMatchingChoice | None,
+    out: Responses,
+    started: float,
+) -> xr.Dataset:
+    """The result of the response read: the held-out choice between the families, the warnings
+    (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
+    :class:`ConvergenceWarning`, :class:`NonFiniteWarning`, each also a line of
+    ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
+    traj = inputs.trajectory
+    chains, n, _ = traj.shape
     candidates = candidate_table(
-        estimator,
+        options.estimator,
         None if ke is None else (ke.level, out.density_loss),
         sm.candidates if sm is not None else [],
         sm.pick if sm is not None else None,
@@ -595,11 +672,13 @@ def estimate_response(
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
     raised: list[str] = []
+    if plan.pilot is not None and plan.pilot.skips_kernel_embedding:
+        raised.append(f"Pilot: {plan.pilot.decision}")
     truncation = (
         kernel_embedding_truncation(ke, chains * n)
         if used == "kernel-embedding" and ke is not None
         else score_matching_truncation(sm, chains * n)
-        if used == "score-matching" and sm is not None and sm_degree is None
+        if used == "score-matching" and sm is not None and inputs.degree is None
         else None
     )
     if truncation is not None:
@@ -620,20 +699,20 @@ def estimate_response(
 
     attrs: dict[str, Any] = {
         "estimator": used,
-        "estimator_selection": estimator,
-        "folds": int(folds),
+        "estimator_selection": options.estimator,
+        "folds": int(options.folds),
         "n_samples": int(chains * n),
         "chains": int(chains),
         "chain_length": int(n),
-        "dt": step,
-        "max_lag": lag,
-        "basis": format_basis(coordinates),
+        "dt": float(traj.attrs["dt"]),
+        "max_lag": inputs.max_lag,
+        "basis": format_basis(setting.coordinates),
         "rejection": main.rejection,
         "nonfinite_rejection": main.nonfinite_rejection,
         "warnings": "\n".join(raised),
-        "stein_correction": "affine" if stein_correction else "none",
+        "stein_correction": "affine" if options.stein_correction else "none",
         **options.function_names(),
-        **distribution_attrs(observable),
+        **distribution_attrs(setting.observable),
         "passes": passes.reads,
         "store_reads": passes.store_reads,
         "chunking": [int(c) for c in traj.chunks[1]],
@@ -653,18 +732,20 @@ def estimate_response(
             delta_rule=ke.delta_rule,
         )
     if sm is not None:
-        assert features is not None
+        assert plan.features is not None
         attrs.update(
             degree=sm.degree,
             ridge=sm.ridge,
-            max_degree=features.degree,
-            gram_stride=gram_stride(chains * n, features.size),
+            max_degree=plan.features.degree,
+            gram_stride=gram_stride(chains * n, plan.features.size),
             gram_condition=sm.condition,
         )
+    if plan.pilot is not None:
+        attrs.update(plan.pilot.attrs())
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement
-    if periods is not None:
-        attrs["periodic"] = periodic_attr(traj, periodic)
+    if setting.periods is not None:
+        attrs["periodic"] = periodic_attr(traj, setting.periodic)
     attrs["runtime_seconds"] = time.perf_counter() - started
     return assemble_result(
         responses=responses,
@@ -672,8 +753,8 @@ def estimate_response(
         candidates=candidates,
         used=used,
         trajectory=traj,
-        observable=observable,
-        forcing=forcing,
+        observable=setting.observable,
+        forcing=inputs.forcing,
         attrs=attrs,
     )
 

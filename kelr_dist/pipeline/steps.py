@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +40,7 @@ from kelr_dist.kernels.coordinates import (
 )
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds, fold_stderr
-from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
+from kelr_dist.kernels.heldout import Choice, FoldLosses, density_loss_reduction
 from kelr_dist.kernels.kde import (
     DEFAULT_MAX_GRID_BYTES,
     BinnedKDE,
@@ -80,7 +80,13 @@ from kelr_dist.kernels.score_matching import (
     gram_reduction,
     held_out_candidates,
 )
-from kelr_dist.kernels.selection import Criteria, choose_delta, choose_order, criteria_reduction
+from kelr_dist.kernels.selection import (
+    Criteria,
+    active_coordinates,
+    choose_delta,
+    choose_order,
+    criteria_reduction,
+)
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
 #: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
@@ -409,8 +415,25 @@ def choose_kernel_embedding(
     density: KernelDensity,
     order: int | tuple[int, ...] | None = None,
     delta: str | float = "auto",
+    *,
+    index_set: str = "given",
+    max_order: int | tuple[int, ...] | None = None,
+    folds: Folds | None = None,
 ) -> KernelEmbeddingChoice:
-    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4)."""
+    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4).
+
+    With ``index_set="auto"`` the fitted total-degree ``density`` is first kept, or, when at most
+    one coordinate is active (:func:`kelr_dist.kernels.selection.active_coordinates`), refitted
+    by ``folds`` on a box with order 0 on the others and ``max_order`` (default: the 1-D budget)
+    on the active one, as in the paper's Langevin example (§5.2; read 2b)."""
+    active = active_coordinates(density) if index_set == "auto" else None
+    if active is not None and active.sum() <= 1 and not active.all():
+        top = kernel_embedding_max_order(1) if max_order is None else int(max_order)  # type: ignore[arg-type]
+        box = TensorBasis(density.basis.coordinates, tuple(top if a else 0 for a in active), "box")
+        refit = fit_estimators(passes, density_basis=box, folds=folds).density
+        assert refit is not None
+        density = refit
+        order = None if order is None else tuple(order if a else 0 for a in active)  # type: ignore[misc]
     criteria: Criteria = passes(criteria_reduction(density))[0]
     chosen = choose_order(criteria) if order is None else order
     level = max(chosen) if isinstance(chosen, tuple) else int(chosen)
@@ -475,6 +498,119 @@ def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMat
     return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
 
 
+#: the pilot reads every ``k``-th sample, ``k = n_samples // PILOT_SAMPLES``: enough rows for the
+#: held-out losses of both families to separate by many standard errors where one family is far
+#: behind (the benchmark systems of docs/benchmarks: gaps of 10-1000 standard errors at 2e5 rows)
+PILOT_SAMPLES = 200_000
+#: ... and runs only when it reads at most a fifth of the samples: below that it costs about what
+#: it can save
+PILOT_MIN_STRIDE = 5
+#: the kernel embedding is skipped when its pilot held-out loss is above score matching's by more
+#: than PILOT_MARGIN standard errors of their paired difference over folds, and by more than
+#: PILOT_SHARE of the larger loss's size: the pilot fits both families on fewer samples than the
+#: estimate, and the kernel embedding, with more coefficients, gains more from the rest, so only
+#: a decisive gap is taken as one the full data cannot close
+PILOT_MARGIN = 5.0
+PILOT_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """Both families fitted and scored by held-out Hyvärinen loss on every ``stride``-th sample
+    (:func:`pilot_families`), and whether the kernel embedding can still win on all of them."""
+
+    stride: int
+    samples: int
+    kernel_embedding: Choice  #: its order and held-out loss on the pilot rows
+    score_matching: Choice  #: score matching's own pick and its held-out loss
+    gap_stderr: float  #: standard error of :attr:`gap` from the paired per-fold losses
+
+    @property
+    def gap(self) -> float:
+        """Kernel embedding's held-out loss minus score matching's (positive: it is behind)."""
+        return self.kernel_embedding.loss - self.score_matching.loss
+
+    @property
+    def skips_kernel_embedding(self) -> bool:
+        """Whether the kernel embedding is behind by a gap the full data cannot close
+        (:data:`PILOT_MARGIN`, :data:`PILOT_SHARE`)."""
+        size = max(abs(self.kernel_embedding.loss), abs(self.score_matching.loss))
+        return bool(self.gap > PILOT_MARGIN * self.gap_stderr and self.gap > PILOT_SHARE * size)
+
+    def attrs(self) -> dict[str, Any]:
+        """The result's record of the pilot: ``pilot`` (:attr:`decision`), ``pilot_stride``,
+        ``pilot_gap`` (in standard errors) and ``pilot_skipped`` (the family not fitted, or
+        ``""``)."""
+        return {
+            "pilot": self.decision,
+            "pilot_stride": self.stride,
+            "pilot_gap": self.gap / self.gap_stderr,
+            "pilot_skipped": "kernel-embedding" if self.skips_kernel_embedding else "",
+        }
+
+    @property
+    def decision(self) -> str:
+        """One line: what the pilot found and what runs."""
+        verdict = (
+            "the kernel embedding was not fitted to all samples"
+            if self.skips_kernel_embedding
+            else "both families were fitted to all samples"
+        )
+        return (
+            f"pilot on every {self.stride}-th sample ({self.samples} rows): held-out loss "
+            f"kernel-embedding (order {self.kernel_embedding.order}) "
+            f"{self.kernel_embedding.loss:.6g}, score-matching (degree "
+            f"{self.score_matching.order}) {self.score_matching.loss:.6g}, gap "
+            f"{self.gap / self.gap_stderr:.1f} standard errors: {verdict}"
+        )
+
+
+def pilot_families(
+    passes: Passes,
+    density_basis: TensorBasis,
+    features: PolynomialFeatures,
+    folds: int,
+    *,
+    order: int | tuple[int, ...] | None = None,
+    degree: int | None = None,
+    delta: str | float = "auto",
+    index_set: str = "given",
+    max_order: int | tuple[int, ...] | None = None,
+) -> Pilot | None:
+    """Reads 1c-1e, on every ``k``-th sample (:data:`PILOT_SAMPLES`): the kernel embedding
+    (coefficients by fold, index set, ``order`` and threshold ``delta``) and score matching
+    (``degree``; ``None``: automatic) fitted as the estimate fits them, and the kernel embedding's
+    held-out Hyvärinen loss against score matching's. ``None`` (no read) when the pilot would
+    read more than a fifth of the samples (:data:`PILOT_MIN_STRIDE`). Its reads count in
+    ``passes.reads``."""
+    chains, n, _ = passes.trajectory.shape
+    stride = chains * n // PILOT_SAMPLES
+    if stride < PILOT_MIN_STRIDE:
+        return None
+    rows = passes.trajectory.isel(time=slice(None, None, stride))
+    pilot = Passes(rows, passes.client, passes.progress, passes.in_memory)
+    plan = Folds(folds, chains, rows.shape[1])
+    fits = fit_estimators(pilot, density_basis=density_basis, features=features, folds=plan)
+    assert fits.density is not None and fits.gram is not None
+    ke = choose_kernel_embedding(
+        pilot, fits.density, order, delta, index_set=index_set, max_order=max_order, folds=plan
+    )
+    sm = choose_score_matching(fits.gram, degree)
+    losses = pilot(density_loss_reduction(ke.density, ke.order, ke.delta, plan))[0]
+    passes.reads += pilot.reads
+    return Pilot(
+        stride,
+        chains * rows.shape[1],
+        Choice("kernel-embedding", ke.level, math.nan, losses.mean, _stderr(losses.loss)),
+        Choice("score-matching", sm.degree, sm.ridge, sm.pick.loss, _stderr(sm.pick.fold_losses)),
+        _stderr(losses.loss - sm.pick.fold_losses),
+    )
+
+
+def _stderr(fold_losses: np.ndarray) -> float:
+    return float(fold_stderr(fold_losses))
+
+
 @dataclass(frozen=True)
 class Responses:
     """Read-4 results: one :class:`ResponseResult` per score and the kernel embedding's
@@ -491,15 +627,36 @@ def respond(
     forcing: Forcing,
     max_lag: int,
     *,
+    centre: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    corrected: Collection[str] = (),
+    origin: np.ndarray | None = None,
+    replicates: Mapping[str, Sequence[Score]] | None = None,
+    periods: np.ndarray | None = None,
     held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
-    **options: Any,
 ) -> Responses:
     """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6), the lag-0
-    Stein residuals, the affine Stein correction of the scores named in ``corrected`` and the
-    kernel embedding's held-out loss, in the same read. ``options`` (``centre``, ``scales``,
-    ``corrected``, ``origin``, ``replicates``) go to
+    Stein residuals, the affine Stein correction of the scores named in ``corrected`` and, with
+    ``held_out``, the kernel embedding's held-out loss, in the same read.
+
+    ``centre`` is ``Ā`` ``(q,)``, ``scales`` the components' standard deviations ``(d,)``,
+    ``origin`` the correction's centre ``(d,)``, ``replicates`` the scores refitted without each
+    fold, ``periods`` ``(d,)`` those of the components on a circle (0 elsewhere): see
     :func:`kelr_dist.kernels.response.response_reduction`."""
-    reductions = [response_reduction(scores, observable, forcing, max_lag, **options)]
+    reductions = [
+        response_reduction(
+            scores,
+            observable,
+            forcing,
+            max_lag,
+            centre=centre,
+            scales=scales,
+            corrected=corrected,
+            origin=origin,
+            replicates=replicates,
+            periods=periods,
+        )
+    ]
     if held_out is not None:
         choice, folds = held_out
         reductions.append(density_loss_reduction(choice.density, choice.order, choice.delta, folds))
