@@ -11,6 +11,8 @@ read  reductions (sharing the read)                           gives
 ====  ======================================================  ===================================
 1     moments, ``Ā`` (+ mean/covariance for baselines)         basis choice (step 1), centring
 1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
+1c-e  ``estimator="auto"``, long data: both families fitted    whether the kernel embedding is
+      and scored on every k-th sample (the pilot)              fitted (the plan)
 2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq. 39), ``G``, ``b``
       (+ KDE bins)
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
@@ -18,8 +20,13 @@ read  reductions (sharing the read)                           gives
       kernel embedding's held-out loss                         the estimator choice
 ====  ======================================================  ===================================
 
-Read 3 is skipped for ``estimator="score-matching"``; score matching's degree is chosen from the
-fold sums of read 2 without a read of its own. The result is an ``xarray.Dataset`` (see
+Read 3 is skipped for ``estimator="score-matching"`` and when the pilot leaves the kernel
+embedding out; score matching's degree is chosen from the fold sums of read 2 without a read of
+its own. ``estimate_response`` validates its arguments into
+:class:`~kelr_dist.pipeline.options.EstimateOptions` once, checks them against the data
+(:func:`check_inputs`), settles read 1 (:func:`settle`), builds a :class:`Plan`
+(:func:`plan_estimate`) and composes the steps; :func:`conclude` makes the choice, the warnings
+and the attributes. The result is an ``xarray.Dataset`` (see
 :func:`estimate_response`, assembled by :mod:`kelr_dist.pipeline.result`, which also writes it
 and rebuilds ``p_M`` from it).
 """

@@ -8,7 +8,8 @@ them, and scripts may call them one by one::
     passes = Passes(trajectory, client)
     survey = survey_data(passes, observable)                      # read 1: moments, Ā
     coordinates = choose_coordinates(passes, survey, "auto")       # (read 1b: Gamma fit)
-    fits = fit_estimators(passes, coordinates, density_basis=..., features=..., folds=...)  # 2
+    pilot = pilot_families(passes, basis, features, folds=4)       # (reads 1c-1e, a subsample)
+    fits = fit_estimators(passes, density_basis=basis, features=features, folds=folds)  # 2
     ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
     out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
@@ -498,18 +499,19 @@ def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMat
     return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
 
 
-#: the pilot reads every ``k``-th sample, ``k = n_samples // PILOT_SAMPLES``: enough rows for the
-#: held-out losses of both families to separate by many standard errors where one family is far
-#: behind (the benchmark systems of docs/benchmarks: gaps of 10-1000 standard errors at 2e5 rows)
-PILOT_SAMPLES = 200_000
-#: ... and runs only when it reads at most a fifth of the samples: below that it costs about what
-#: it can save
+#: the pilot reads every ``k``-th sample, ``k = n_samples // PILOT_SAMPLES``: rows enough for the
+#: held-out losses to separate a family that is far behind by many standard errors (the pilot
+#: table of docs/benchmarks.md), few enough that its reads cost a small part of one family's
+PILOT_SAMPLES = 50_000
+#: ... and it runs only when it reads at most a fifth of the samples: below that it costs about
+#: what it can save
 PILOT_MIN_STRIDE = 5
-#: the kernel embedding is skipped when its pilot held-out loss is above score matching's by more
-#: than PILOT_MARGIN standard errors of their paired difference over folds, and by more than
-#: PILOT_SHARE of the larger loss's size: the pilot fits both families on fewer samples than the
+#: the kernel embedding is left out when its pilot held-out loss is above score matching's by more
+#: than PILOT_MARGIN standard errors of their paired difference over folds and by more than
+#: PILOT_SHARE of the larger loss's size: the pilot fits both families to fewer samples than the
 #: estimate, and the kernel embedding, with more coefficients, gains more from the rest, so only
-#: a decisive gap is taken as one the full data cannot close
+#: a decisive gap counts (Hyvärinen's loss differences estimate half the
+#: Fisher divergences' difference, which bounds the response error: kernels/heldout.py)
 PILOT_MARGIN = 5.0
 PILOT_SHARE = 0.05
 
@@ -532,8 +534,8 @@ class Pilot:
 
     @property
     def skips_kernel_embedding(self) -> bool:
-        """Whether the kernel embedding is behind by a gap the full data cannot close
-        (:data:`PILOT_MARGIN`, :data:`PILOT_SHARE`)."""
+        """Whether the kernel embedding is behind by a decisive gap (:data:`PILOT_MARGIN`,
+        :data:`PILOT_SHARE`)."""
         size = max(abs(self.kernel_embedding.loss), abs(self.score_matching.loss))
         return bool(self.gap > PILOT_MARGIN * self.gap_stderr and self.gap > PILOT_SHARE * size)
 
@@ -673,6 +675,7 @@ __all__ = [
     "Fits",
     "KernelEmbeddingChoice",
     "Passes",
+    "Pilot",
     "Responses",
     "ScoreMatchingChoice",
     "Survey",
@@ -683,6 +686,7 @@ __all__ = [
     "find_periodic",
     "fit_estimators",
     "kde_grid_and_bandwidth",
+    "pilot_families",
     "respond",
     "survey_data",
 ]
