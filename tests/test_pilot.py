@@ -1,6 +1,6 @@
 """The pilot of ``estimator="auto"``: on a subsample it decides whether the kernel embedding can
-still win; where it cannot, that family is not fitted and the result says so, and the chosen
-family's results are those of that family alone; where it can, both families run as before."""
+still win; where it cannot, that family goes no further than its fit and the result says so, and
+the chosen family's results are those of that family alone; where it can, both run as before."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def quiet_estimate(path: Path, **options: object) -> xr.Dataset:
         return estimate_response(path, **FAST, **options)  # type: ignore[arg-type]
 
 
-def test_a_family_that_cannot_win_is_not_fitted(stores: dict[str, Path]) -> None:
+def test_a_family_that_cannot_win_goes_no_further(stores: dict[str, Path]) -> None:
     """Coupled 3-D wells: the kernel embedding's held-out loss is far behind score matching's
-    on the pilot rows, so it is not fitted; the result records why, and its score-matching
+    on the pilot rows, so it goes no further; the result records why, and its score-matching
     response is the one ``estimator="score-matching"`` gives."""
     auto = quiet_estimate(stores["coupled-3d"])
     alone = quiet_estimate(stores["coupled-3d"], estimator="score-matching")
@@ -55,7 +55,7 @@ def test_a_family_that_cannot_win_is_not_fitted(stores: dict[str, Path]) -> None
     assert auto.attrs["passes"] > alone.attrs["passes"]  # the pilot's reads are counted
 
 
-def test_a_family_that_can_win_is_fitted(stores: dict[str, Path]) -> None:
+def test_a_family_that_can_win_is_carried_on(stores: dict[str, Path]) -> None:
     """Triple-well: the pilot finds no decisive gap, so both families run and the kernel
     embedding is chosen, as without a pilot."""
     auto = quiet_estimate(stores["triple-well"])

@@ -11,10 +11,10 @@ read  reductions (sharing the read)                           gives
 ====  ======================================================  ===================================
 1     moments, ``Ā`` (+ mean/covariance for baselines)         basis choice (step 1), centring
 1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
-1c-e  ``estimator="auto"``, long data: both families fitted    whether the kernel embedding is
-      and scored on every k-th sample (the pilot)              fitted (the plan)
 2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq. 39), ``G``, ``b``
       (+ KDE bins)
+3p    ``estimator="auto"``, long data: δ/R/η sweep on every    whether the kernel embedding goes
+      k-th sample, then (read 4p) its held-out loss            on (the pilot)
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
       kernel embedding's held-out loss                         the estimator choice
@@ -94,10 +94,11 @@ from kelr_dist.pipeline.steps import (
     kde_grid_and_bandwidth,
     kernel_embedding_max_order,
     kernel_embedding_truncation,
-    pilot_families,
+    pilot_kernel_embedding,
     respond,
     score_matching_max_degree,
     score_matching_truncation,
+    settle_index_set,
 )
 
 #: the response variables of estimated scores, which get the affine Stein correction
@@ -512,18 +513,23 @@ def estimate_response(
             folds=inputs.folds,
             kde_grid=plan.kde_grid,
         )
-        ke = None
+        sm = None if fits.gram is None else choose_score_matching(fits.gram, inputs.degree)
+        ke, pilot = None, None
         if fits.density is not None:
-            ke = choose_kernel_embedding(
+            density, ke_order = settle_index_set(
                 passes,
                 fits.density,
                 inputs.order,
-                options.delta,
                 index_set=plan.index_set,
                 max_order=options.max_order,
                 folds=inputs.folds,
             )
-        sm = None if fits.gram is None else choose_score_matching(fits.gram, inputs.degree)
+            if plan.pilot and sm is not None:
+                pilot = pilot_kernel_embedding(
+                    passes, density, sm, inputs.folds, ke_order, options.delta
+                )
+            if pilot is None or not pilot.skips_kernel_embedding:
+                ke = choose_kernel_embedding(passes, density, ke_order, options.delta)
         scores, replicates = plan.scores(ke, sm, fits)
         out = respond(
             passes,
@@ -539,7 +545,7 @@ def estimate_response(
             replicates=replicates,
             periods=setting.periods,
         )
-    return conclude(options, inputs, setting, plan, passes, ke, sm, out, started)
+    return conclude(options, inputs, setting, plan, passes, (ke, sm, pilot), out, started)
 
 
 @dataclass(frozen=True)
@@ -572,8 +578,8 @@ def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
 class Plan:
     """What an estimate fits and adds (:func:`plan_estimate`): the kernel embedding's first basis
     and score matching's features (``None``: that family is not fitted), the index-set rule
-    (``"auto"`` resolves after the fit), the baselines, the affine correction and the pilot
-    behind the choice of families."""
+    (``"auto"`` resolves after the fit), the baselines, the affine correction, and whether a
+    pilot decides if the kernel embedding is carried past its fit."""
 
     density_basis: TensorBasis | None
     features: PolynomialFeatures | None
@@ -582,7 +588,7 @@ class Plan:
     exact: Callable | None
     gaussian: SampleMoments | None
     corrected: bool
-    pilot: Pilot | None
+    pilot: bool  #: whether the kernel embedding is first scored on a subsample
 
     def scores(
         self, ke: KernelEmbeddingChoice | None, sm: ScoreMatchingChoice | None, fits: Fits
@@ -612,32 +618,20 @@ class Plan:
 def plan_estimate(
     passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
 ) -> Plan:
-    """The families to fit, their bases, the baselines. With ``estimator="auto"`` a pilot on a
-    subsample (:func:`~kelr_dist.pipeline.steps.pilot_families`, reads 1c-1e) decides whether
-    the kernel embedding can still win; when it cannot, it is not fitted."""
+    """The families to fit, their bases, the baselines. With ``estimator="auto"`` a pilot
+    (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`, two reads of a subsample after
+    the fit) decides whether the kernel embedding can still win; when it cannot, its order sweep
+    and response columns are left out."""
     d = passes.trajectory.shape[2]
     index_set = options.index_set
     if index_set == "auto" and isinstance(inputs.order, tuple):
         index_set = "box"
-    basis = features = pilot = None
+    basis = features = None
     if options.estimator in ("auto", "kernel-embedding"):
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
     if options.estimator in ("auto", "score-matching"):
         degree = inputs.degree or score_matching_max_degree(d)
         features = PolynomialFeatures(setting.coordinates, degree)
-    if basis is not None and features is not None:
-        pilot = pilot_families(
-            passes,
-            basis,
-            features,
-            inputs.folds.count,
-            order=inputs.order,
-            degree=inputs.degree,
-            delta=options.delta,
-            index_set=index_set,
-            max_order=options.max_order,
-        )
-        basis = None if pilot is not None and pilot.skips_kernel_embedding else basis
     sample = setting.survey.sample
     return Plan(
         density_basis=basis,
@@ -647,7 +641,7 @@ def plan_estimate(
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
         corrected=options.stein_correction,
-        pilot=pilot,
+        pilot=options.estimator == "auto",
     )
 
 
@@ -657,8 +651,7 @@ def conclude(
     setting: Setting,
     plan: Plan,
     passes: Passes,
-    ke: KernelEmbeddingChoice | None,
-    sm: ScoreMatchingChoice | None,
+    fitted: tuple[KernelEmbeddingChoice | None, ScoreMatchingChoice | None, Pilot | None],
     out: Responses,
     started: float,
 ) -> xr.Dataset:
@@ -668,6 +661,7 @@ def conclude(
     ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
     traj = inputs.trajectory
     chains, n, _ = traj.shape
+    ke, sm, pilot = fitted
     candidates = candidate_table(
         options.estimator,
         None if ke is None else (ke.level, out.density_loss),
@@ -679,8 +673,8 @@ def conclude(
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
     raised: list[str] = []
-    if plan.pilot is not None and plan.pilot.skips_kernel_embedding:
-        raised.append(f"Pilot: {plan.pilot.decision}")
+    if pilot is not None and pilot.skips_kernel_embedding:
+        raised.append(f"Pilot: {pilot.decision}")
     truncation = (
         kernel_embedding_truncation(ke, chains * n)
         if used == "kernel-embedding" and ke is not None
@@ -747,8 +741,8 @@ def conclude(
             gram_stride=gram_stride(chains * n, plan.features.size),
             gram_condition=sm.condition,
         )
-    if plan.pilot is not None:
-        attrs.update(plan.pilot.attrs())
+    if pilot is not None:
+        attrs.update(pilot.attrs())
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement
     if setting.periods is not None:

@@ -8,10 +8,10 @@ them, and scripts may call them one by one::
     passes = Passes(trajectory, client)
     survey = survey_data(passes, observable)                      # read 1: moments, Ā
     coordinates = choose_coordinates(passes, survey, "auto")       # (read 1b: Gamma fit)
-    pilot = pilot_families(passes, basis, features, folds=4)       # (reads 1c-1e, a subsample)
     fits = fit_estimators(passes, density_basis=basis, features=features, folds=folds)  # 2
-    ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
+    pilot = pilot_kernel_embedding(passes, fits.density, sm, folds)  # reads 3p, 4p: subsample
+    ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
     out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
 
 Every pass is :func:`kelr_dist.engine.passes.run_reductions` with the step's reductions; reductions
@@ -41,7 +41,12 @@ from kelr_dist.kernels.coordinates import (
 )
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds, fold_stderr
-from kelr_dist.kernels.heldout import Choice, FoldLosses, density_loss_reduction
+from kelr_dist.kernels.heldout import (
+    HELDOUT_STRIDE,
+    Choice,
+    FoldLosses,
+    density_loss_reduction,
+)
 from kelr_dist.kernels.kde import (
     DEFAULT_MAX_GRID_BYTES,
     BinnedKDE,
@@ -411,30 +416,40 @@ class KernelEmbeddingChoice:
         )
 
 
+Order = int | tuple[int, ...]
+
+
+def settle_index_set(
+    passes: Passes,
+    density: KernelDensity,
+    order: Order | None = None,
+    *,
+    index_set: str = "given",
+    max_order: Order | None = None,
+    folds: Folds | None = None,
+) -> tuple[KernelDensity, Order | None]:
+    """The kernel embedding's density and order on its index set. With ``index_set="auto"`` the
+    fitted total-degree ``density`` is kept, or, when at most one coordinate is active
+    (:func:`kelr_dist.kernels.selection.active_coordinates`), refitted by ``folds`` on a box with
+    order 0 on the others and ``max_order`` (default: the 1-D budget) on the active one, as in the
+    paper's Langevin example (§5.2; read 2b); a given ``order`` then applies to the active one."""
+    active = active_coordinates(density) if index_set == "auto" else None
+    if active is None or active.sum() > 1 or active.all():
+        return density, order
+    top = kernel_embedding_max_order(1) if max_order is None else int(max_order)  # type: ignore[arg-type]
+    box = TensorBasis(density.basis.coordinates, tuple(top if a else 0 for a in active), "box")
+    refit = fit_estimators(passes, density_basis=box, folds=folds).density
+    assert refit is not None
+    return refit, None if order is None else tuple(order if a else 0 for a in active)  # type: ignore[misc]
+
+
 def choose_kernel_embedding(
     passes: Passes,
     density: KernelDensity,
-    order: int | tuple[int, ...] | None = None,
+    order: Order | None = None,
     delta: str | float = "auto",
-    *,
-    index_set: str = "given",
-    max_order: int | tuple[int, ...] | None = None,
-    folds: Folds | None = None,
 ) -> KernelEmbeddingChoice:
-    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4).
-
-    With ``index_set="auto"`` the fitted total-degree ``density`` is first kept, or, when at most
-    one coordinate is active (:func:`kelr_dist.kernels.selection.active_coordinates`), refitted
-    by ``folds`` on a box with order 0 on the others and ``max_order`` (default: the 1-D budget)
-    on the active one, as in the paper's Langevin example (§5.2; read 2b)."""
-    active = active_coordinates(density) if index_set == "auto" else None
-    if active is not None and active.sum() <= 1 and not active.all():
-        top = kernel_embedding_max_order(1) if max_order is None else int(max_order)  # type: ignore[arg-type]
-        box = TensorBasis(density.basis.coordinates, tuple(top if a else 0 for a in active), "box")
-        refit = fit_estimators(passes, density_basis=box, folds=folds).density
-        assert refit is not None
-        density = refit
-        order = None if order is None else tuple(order if a else 0 for a in active)  # type: ignore[misc]
+    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4)."""
     criteria: Criteria = passes(criteria_reduction(density))[0]
     chosen = choose_order(criteria) if order is None else order
     level = max(chosen) if isinstance(chosen, tuple) else int(chosen)
@@ -499,32 +514,30 @@ def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMat
     return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
 
 
-#: the pilot reads every ``k``-th sample, ``k = n_samples // PILOT_SAMPLES``: rows enough for the
-#: held-out losses to separate a family that is far behind by many standard errors (the pilot
-#: table of docs/benchmarks.md), few enough that its reads cost a small part of one family's
+#: the pilot sweeps the kernel embedding's orders on every ``k``-th sample, ``k = n_samples //
+#: PILOT_SAMPLES``, and scores it on every ``HELDOUT_STRIDE k``-th row: rows enough for a
+#: family far behind to be many standard errors behind (the pilot table of docs/benchmarks.md),
+#: few enough that the two reads cost a small part of the kernel embedding's own
 PILOT_SAMPLES = 50_000
 #: ... and it runs only when it reads at most a fifth of the samples: below that it costs about
 #: what it can save
 PILOT_MIN_STRIDE = 5
 #: the kernel embedding is left out when its pilot held-out loss is above score matching's by more
-#: than PILOT_MARGIN standard errors of their paired difference over folds and by more than
-#: PILOT_SHARE of the larger loss's size: the pilot fits both families to fewer samples than the
-#: estimate, and the kernel embedding, with more coefficients, gains more from the rest, so only
-#: a decisive gap counts (Hyvärinen's loss differences estimate half the
-#: Fisher divergences' difference, which bounds the response error: kernels/heldout.py)
+#: than this many standard errors of their paired difference over folds: the pilot estimates the
+#: very comparison the estimate makes (kernels/heldout.py), on fewer rows, so a gap this large
+#: would not be reversed by the rest
 PILOT_MARGIN = 5.0
-PILOT_SHARE = 0.05
 
 
 @dataclass(frozen=True)
 class Pilot:
-    """Both families fitted and scored by held-out Hyvärinen loss on every ``stride``-th sample
-    (:func:`pilot_families`), and whether the kernel embedding can still win on all of them."""
+    """The kernel embedding scored on a subsample (:func:`pilot_kernel_embedding`) against
+    score matching's held-out loss, and whether it can still win on all samples."""
 
-    stride: int
-    samples: int
+    stride: int  #: the order sweep read every ``stride``-th sample
+    samples: int  #: rows the held-out loss was averaged over
     kernel_embedding: Choice  #: its order and held-out loss on the pilot rows
-    score_matching: Choice  #: score matching's own pick and its held-out loss
+    score_matching: Choice  #: score matching's pick and its held-out loss (all samples)
     gap_stderr: float  #: standard error of :attr:`gap` from the paired per-fold losses
 
     @property
@@ -534,10 +547,9 @@ class Pilot:
 
     @property
     def skips_kernel_embedding(self) -> bool:
-        """Whether the kernel embedding is behind by a decisive gap (:data:`PILOT_MARGIN`,
-        :data:`PILOT_SHARE`)."""
-        size = max(abs(self.kernel_embedding.loss), abs(self.score_matching.loss))
-        return bool(self.gap > PILOT_MARGIN * self.gap_stderr and self.gap > PILOT_SHARE * size)
+        """Whether the kernel embedding is behind by more than :data:`PILOT_MARGIN` standard
+        errors."""
+        return bool(self.gap > PILOT_MARGIN * self.gap_stderr)
 
     def attrs(self) -> dict[str, Any]:
         """The result's record of the pilot: ``pilot`` (:attr:`decision`), ``pilot_stride``,
@@ -554,58 +566,51 @@ class Pilot:
     def decision(self) -> str:
         """One line: what the pilot found and what runs."""
         verdict = (
-            "the kernel embedding was not fitted to all samples"
+            "the kernel embedding was not carried further"
             if self.skips_kernel_embedding
-            else "both families were fitted to all samples"
+            else "both families were carried on"
         )
         return (
-            f"pilot on every {self.stride}-th sample ({self.samples} rows): held-out loss "
-            f"kernel-embedding (order {self.kernel_embedding.order}) "
-            f"{self.kernel_embedding.loss:.6g}, score-matching (degree "
-            f"{self.score_matching.order}) {self.score_matching.loss:.6g}, gap "
+            f"pilot (order sweep on every {self.stride}-th sample, held-out loss on "
+            f"{self.samples} rows): held-out loss kernel-embedding (order "
+            f"{self.kernel_embedding.order}) {self.kernel_embedding.loss:.6g}, score-matching "
+            f"(degree {self.score_matching.order}) {self.score_matching.loss:.6g}, gap "
             f"{self.gap / self.gap_stderr:.1f} standard errors: {verdict}"
         )
 
 
-def pilot_families(
+def pilot_kernel_embedding(
     passes: Passes,
-    density_basis: TensorBasis,
-    features: PolynomialFeatures,
-    folds: int,
-    *,
-    order: int | tuple[int, ...] | None = None,
-    degree: int | None = None,
+    density: KernelDensity,
+    score_matching: ScoreMatchingChoice,
+    folds: Folds,
+    order: Order | None = None,
     delta: str | float = "auto",
-    index_set: str = "given",
-    max_order: int | tuple[int, ...] | None = None,
 ) -> Pilot | None:
-    """Reads 1c-1e, on every ``k``-th sample (:data:`PILOT_SAMPLES`): the kernel embedding
-    (coefficients by fold, index set, ``order`` and threshold ``delta``) and score matching
-    (``degree``; ``None``: automatic) fitted as the estimate fits them, and the kernel embedding's
-    held-out Hyvärinen loss against score matching's. ``None`` (no read) when the pilot would
-    read more than a fifth of the samples (:data:`PILOT_MIN_STRIDE`). Its reads count in
+    """Reads 3p and 4p, on a subsample: the kernel embedding ``density`` (fitted by ``folds`` to
+    all samples) gets its order and threshold from the sweep (:func:`choose_kernel_embedding`)
+    over every ``k``-th sample (:data:`PILOT_SAMPLES`), and its held-out Hyvärinen loss from every
+    ``HELDOUT_STRIDE k``-th row of each fold, to compare with score matching's (all samples; no
+    read). ``None`` (no read) when ``k`` is below :data:`PILOT_MIN_STRIDE`. Its reads count in
     ``passes.reads``."""
     chains, n, _ = passes.trajectory.shape
     stride = chains * n // PILOT_SAMPLES
     if stride < PILOT_MIN_STRIDE:
         return None
     rows = passes.trajectory.isel(time=slice(None, None, stride))
-    pilot = Passes(rows, passes.client, passes.progress, passes.in_memory)
-    plan = Folds(folds, chains, rows.shape[1])
-    fits = fit_estimators(pilot, density_basis=density_basis, features=features, folds=plan)
-    assert fits.density is not None and fits.gram is not None
-    ke = choose_kernel_embedding(
-        pilot, fits.density, order, delta, index_set=index_set, max_order=max_order, folds=plan
-    )
-    sm = choose_score_matching(fits.gram, degree)
-    losses = pilot(density_loss_reduction(ke.density, ke.order, ke.delta, plan))[0]
-    passes.reads += pilot.reads
+    subsample = Passes(rows, passes.client, passes.progress, passes.in_memory)
+    ke = choose_kernel_embedding(subsample, density, order, delta)
+    passes.reads += subsample.reads
+    losses: FoldLosses = passes(
+        density_loss_reduction(ke.density, ke.order, ke.delta, folds, HELDOUT_STRIDE * stride)
+    )[0]
+    pick = score_matching.pick
     return Pilot(
         stride,
-        chains * rows.shape[1],
+        int(losses.n.sum()),
         Choice("kernel-embedding", ke.level, math.nan, losses.mean, _stderr(losses.loss)),
-        Choice("score-matching", sm.degree, sm.ridge, sm.pick.loss, _stderr(sm.pick.fold_losses)),
-        _stderr(losses.loss - sm.pick.fold_losses),
+        Choice("score-matching", pick.degree, pick.ridge, pick.loss, _stderr(pick.fold_losses)),
+        _stderr(losses.loss - pick.fold_losses),
     )
 
 
@@ -686,7 +691,8 @@ __all__ = [
     "find_periodic",
     "fit_estimators",
     "kde_grid_and_bandwidth",
-    "pilot_families",
+    "pilot_kernel_embedding",
+    "settle_index_set",
     "respond",
     "survey_data",
 ]
