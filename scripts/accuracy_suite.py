@@ -109,7 +109,9 @@ def run(system: str, samples: int, data: Path) -> tuple[dict, xr.Dataset]:
         "sm": single.get("score-matching", (np.nan, np.nan)),
         **{k: errors(ds, v) for k, v in BASELINES.items()},
         "chosen": ds.attrs["estimator"],
-        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs['order'])))}/{ds.attrs['degree']}",
+        # (no order when the pilot left the kernel embedding out)
+        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs.get('order', '-'))))}/"
+        f"{ds.attrs['degree']}",
         "stein": stein[1],
         "raw_stein": stein[2],
         "warned": any("Stein" in str(w.message) for w in caught),
