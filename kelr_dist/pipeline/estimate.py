@@ -13,8 +13,8 @@ read  reductions (sharing the read)                           gives
 1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
 2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq. 39), ``G``, ``b``
       (+ KDE bins)
-3p    ``estimator="auto"``, long data: δ/R/η sweep on every    whether the kernel embedding goes
-      k-th sample, then (read 4p) its held-out loss            on (the pilot)
+2p-4p ``estimator="auto"``, long data: the kernel            whether the kernel embedding is
+      embedding fitted, swept and scored on every k-th sample  fitted to all samples (read 2k)
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
       kernel embedding's held-out loss                         the estimator choice
@@ -58,6 +58,7 @@ from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.bases import Coordinate, TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
+from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.distribution import PendingDistribution
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
@@ -95,6 +96,7 @@ from kelr_dist.pipeline.steps import (
     kernel_embedding_max_order,
     kernel_embedding_truncation,
     pilot_kernel_embedding,
+    pilot_stride,
     respond,
     score_matching_max_degree,
     score_matching_truncation,
@@ -508,28 +510,13 @@ def estimate_response(
         plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
             passes,
-            density_basis=plan.density_basis,
+            density_basis=None if plan.pilot else plan.density_basis,
             features=plan.features,
             folds=inputs.folds,
             kde_grid=plan.kde_grid,
         )
         sm = None if fits.gram is None else choose_score_matching(fits.gram, inputs.degree)
-        ke, pilot = None, None
-        if fits.density is not None:
-            density, ke_order = settle_index_set(
-                passes,
-                fits.density,
-                inputs.order,
-                index_set=plan.index_set,
-                max_order=options.max_order,
-                folds=inputs.folds,
-            )
-            if plan.pilot and sm is not None:
-                pilot = pilot_kernel_embedding(
-                    passes, density, sm, inputs.folds, ke_order, options.delta
-                )
-            if pilot is None or not pilot.skips_kernel_embedding:
-                ke = choose_kernel_embedding(passes, density, ke_order, options.delta)
+        ke, pilot = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
         scores, replicates = plan.scores(ke, sm, fits)
         out = respond(
             passes,
@@ -588,7 +575,7 @@ class Plan:
     exact: Callable | None
     gaussian: SampleMoments | None
     corrected: bool
-    pilot: bool  #: whether the kernel embedding is first scored on a subsample
+    pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
 
     def scores(
         self, ke: KernelEmbeddingChoice | None, sm: ScoreMatchingChoice | None, fits: Fits
@@ -618,10 +605,10 @@ class Plan:
 def plan_estimate(
     passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
 ) -> Plan:
-    """The families to fit, their bases, the baselines. With ``estimator="auto"`` a pilot
-    (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`, two reads of a subsample after
-    the fit) decides whether the kernel embedding can still win; when it cannot, its order sweep
-    and response columns are left out."""
+    """The families to fit, their bases, the baselines. With ``estimator="auto"`` on long data a
+    pilot (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`, reads of a subsample after
+    read 2) decides whether the kernel embedding can still win; read 2 then fits score matching
+    alone, and the kernel embedding is fitted to all samples (read 2k) only if it can."""
     d = passes.trajectory.shape[2]
     index_set = options.index_set
     if index_set == "auto" and isinstance(inputs.order, tuple):
@@ -641,8 +628,50 @@ def plan_estimate(
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
         corrected=options.stein_correction,
-        pilot=options.estimator == "auto",
+        pilot=options.estimator == "auto"
+        and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
     )
+
+
+def kernel_embedding(
+    passes: Passes,
+    options: EstimateOptions,
+    inputs: Inputs,
+    plan: Plan,
+    density: KernelDensity | None,
+    sm: ScoreMatchingChoice | None,
+) -> tuple[KernelEmbeddingChoice | None, Pilot | None]:
+    """The kernel embedding of the plan (``None`` when it is not fitted), from the ``density`` of
+    read 2 or, after a pilot that finds it can still win, from its own read 2k; and the pilot."""
+    if plan.density_basis is None:
+        return None, None
+    pilot = None
+    if plan.pilot and sm is not None:
+        pilot = pilot_kernel_embedding(
+            passes,
+            plan.density_basis,
+            sm,
+            options.folds,
+            order=inputs.order,
+            delta=options.delta,
+            index_set=plan.index_set,
+            max_order=options.max_order,
+        )
+        if pilot is not None and pilot.skips_kernel_embedding:
+            return None, pilot
+        density = fit_estimators(
+            passes, density_basis=plan.density_basis, folds=inputs.folds
+        ).density
+    assert density is not None
+    density, order = settle_index_set(
+        passes,
+        density,
+        inputs.order,
+        index_set=plan.index_set,
+        max_order=options.max_order,
+        folds=inputs.folds,
+    )
+    return choose_kernel_embedding(passes, density, order, options.delta), pilot
 
 
 def conclude(

@@ -10,7 +10,7 @@ them, and scripts may call them one by one::
     coordinates = choose_coordinates(passes, survey, "auto")       # (read 1b: Gamma fit)
     fits = fit_estimators(passes, density_basis=basis, features=features, folds=folds)  # 2
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
-    pilot = pilot_kernel_embedding(passes, fits.density, sm, folds)  # reads 3p, 4p: subsample
+    pilot = pilot_kernel_embedding(passes, basis, sm, folds.count)  # reads 2p-4p: a subsample
     ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
     out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
 
@@ -42,7 +42,6 @@ from kelr_dist.kernels.coordinates import (
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.heldout import (
-    HELDOUT_STRIDE,
     Choice,
     FoldLosses,
     density_loss_reduction,
@@ -514,18 +513,18 @@ def choose_score_matching(gram: GramSums, degree: int | None = None) -> ScoreMat
     return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
 
 
-#: the pilot sweeps the kernel embedding's orders on every ``k``-th sample, ``k = n_samples //
-#: PILOT_SAMPLES``, and scores it on every ``HELDOUT_STRIDE k``-th row: rows enough for a
-#: family far behind to be many standard errors behind (the pilot table of docs/benchmarks.md),
-#: few enough that the two reads cost a small part of the kernel embedding's own
+#: the pilot fits and scores the kernel embedding on every ``k``-th sample, ``k = n_samples //
+#: PILOT_SAMPLES``: rows enough for a family far behind to be many standard errors behind (the
+#: pilot table of docs/benchmarks.md), few enough that its reads cost a small part of the kernel
+#: embedding's own
 PILOT_SAMPLES = 50_000
 #: ... and it runs only when it reads at most a fifth of the samples: below that it costs about
 #: what it can save
 PILOT_MIN_STRIDE = 5
-#: the kernel embedding is left out when its pilot held-out loss is above score matching's by more
-#: than this many standard errors of their paired difference over folds: the pilot estimates the
-#: very comparison the estimate makes (kernels/heldout.py), on fewer rows, so a gap this large
-#: would not be reversed by the rest
+#: the kernel embedding is left out when its pilot held-out loss is above score matching's (fitted
+#: to all samples) by more than this many standard errors of their paired difference over folds:
+#: fitted to fewer samples, the kernel embedding can only do better on all of them, so a gap this
+#: large, in the comparison the estimate makes (kernels/heldout.py), is not one it would close
 PILOT_MARGIN = 5.0
 
 
@@ -534,8 +533,8 @@ class Pilot:
     """The kernel embedding scored on a subsample (:func:`pilot_kernel_embedding`) against
     score matching's held-out loss, and whether it can still win on all samples."""
 
-    stride: int  #: the order sweep read every ``stride``-th sample
-    samples: int  #: rows the held-out loss was averaged over
+    stride: int  #: the pilot read every ``stride``-th sample
+    samples: int  #: rows its held-out loss was averaged over
     kernel_embedding: Choice  #: its order and held-out loss on the pilot rows
     score_matching: Choice  #: score matching's pick and its held-out loss (all samples)
     gap_stderr: float  #: standard error of :attr:`gap` from the paired per-fold losses
@@ -566,12 +565,12 @@ class Pilot:
     def decision(self) -> str:
         """One line: what the pilot found and what runs."""
         verdict = (
-            "the kernel embedding was not carried further"
+            "the kernel embedding was not fitted to all samples"
             if self.skips_kernel_embedding
-            else "both families were carried on"
+            else "both families were fitted to all samples"
         )
         return (
-            f"pilot (order sweep on every {self.stride}-th sample, held-out loss on "
+            f"pilot (kernel embedding fitted to every {self.stride}-th sample, held-out loss on "
             f"{self.samples} rows): held-out loss kernel-embedding (order "
             f"{self.kernel_embedding.order}) {self.kernel_embedding.loss:.6g}, score-matching "
             f"(degree {self.score_matching.order}) {self.score_matching.loss:.6g}, gap "
@@ -579,31 +578,44 @@ class Pilot:
         )
 
 
+def pilot_stride(n_samples: int) -> int | None:
+    """Every how many samples the pilot reads (:data:`PILOT_SAMPLES`); ``None`` when that is
+    below :data:`PILOT_MIN_STRIDE` (no pilot)."""
+    stride = n_samples // PILOT_SAMPLES
+    return stride if stride >= PILOT_MIN_STRIDE else None
+
+
 def pilot_kernel_embedding(
     passes: Passes,
-    density: KernelDensity,
+    density_basis: TensorBasis,
     score_matching: ScoreMatchingChoice,
-    folds: Folds,
+    folds: int,
+    *,
     order: Order | None = None,
     delta: str | float = "auto",
+    index_set: str = "given",
+    max_order: Order | None = None,
 ) -> Pilot | None:
-    """Reads 3p and 4p, on a subsample: the kernel embedding ``density`` (fitted by ``folds`` to
-    all samples) gets its order and threshold from the sweep (:func:`choose_kernel_embedding`)
-    over every ``k``-th sample (:data:`PILOT_SAMPLES`), and its held-out Hyvärinen loss from every
-    ``HELDOUT_STRIDE k``-th row of each fold, to compare with score matching's (all samples; no
-    read). ``None`` (no read) when ``k`` is below :data:`PILOT_MIN_STRIDE`. Its reads count in
+    """Reads 2p-4p, of every ``k``-th sample (:func:`pilot_stride`): the kernel embedding fitted
+    by ``folds`` on ``density_basis``, its index set, order and threshold settled, and its held-out
+    Hyvärinen loss, as the estimate makes them, to compare with score matching's (all samples; no
+    read). ``None`` (no read) when the data are too short for a pilot. Its reads count in
     ``passes.reads``."""
     chains, n, _ = passes.trajectory.shape
-    stride = chains * n // PILOT_SAMPLES
-    if stride < PILOT_MIN_STRIDE:
+    stride = pilot_stride(chains * n)
+    if stride is None:
         return None
     rows = passes.trajectory.isel(time=slice(None, None, stride))
     subsample = Passes(rows, passes.client, passes.progress, passes.in_memory)
+    plan = Folds(folds, chains, rows.shape[1])
+    fitted = fit_estimators(subsample, density_basis=density_basis, folds=plan).density
+    assert fitted is not None
+    density, order = settle_index_set(
+        subsample, fitted, order, index_set=index_set, max_order=max_order, folds=plan
+    )
     ke = choose_kernel_embedding(subsample, density, order, delta)
+    losses: FoldLosses = subsample(density_loss_reduction(ke.density, ke.order, ke.delta, plan))[0]
     passes.reads += subsample.reads
-    losses: FoldLosses = passes(
-        density_loss_reduction(ke.density, ke.order, ke.delta, folds, HELDOUT_STRIDE * stride)
-    )[0]
     pick = score_matching.pick
     return Pilot(
         stride,
@@ -692,6 +704,7 @@ __all__ = [
     "fit_estimators",
     "kde_grid_and_bandwidth",
     "pilot_kernel_embedding",
+    "pilot_stride",
     "settle_index_set",
     "respond",
     "survey_data",
