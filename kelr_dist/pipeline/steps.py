@@ -523,8 +523,8 @@ PILOT_SAMPLES = 50_000
 PILOT_MIN_STRIDE = 5
 #: the kernel embedding is left out when its pilot held-out loss is above score matching's (fitted
 #: to all samples) by more than this many standard errors of their paired difference over folds:
-#: fitted to fewer samples, the kernel embedding is, if anything, worse than on all of them, so a
-#: gap this large, in the comparison the estimate makes (kernels/heldout.py), is not one it would close
+#: fitted to fewer samples, the kernel embedding is, if anything, worse than on all of them, so
+#: such a gap, in the comparison the estimate makes (kernels/heldout.py), is one it would not close
 PILOT_MARGIN = 5.0
 
 
