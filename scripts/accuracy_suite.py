@@ -113,7 +113,9 @@ def run(system: str, samples: int, data: Path, index_set: str = "auto") -> tuple
         "sm": single.get("score-matching", (np.nan, np.nan)),
         **{k: errors(ds, v) for k, v in BASELINES.items()},
         "chosen": ds.attrs["estimator"],
-        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs['order'])))}/{ds.attrs['degree']}"
+        # (no order when the pilot left the kernel embedding out)
+        "order": f"{','.join(map(str, np.atleast_1d(ds.attrs.get('order', '-'))))}/"
+        f"{ds.attrs['degree']}"
         + ("a" if ds.attrs.get("score_matching_index_set") == "adaptive" else ""),
         "stein": stein[1],
         "raw_stein": stein[2],

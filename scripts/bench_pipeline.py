@@ -25,6 +25,10 @@
 6. Tasks per pass: the tasks the scheduler runs for one pass over a store in 4096-row chunks and
    one in 1e6-row chunks (read out of core), without halo and with S = 200, against the pass's
    blocks (``--only tasks``).
+7. The pilot (``--only pilot``): on the 3-D, 4-D and 6-D coupled systems (N = 1e7; 1e6 with
+   ``--quick``) the automatic estimate, the family it chose alone, and the automatic estimate
+   with both families fitted to all samples, alternated in one run: medians and ratios (target:
+   automatic <= 1.3x the chosen family alone), and the choice with every family fitted.
 
 Every figure is printed with the machine's load average (the machine is shared). Generated
 stores are kept in ``--cache`` (default ``runs/bench``) and reused; the out-of-core store is
@@ -44,7 +48,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +78,7 @@ from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.response import DensityScore, constant_forcing, identity_observable
 from kelr_dist.models.registry import make_model
 from kelr_dist.models.simulate import simulate
+from kelr_dist.pipeline import steps
 from kelr_dist.pipeline.estimate import estimate_response
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -483,6 +491,55 @@ def tasks_per_pass(cache: Path, quick: bool) -> None:
             )
 
 
+# --- 7. the pilot: what the automatic estimate costs against the family it chooses ---------------
+
+PILOT_SYSTEMS = ("coupled-3d", "coupled-4d", "coupled-6d")
+PILOT_REPEATS = 3
+
+
+@contextmanager
+def every_family() -> Iterator[None]:
+    """``estimator="auto"`` with both families fitted to all samples (the pilot never runs)."""
+    saved = steps.PILOT_MIN_STRIDE
+    steps.PILOT_MIN_STRIDE = sys.maxsize
+    try:
+        yield
+    finally:
+        steps.PILOT_MIN_STRIDE = saved
+
+
+def pilot_cost(cache: Path, quick: bool) -> None:
+    """On each d >= 3 system: the automatic estimate (pilot on), the family it chose alone, and
+    the automatic estimate with every family fitted, alternated ``PILOT_REPEATS`` times after a
+    warm-up run; medians and ratios (target: automatic / chosen alone <= 1.3), and whether the
+    pilot changed the choice."""
+    n = 10**6 if quick else 10**7
+    print(f"\n== the pilot (estimator='auto' against the chosen family alone), N = {n:.0e}")
+    client = get_client(n_workers=2, quiet=True)
+    for model in PILOT_SYSTEMS:
+        path = cached_store(cache, model, n, client=client)
+        warm = estimate_response(path, client=client, progress=False)
+        chosen = warm.attrs["estimator"]
+        seconds: dict[str, list[float]] = {"auto": [], "alone": [], "every": []}
+        picks = set()
+        for _ in range(PILOT_REPEATS):
+            for label, estimator in (("auto", "auto"), ("alone", chosen), ("every", "auto")):
+                with every_family() if label == "every" else nullcontext():
+                    start = time.perf_counter()
+                    ds = estimate_response(path, client=client, progress=False, estimator=estimator)
+                    seconds[label].append(time.perf_counter() - start)
+                if label == "every":
+                    picks.add(ds.attrs["estimator"])
+        auto, alone, every = (float(np.median(seconds[k])) for k in ("auto", "alone", "every"))
+        say(
+            f"  {model}: median of {PILOT_REPEATS}: auto {auto:.1f} s, {chosen} alone "
+            f"{alone:.1f} s, every family {every:.1f} s; auto / alone {auto / alone:.2f} "
+            f"(target <= 1.3), every family / alone {every / alone:.2f}; chosen with every "
+            f"family: {', '.join(sorted(picks))}"
+        )
+        print(f"      {warm.attrs.get('pilot', 'no pilot')}")
+
+
 SECTIONS = {
     "speed": speed,
     "auto": automatic,
@@ -490,6 +547,7 @@ SECTIONS = {
     "accuracy": accuracy,
     "ooc": out_of_core,
     "tasks": tasks_per_pass,
+    "pilot": pilot_cost,
 }
 
 

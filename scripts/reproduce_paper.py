@@ -41,20 +41,19 @@ import xarray as xr  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import kelr_dist  # noqa: E402
-from kelr_dist.engine.passes import run_reductions  # noqa: E402
-from kelr_dist.kernels.kde import (  # noqa: E402
-    BinnedKDE,
-    binned_kde_reduction,
-    default_grid,
-    silverman_bandwidth,
-)
-from kelr_dist.kernels.quasi_gaussian import mean_covariance_reduction  # noqa: E402
+from kelr_dist.kernels.kde import BinnedKDE  # noqa: E402
 from kelr_dist.kernels.response import (  # noqa: E402
     DensityScore,
     KDEScore,
     constant_forcing,
     identity_observable,
-    response_reduction,
+)
+from kelr_dist.pipeline.steps import (  # noqa: E402
+    Passes,
+    fit_estimators,
+    kde_grid_and_bandwidth,
+    respond,
+    survey_data,
 )
 
 TRIPLE_BASIS = "hermite(beta=1),hermite(beta=1)"
@@ -96,18 +95,19 @@ def timed(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any,
     return result, time.perf_counter() - start
 
 
-def run_passes(store: Path, client: Any, *reductions: Any) -> list[Any]:
-    """The finalized results of ``reductions`` over the trajectory store, on ``client``."""
-    return run_reductions(kelr_dist.open_trajectory(store), reductions, client, progress=False)
+def steps_on(store: Path, client: Any) -> tuple[Passes, list[str]]:
+    """The store's trajectory and the client its steps' passes run on, and its components."""
+    trajectory = kelr_dist.open_trajectory(store)
+    return Passes(trajectory, client, progress=False), [
+        str(c) for c in trajectory["component"].values
+    ]
 
 
 def response_pass(store: Path, client: Any, scores: dict[str, Any], max_lag: int) -> xr.Dataset:
     """``k(lag, i, j)`` and ``_stderr`` for every score in one pass (``A = x``, ``c = 1``)."""
-    components = [str(c) for c in kelr_dist.open_trajectory(store)["component"].values]
-    reduction = response_reduction(
-        scores, identity_observable(components), constant_forcing(components), max_lag
-    )
-    (results,) = run_passes(store, client, reduction)
+    passes, components = steps_on(store, client)
+    observable, forcing = identity_observable(components), constant_forcing(components)
+    results = respond(passes, scores, observable, forcing, max_lag).results
     dims = ("lag", "i", "j")
     data = {}
     for name, result in results.items():
@@ -117,12 +117,13 @@ def response_pass(store: Path, client: Any, scores: dict[str, Any], max_lag: int
 
 
 def kde_response(store: Path, client: Any, max_lag: int) -> tuple[xr.Dataset, BinnedKDE]:
-    """The KDE-baseline response alone (Silverman bandwidth, binned KDE): moments, binning,
+    """The KDE-baseline response alone (Silverman bandwidth, binned KDE): survey, binning,
     response pass; returns ``response_kde`` (+ ``_stderr``) and the KDE."""
-    (sample,) = run_passes(store, client, mean_covariance_reduction())
-    bandwidth = silverman_bandwidth(np.sqrt(np.diag(np.atleast_2d(sample.cov))), int(sample.count))
-    grid = default_grid(sample.minimum, sample.maximum, bandwidth)
-    (kde,) = run_passes(store, client, binned_kde_reduction(grid, bandwidth))
+    passes, components = steps_on(store, client)
+    survey = survey_data(passes, identity_observable(components), covariance=True)
+    assert survey.sample is not None
+    kde = fit_estimators(passes, kde_grid=kde_grid_and_bandwidth(survey.sample)).kde
+    assert kde is not None
     return response_pass(store, client, {"response_kde": KDEScore(kde)}, max_lag), kde
 
 

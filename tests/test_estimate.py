@@ -814,3 +814,28 @@ def test_exact_without_a_model_is_rejected() -> None:
 def test_missing_store_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="does not exist"):
         estimate_response(tmp_path / "nowhere.zarr", client="synchronous")
+
+
+def test_estimate_response_is_a_thin_composition_of_explicit_steps() -> None:
+    """``estimate_response``'s body (after its docstring) is at most 60 lines and reads no
+    ``locals()``; no step of :mod:`kelr_dist.pipeline.steps` forwards ``**options``."""
+    import ast
+    import inspect
+
+    from kelr_dist.pipeline import estimate, steps
+
+    tree = ast.parse(inspect.getsource(estimate))
+    function = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "estimate_response"
+    )
+    assert function.end_lineno is not None and function.body[0].end_lineno is not None
+    assert function.end_lineno - function.body[0].end_lineno <= 60
+    calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and hasattr(n.func, "id")]
+    assert "locals" not in calls
+    for name in steps.__all__:
+        step = getattr(steps, name)
+        if inspect.isfunction(step):
+            kinds = {p.kind for p in inspect.signature(step).parameters.values()}
+            assert inspect.Parameter.VAR_KEYWORD not in kinds, name

@@ -49,3 +49,17 @@ def test_reproduce_paper_rejects_bad_orders(tmp_path: Path) -> None:
     done = _run("--samples", "12000", "--out", str(tmp_path), "--orders", "10,99")
     assert done.returncode == 2
     assert "--orders" in done.stderr and not any(tmp_path.iterdir())
+
+
+def test_reproduce_paper_runs_its_passes_through_the_steps() -> None:
+    """The script composes the public steps (``kelr_dist.pipeline.steps``) and never drives the
+    engine itself."""
+    import ast
+
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(SCRIPT.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "kelr_dist.pipeline.steps" in imported
+    assert not any(module.startswith("kelr_dist.engine") for module in imported)

@@ -100,7 +100,7 @@ def _command_path(args: Sequence[str] | None) -> str:
     return f"kelr {command}" if command in main.commands else "kelr"
 
 
-def _show_warning(message: Any, _category: type, *_args: Any, **_kwargs: Any) -> None:
+def _show_warning(message: Any, *_: Any, **__: Any) -> None:
     """Warnings of the package as one line on stderr (``kelr: warning: ...``)."""
     click.echo(f"kelr: warning: {_one_line(str(message))}", err=True)
 

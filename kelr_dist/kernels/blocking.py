@@ -198,6 +198,7 @@ def response_block_partial(
     for piece, rows in aligned_segments(info, k0 * max(1, segment_rows // k0), max_lag):
         part = _segment_partial(a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels)
         partial = part if partial is None else combine_block_partials(partial, part)
+    assert partial is not None  # a block has at least one row
     return partial
 
 

@@ -654,7 +654,7 @@ def response_reduction(
 
 
 def _observable_sums(
-    observable: Observable, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None
+    observable: Observable, x: np.ndarray, info: BlockInfo, _halo: np.ndarray | None
 ) -> dict[str, Any]:
     a = observable(x)
     if observable.function is not None:

@@ -13,13 +13,20 @@ read  reductions (sharing the read)                           gives
 1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
 2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq. 39), ``G``, ``b``
       (+ KDE bins)
+2p-4p ``estimator="auto"``, long data: the kernel            whether the kernel embedding is
+      embedding fitted, swept and scored on every k-th sample  fitted to all samples (read 2k)
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
       kernel embedding's held-out loss                         the estimator choice
 ====  ======================================================  ===================================
 
-Read 3 is skipped for ``estimator="score-matching"``; score matching's degree is chosen from the
-fold sums of read 2 without a read of its own. The result is an ``xarray.Dataset`` (see
+Read 3 is skipped for ``estimator="score-matching"`` and when the pilot leaves the kernel
+embedding out; score matching's degree is chosen from the fold sums of read 2 without a read of
+its own. ``estimate_response`` validates its arguments into
+:class:`~kelr_dist.pipeline.options.EstimateOptions` once, checks them against the data
+(:func:`check_inputs`), settles read 1 (:func:`settle`), builds a :class:`Plan`
+(:func:`plan_estimate`) and composes the steps; :func:`conclude` makes the choice, the warnings
+and the attributes. The result is an ``xarray.Dataset`` (see
 :func:`estimate_response`, assembled by :mod:`kelr_dist.pipeline.result`, which also writes it
 and rebuilds ``p_M`` from it).
 """
@@ -32,8 +39,9 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -47,14 +55,14 @@ from kelr_dist.data.store import (
 )
 from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
-from kelr_dist.kernels.bases import TensorBasis
+from kelr_dist.kernels.bases import Coordinate, TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.distribution import PendingDistribution
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
-from kelr_dist.kernels.quasi_gaussian import gaussian_score
+from kelr_dist.kernels.quasi_gaussian import SampleMoments, gaussian_score
 from kelr_dist.kernels.response import (
     Forcing,
     FunctionScore,
@@ -65,14 +73,16 @@ from kelr_dist.kernels.response import (
     observable_mean_reduction,
     relative_to_lag0,
 )
-from kelr_dist.kernels.score_matching import Candidate, feature_count
-from kelr_dist.kernels.selection import active_coordinates
+from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
 from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
 from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
+    Fits,
     KernelEmbeddingChoice,
     Passes,
+    Pilot,
+    Responses,
     ScoreMatchingChoice,
     Survey,
     choose_coordinates,
@@ -86,9 +96,12 @@ from kelr_dist.pipeline.steps import (
     kde_grid_and_bandwidth,
     kernel_embedding_max_order,
     kernel_embedding_truncation,
+    pilot_kernel_embedding,
+    pilot_stride,
     respond,
     score_matching_features,
     score_matching_truncation,
+    settle_index_set,
 )
 
 #: the response variables of estimated scores, which get the affine Stein correction
@@ -149,7 +162,7 @@ class NonFiniteWarning(UserWarning):
 def _emit(category: type[Warning], message: str, record: list[str] | None) -> None:
     """Warn with ``message`` (one line) and add ``"Category: message"`` to ``record``, which the
     result keeps in ``attrs["warnings"]``."""
-    warnings.warn(message, category, stacklevel=4)
+    warnings.warn(message, category, stacklevel=5)
     if record is not None:
         record.append(f"{category.__name__}: {message}")
 
@@ -249,7 +262,7 @@ def _max_lag(options: EstimateOptions, dt: float, n: int, source: str, name: Nam
     return max_lag
 
 
-def _check_shape(traj: xr.DataArray, chains: int, n: int, d: int) -> None:
+def _check_shape(traj: xr.DataArray, n: int, d: int) -> None:
     """Refuse data that cannot give a response (:func:`kelr_dist.data.store.estimate_limits`:
     too many components, e.g. a transposed array, or too short chains)."""
     problems = estimate_limits(n, d)
@@ -261,7 +274,7 @@ def _check_shape(traj: xr.DataArray, chains: int, n: int, d: int) -> None:
 def _orders(options: EstimateOptions, d: int) -> tuple[Any, Any]:
     """(fitted order of the basis, user order or None for automatic)."""
     chosen = None if options.order == "auto" else options.order
-    fitted = options.max_order
+    fitted: Any = options.max_order
     if fitted is None:  # (an order above a given max_order is refused by the model)
         fitted = chosen if chosen is not None else kernel_embedding_max_order(d)
     return fitted, chosen
@@ -282,22 +295,6 @@ def _degree(options: EstimateOptions, d: int, name: Name = str) -> int | None:
             "smaller degree"
         )
     return degree
-
-
-def _resolve_index_set(
-    density: KernelDensity, max_order: Any, chosen: int | None
-) -> tuple[str, Any, Any]:
-    """``index_set="auto"``: total degree, unless at most one coordinate is active
-    (:func:`kelr_dist.kernels.selection.active_coordinates`); then a box with order 0 on the
-    inactive
-    ones and the 1-D default order on the active one."""
-    active = active_coordinates(density)
-    fitted = density.basis.order
-    if active.all() or active.sum() > 1:
-        return "total", fitted, chosen
-    top = kernel_embedding_max_order(1) if max_order is None else int(max_order)
-    box = tuple(top if a else 0 for a in active)
-    return "box", box, None if chosen is None else tuple(chosen if a else 0 for a in active)
 
 
 def _exact_score(
@@ -323,7 +320,8 @@ def _exact_score(
     return model.score
 
 
-class Inputs(NamedTuple):
+@dataclass(frozen=True)
+class Inputs:
     """The checked inputs of an estimate (:func:`check_inputs`)."""
 
     trajectory: xr.DataArray  #: validated, ``(chain, time, component)``
@@ -364,7 +362,7 @@ def check_inputs(
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
-    _check_shape(traj, chains, n, d)
+    _check_shape(traj, n, d)
     lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")), name)
     fitted, chosen = _orders(options, d)
     sm_degree = _degree(options, d, name)
@@ -496,69 +494,107 @@ def estimate_response(
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
     """
     started = time.perf_counter()
-    # every option through the one model first (the arguments are the only locals yet), then
-    # the checks that need the data
     options = checked(
-        EstimateOptions, {k: v for k, v in locals().items() if k in EstimateOptions.model_fields}
-    )
-    estimator, basis, index_set, folds = (o := options).estimator, o.basis, o.index_set, o.folds
-    max_order, delta, kde, gaussian = o.max_order, o.delta, o.kde, o.gaussian
-    # "adaptive" grows score matching's index set; the kernel embedding's is then "auto"
-    adaptive, index_set = index_set == "adaptive", "auto" if index_set == "adaptive" else index_set
+        EstimateOptions,
+        dict(
+            variable=variable, components=components, estimator=estimator, basis=basis,
+            order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
+            max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
+            forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
+            stein_correction=stein_correction,
+        ),
+    )  # fmt: skip
     inputs = check_inputs(trajectory, options, dt)
-    traj, lag, fitted, chosen, sm_degree, fold_plan = inputs[:6]
-    exact_fn, observable, forcing = inputs.exact, inputs.observable, inputs.forcing
-    chains, n, d = traj.shape
-    step = float(traj.attrs["dt"])
-    use_ke = estimator in ("auto", "kernel-embedding")
-    use_sm = estimator in ("auto", "score-matching")
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
-        # in-memory input goes to the workers once, not once per pass
-        # ... and a store that fits in the workers' memory is read once for all passes
-        kept, in_memory = keep_in_memory(scatter_trajectory(traj, run_on), run_on)
+        # in-memory input goes to the workers once, and a store that fits in the workers' memory
+        # is read once for all passes
+        kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
         passes = Passes(kept, run_on, progress, in_memory)
-
-        survey, observable = survey_for(passes, observable, covariance=kde or gaussian)
-        periodic = find_periodic(passes, survey, basis)
-        _warn_edges(survey, periodic, [str(c) for c in traj["component"].values])
-        coordinates = choose_coordinates(passes, survey, basis, periodic)
-        observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
-        if index_set == "auto" and isinstance(chosen, tuple):
-            index_set = "box"
-        features = score_matching_features(coordinates, sm_degree, adaptive) if use_sm else None
-        # the dictionary's Gram pass is thinned by the correlation time as well
-        correlation = correlation_time(survey) if adaptive else None
+        setting = settle(passes, options, inputs)
+        plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
             passes,
-            density_basis=TensorBasis(coordinates, fitted, index_set_for(index_set))
-            if use_ke
-            else None,
-            features=features,
-            folds=fold_plan,
-            kde_grid=kde_grid_and_bandwidth(survey.sample) if kde else None,  # type: ignore[arg-type]
-            correlation=correlation,
+            density_basis=None if plan.pilot else plan.density_basis,
+            features=plan.features,
+            folds=inputs.folds,
+            kde_grid=plan.kde_grid,
+            correlation=plan.correlation,
         )
-        ke: KernelEmbeddingChoice | None = None
-        if use_ke:
-            density = fits.density
-            assert density is not None
-            if index_set == "auto":
-                index_set, fitted, chosen = _resolve_index_set(density, max_order, chosen)
-                if index_set == "box":  # refit on the active coordinate alone (paper §5.2)
-                    basis_box = TensorBasis(coordinates, fitted, "box")
-                    density = fit_estimators(
-                        passes, density_basis=basis_box, folds=fold_plan
-                    ).density
-                    assert density is not None
-            ke = choose_kernel_embedding(passes, density, chosen, delta)
-        sm: ScoreMatchingChoice | None = None
-        if use_sm:
-            assert fits.gram is not None
-            sm = choose_score_matching(fits.gram, sm_degree, adaptive)
+        sm = (
+            None
+            if fits.gram is None
+            else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
+        )
+        ke, pilot = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
+        scores, replicates = plan.scores(ke, sm, fits)
+        out = respond(
+            passes,
+            scores,
+            setting.observable,
+            inputs.forcing,
+            inputs.max_lag,
+            centre=setting.centre,
+            scales=setting.survey.moments.std,
+            held_out=None if ke is None or sm is None else (ke, inputs.folds),
+            corrected=[name for name in ESTIMATED if name in scores] if plan.corrected else (),
+            origin=setting.survey.moments.mean,
+            replicates=replicates,
+            periods=setting.periods,
+        )
+    return conclude(options, inputs, setting, plan, passes, (ke, sm, pilot), out, started)
 
+
+@dataclass(frozen=True)
+class Setting:
+    """What read 1 (and 1b) settle before any fit: the survey, the periodic components, the
+    basis per coordinate, and the observable with its centre ``Ā`` and the periods."""
+
+    survey: Survey
+    periodic: list[Periodicity | None]
+    coordinates: tuple[Coordinate, ...]
+    observable: Observable
+    centre: np.ndarray
+    periods: np.ndarray | None
+
+
+def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
+    """Read 1 (moments, ``Ā``; :func:`~kelr_dist.pipeline.steps.survey_data`), the periodic
+    components, the :class:`EdgeWarning` of hard edges, the basis (read 1b when a Laguerre θ comes
+    from the data) and the observable on the circle (one light read for angles)."""
+    covariance = options.kde or options.gaussian
+    survey, observable = survey_for(passes, inputs.observable, covariance=covariance)
+    periodic = find_periodic(passes, survey, options.basis)
+    _warn_edges(survey, periodic, [str(c) for c in passes.trajectory["component"].values])
+    coordinates = choose_coordinates(passes, survey, options.basis, periodic)
+    observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
+    return Setting(survey, periodic, coordinates, observable, centre, periods)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an estimate fits and adds (:func:`plan_estimate`): the kernel embedding's first basis
+    and score matching's features (``None``: that family is not fitted), the index-set rule
+    (``"auto"`` resolves after the fit), the baselines, the affine correction, and whether a
+    pilot decides if the kernel embedding is carried past its fit."""
+
+    density_basis: TensorBasis | None
+    features: PolynomialFeatures | None
+    index_set: str
+    adaptive: bool  #: score matching's index set grown by held-out loss in ``features``
+    correlation: float | None  #: the rows' correlation time, which thins the adaptive Gram pass
+    kde_grid: tuple[Any, np.ndarray] | None
+    exact: Callable | None
+    gaussian: SampleMoments | None
+    corrected: bool
+    pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
+
+    def scores(
+        self, ke: KernelEmbeddingChoice | None, sm: ScoreMatchingChoice | None, fits: Fits
+    ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]]]:
+        """The scores of the response read by response variable, and the estimated ones
+        refitted without each fold (their jackknife error, same read)."""
         scores: dict[str, Score] = {}
-        # the estimated scores refitted without each fold: their jackknife error, same read
         replicates: dict[str, tuple[Score, ...]] = {}
         if ke is not None:
             scores["response_kernel_embedding"] = ke.score
@@ -566,32 +602,111 @@ def estimate_response(
         if sm is not None:
             scores["response_score_matching"] = sm.model
             replicates["response_score_matching"] = sm.refits()
-        if exact_fn is not None:
-            scores["response_exact"] = FunctionScore(exact_fn)
+        if self.exact is not None:
+            scores["response_exact"] = FunctionScore(self.exact)
         if fits.kde is not None:
             scores["response_kde"] = KDEScore(fits.kde)
-        if gaussian:
-            assert survey.sample is not None
-            sample = survey.sample
+        if self.gaussian is not None:
+            sample = self.gaussian
             scores["response_gaussian"] = FunctionScore(
                 gaussian_score(sample.mean, np.atleast_2d(sample.cov))
             )
-        out = respond(
+        return scores, replicates
+
+
+def plan_estimate(
+    passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
+) -> Plan:
+    """The families to fit, their bases, the baselines. With ``estimator="auto"`` on long data a
+    pilot (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`, reads of a subsample after
+    read 2) decides whether the kernel embedding can still win; read 2 then fits score matching
+    alone, and the kernel embedding is fitted to all samples (read 2k) only if it can."""
+    # "adaptive" grows score matching's index set; the kernel embedding's is then "auto"
+    adaptive = options.index_set == "adaptive"
+    index_set = "auto" if adaptive else options.index_set
+    if index_set == "auto" and isinstance(inputs.order, tuple):
+        index_set = "box"
+    basis = features = None
+    if options.estimator in ("auto", "kernel-embedding"):
+        basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
+    if options.estimator in ("auto", "score-matching"):
+        features = score_matching_features(setting.coordinates, inputs.degree, adaptive)
+    sample = setting.survey.sample
+    return Plan(
+        density_basis=basis,
+        features=features,
+        index_set=index_set,
+        adaptive=adaptive,
+        correlation=correlation_time(setting.survey) if adaptive else None,
+        kde_grid=kde_grid_and_bandwidth(sample) if options.kde and sample is not None else None,
+        exact=inputs.exact,
+        gaussian=sample if options.gaussian else None,
+        corrected=options.stein_correction,
+        pilot=options.estimator == "auto"
+        and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
+    )
+
+
+def kernel_embedding(
+    passes: Passes,
+    options: EstimateOptions,
+    inputs: Inputs,
+    plan: Plan,
+    density: KernelDensity | None,
+    sm: ScoreMatchingChoice | None,
+) -> tuple[KernelEmbeddingChoice | None, Pilot | None]:
+    """The kernel embedding of the plan (``None`` when it is not fitted), from the ``density`` of
+    read 2 or, after a pilot that finds it can still win, from its own read 2k; and the pilot."""
+    if plan.density_basis is None:
+        return None, None
+    pilot = None
+    if plan.pilot and sm is not None:
+        pilot = pilot_kernel_embedding(
             passes,
-            scores,
-            observable,
-            forcing,
-            lag,
-            centre=centre,
-            scales=survey.moments.std,
-            held_out=(ke, fold_plan) if (ke is not None and use_sm) else None,
-            corrected=[name for name in ESTIMATED if name in scores] if stein_correction else (),
-            origin=survey.moments.mean,
-            replicates=replicates,
-            periods=periods,
+            plan.density_basis,
+            sm,
+            options.folds,
+            order=inputs.order,
+            delta=options.delta,
+            index_set=plan.index_set,
+            max_order=options.max_order,
         )
+        if pilot is not None and pilot.skips_kernel_embedding:
+            return None, pilot
+        density = fit_estimators(
+            passes, density_basis=plan.density_basis, folds=inputs.folds
+        ).density
+    assert density is not None
+    density, order = settle_index_set(
+        passes,
+        density,
+        inputs.order,
+        index_set=plan.index_set,
+        max_order=options.max_order,
+        folds=inputs.folds,
+    )
+    return choose_kernel_embedding(passes, density, order, options.delta), pilot
+
+
+def conclude(
+    options: EstimateOptions,
+    inputs: Inputs,
+    setting: Setting,
+    plan: Plan,
+    passes: Passes,
+    fitted: tuple[KernelEmbeddingChoice | None, ScoreMatchingChoice | None, Pilot | None],
+    out: Responses,
+    started: float,
+) -> xr.Dataset:
+    """The result of the response read: the held-out choice between the families, the warnings
+    (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
+    :class:`ConvergenceWarning`, :class:`NonFiniteWarning`, each also a line of
+    ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
+    traj = inputs.trajectory
+    chains, n, _ = traj.shape
+    ke, sm, pilot = fitted
     candidates = candidate_table(
-        estimator,
+        options.estimator,
         None if ke is None else (ke.level, out.density_loss),
         sm.candidates if sm is not None else [],
         sm.pick if sm is not None else None,
@@ -601,11 +716,13 @@ def estimate_response(
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
     raised: list[str] = []
+    if pilot is not None and pilot.skips_kernel_embedding:
+        raised.append(f"Pilot: {pilot.decision}")
     truncation = (
         kernel_embedding_truncation(ke, chains * n)
         if used == "kernel-embedding" and ke is not None
         else score_matching_truncation(sm, chains * n)
-        if used == "score-matching" and sm is not None and sm_degree is None
+        if used == "score-matching" and sm is not None and inputs.degree is None
         else None
     )
     if truncation is not None:
@@ -626,23 +743,23 @@ def estimate_response(
 
     attrs: dict[str, Any] = {
         "estimator": used,
-        "estimator_selection": estimator,
-        "folds": int(folds),
+        "estimator_selection": options.estimator,
+        "folds": int(options.folds),
         "n_samples": int(chains * n),
         "chains": int(chains),
         "chain_length": int(n),
-        "dt": step,
-        "max_lag": lag,
-        "basis": format_basis(coordinates),
+        "dt": float(traj.attrs["dt"]),
+        "max_lag": inputs.max_lag,
+        "basis": format_basis(setting.coordinates),
         "rejection": main.rejection,
         "nonfinite_rejection": main.nonfinite_rejection,
         "warnings": "\n".join(raised),
-        "stein_correction": "affine" if stein_correction else "none",
+        "stein_correction": "affine" if options.stein_correction else "none",
         **options.function_names(),
-        **distribution_attrs(observable),
+        **distribution_attrs(setting.observable),
         "passes": passes.reads,
         "store_reads": passes.store_reads,
-        "chunking": [int(c) for c in traj.chunks[1]],
+        "chunking": [int(c) for c in traj.chunks[1]] if traj.chunks else [int(n)],
         "store": str(traj.attrs.get("store", "<in-memory>")),
         "variable": str(traj.name),
         "kelr_dist_version": __version__,
@@ -659,21 +776,23 @@ def estimate_response(
             delta_rule=ke.delta_rule,
         )
     if sm is not None:
-        assert features is not None
+        assert plan.features is not None
         attrs.update(
             degree=sm.degree,
             ridge=sm.ridge,
-            max_degree=features.degree,
-            gram_stride=gram_stride(chains * n, features.size, correlation),
+            max_degree=plan.features.degree,
+            gram_stride=gram_stride(chains * n, plan.features.size, plan.correlation),
             gram_condition=sm.condition,
             score_matching_index_set=sm.index_set,
             score_matching_features=int(sm.model.features.size),
             score_matching_max_degrees=list(sm.model.features.max_degrees),
         )
+    if pilot is not None:
+        attrs.update(pilot.attrs())
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement
-    if periods is not None:
-        attrs["periodic"] = periodic_attr(traj, periodic)
+    if setting.periods is not None:
+        attrs["periodic"] = periodic_attr(traj, setting.periodic)
     attrs["runtime_seconds"] = time.perf_counter() - started
     return assemble_result(
         responses=responses,
@@ -681,8 +800,8 @@ def estimate_response(
         candidates=candidates,
         used=used,
         trajectory=traj,
-        observable=observable,
-        forcing=forcing,
+        observable=setting.observable,
+        forcing=inputs.forcing,
         attrs=attrs,
     )
 
@@ -788,11 +907,12 @@ def _warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
         ratios = np.abs(raw) / raw_stderr
     flagged = (ratios > STEIN_TOLERANCE) & (shares > RAW_STEIN_FRACTION)
     if flagged.any():
-        entry = np.unravel_index(int(np.argmax(np.where(flagged, shares, -1.0))), shares.shape)
+        worst = np.unravel_index(int(np.argmax(np.where(flagged, shares, -1.0))), shares.shape)
+        entry = tuple(int(v) for v in worst)
         _emit(
             BiasWarning,
             f"before the affine Stein correction the lag-0 Stein residual at (i, j) = "
-            f"{tuple(int(v) for v in entry)} was {shares[entry]:.0%} of k(0) "
+            f"{entry} was {shares[entry]:.0%} of k(0) "
             f"({ratios[entry]:.1f} total standard errors): the score estimate is "
             "poor; the correction removes that bias at lag 0 only, later lags may keep part of "
             "it (compare estimator='score-matching' / 'kernel-embedding', or use more data)",

@@ -29,6 +29,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationError,
     ValidationInfo,
     model_validator,
@@ -463,7 +464,7 @@ def option(
     """A field: its default (``...``: required, shown by an ``example``), one-phrase
     ``description`` (help text, the documented job-file schema) and, for the command line,
     ``choices`` and ``metavar``."""
-    extra = {"choices": list(choices), "metavar": metavar, "example": example}
+    extra: dict[str, JsonValue] = {"choices": list(choices), "metavar": metavar, "example": example}
     return Field(
         default,
         description=description,
@@ -692,7 +693,7 @@ FIELDS = {name: info for model in MODELS for name, info in model.model_fields.it
 def error_lines(
     err: ValidationError,
     key: Callable[[tuple[Any, ...]], str | None],
-    allowed: Callable[[tuple[Any, ...]], Sequence[str]] = lambda loc: (),
+    allowed: Callable[[tuple[Any, ...]], Sequence[str]] = lambda _: (),
 ) -> str:
     """One line of ``err``: ``<key>: <problem>`` per error, joined by ``"; "``; ``key(loc)``
     names the key (None: a problem of several keys, whose message names them), ``allowed(loc)``

@@ -8,9 +8,10 @@ them, and scripts may call them one by one::
     passes = Passes(trajectory, client)
     survey = survey_data(passes, observable)                      # read 1: moments, Ā
     coordinates = choose_coordinates(passes, survey, "auto")       # (read 1b: Gamma fit)
-    fits = fit_estimators(passes, coordinates, density_basis=..., features=..., folds=...)  # 2
-    ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
+    fits = fit_estimators(passes, density_basis=basis, features=features, folds=folds)  # 2
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
+    pilot = pilot_kernel_embedding(passes, basis, sm, folds.count)  # reads 2p-4p: a subsample
+    ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
     out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
 
 Every pass is :func:`kelr_dist.engine.passes.run_reductions` with the step's reductions; reductions
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,11 @@ from kelr_dist.kernels.coordinates import (
 )
 from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds, fold_stderr
-from kelr_dist.kernels.heldout import FoldLosses, density_loss_reduction
+from kelr_dist.kernels.heldout import (
+    Choice,
+    FoldLosses,
+    density_loss_reduction,
+)
 from kelr_dist.kernels.kde import (
     DEFAULT_MAX_GRID_BYTES,
     BinnedKDE,
@@ -83,7 +88,13 @@ from kelr_dist.kernels.score_matching import (
     held_out_candidates,
     held_out_losses,
 )
-from kelr_dist.kernels.selection import Criteria, choose_delta, choose_order, criteria_reduction
+from kelr_dist.kernels.selection import (
+    Criteria,
+    active_coordinates,
+    choose_delta,
+    choose_order,
+    criteria_reduction,
+)
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
 #: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
@@ -497,10 +508,37 @@ class KernelEmbeddingChoice:
         )
 
 
+Order = int | tuple[int, ...]
+
+
+def settle_index_set(
+    passes: Passes,
+    density: KernelDensity,
+    order: Order | None = None,
+    *,
+    index_set: str = "given",
+    max_order: Order | None = None,
+    folds: Folds | None = None,
+) -> tuple[KernelDensity, Order | None]:
+    """The kernel embedding's density and order on its index set. With ``index_set="auto"`` the
+    fitted total-degree ``density`` is kept, or, when at most one coordinate is active
+    (:func:`kelr_dist.kernels.selection.active_coordinates`), refitted by ``folds`` on a box with
+    order 0 on the others and ``max_order`` (default: the 1-D budget) on the active one, as in the
+    paper's Langevin example (§5.2; read 2b); a given ``order`` then applies to the active one."""
+    active = active_coordinates(density) if index_set == "auto" else None
+    if active is None or active.sum() > 1 or active.all():
+        return density, order
+    top = kernel_embedding_max_order(1) if max_order is None else int(max_order)  # type: ignore[arg-type]
+    box = TensorBasis(density.basis.coordinates, tuple(top if a else 0 for a in active), "box")
+    refit = fit_estimators(passes, density_basis=box, folds=folds).density
+    assert refit is not None
+    return refit, None if order is None else tuple(order if a else 0 for a in active)  # type: ignore[misc]
+
+
 def choose_kernel_embedding(
     passes: Passes,
     density: KernelDensity,
-    order: int | tuple[int, ...] | None = None,
+    order: Order | None = None,
     delta: str | float = "auto",
 ) -> KernelEmbeddingChoice:
     """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4)."""
@@ -593,6 +631,123 @@ def choose_score_matching(
     return ScoreMatchingChoice(model, pick, candidates, gram, path)
 
 
+#: the pilot fits and scores the kernel embedding on every ``k``-th sample, ``k = n_samples //
+#: PILOT_SAMPLES``: rows enough for a family far behind to be many standard errors behind (the
+#: pilot table of docs/benchmarks.md), few enough that its reads cost a small part of the kernel
+#: embedding's own
+PILOT_SAMPLES = 50_000
+#: ... and it runs only when it reads at most a fifth of the samples: below that it costs about
+#: what it can save
+PILOT_MIN_STRIDE = 5
+#: the kernel embedding is left out when its pilot held-out loss is above score matching's (fitted
+#: to all samples) by more than this many standard errors of their paired difference over folds:
+#: fitted to fewer samples, the kernel embedding is, if anything, worse than on all of them, so
+#: such a gap, in the comparison the estimate makes (kernels/heldout.py), is one it would not close
+PILOT_MARGIN = 5.0
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """The kernel embedding scored on a subsample (:func:`pilot_kernel_embedding`) against
+    score matching's held-out loss, and whether it can still win on all samples."""
+
+    stride: int  #: the pilot read every ``stride``-th sample
+    samples: int  #: rows its held-out loss was averaged over
+    kernel_embedding: Choice  #: its order and held-out loss on the pilot rows
+    score_matching: Choice  #: score matching's pick and its held-out loss (all samples)
+    gap_stderr: float  #: standard error of :attr:`gap` from the paired per-fold losses
+
+    @property
+    def gap(self) -> float:
+        """Kernel embedding's held-out loss minus score matching's (positive: it is behind)."""
+        return self.kernel_embedding.loss - self.score_matching.loss
+
+    @property
+    def skips_kernel_embedding(self) -> bool:
+        """Whether the kernel embedding is behind by more than :data:`PILOT_MARGIN` standard
+        errors."""
+        return bool(self.gap > PILOT_MARGIN * self.gap_stderr)
+
+    def attrs(self) -> dict[str, Any]:
+        """The result's record of the pilot: ``pilot`` (:attr:`decision`), ``pilot_stride``,
+        ``pilot_gap`` (in standard errors) and ``pilot_skipped`` (the family not fitted, or
+        ``""``)."""
+        return {
+            "pilot": self.decision,
+            "pilot_stride": self.stride,
+            "pilot_gap": self.gap / self.gap_stderr,
+            "pilot_skipped": "kernel-embedding" if self.skips_kernel_embedding else "",
+        }
+
+    @property
+    def decision(self) -> str:
+        """One line: what the pilot found and what runs."""
+        verdict = (
+            "the kernel embedding was not fitted to all samples"
+            if self.skips_kernel_embedding
+            else "both families were fitted to all samples"
+        )
+        return (
+            f"pilot (kernel embedding fitted to every {self.stride}-th sample, held-out loss on "
+            f"{self.samples} rows): held-out loss kernel-embedding (order "
+            f"{self.kernel_embedding.order}) {self.kernel_embedding.loss:.6g}, score-matching "
+            f"(degree {self.score_matching.order}) {self.score_matching.loss:.6g}, gap "
+            f"{self.gap / self.gap_stderr:.1f} standard errors: {verdict}"
+        )
+
+
+def pilot_stride(n_samples: int) -> int | None:
+    """Every how many samples the pilot reads (:data:`PILOT_SAMPLES`); ``None`` when that is
+    below :data:`PILOT_MIN_STRIDE` (no pilot)."""
+    stride = n_samples // PILOT_SAMPLES
+    return stride if stride >= PILOT_MIN_STRIDE else None
+
+
+def pilot_kernel_embedding(
+    passes: Passes,
+    density_basis: TensorBasis,
+    score_matching: ScoreMatchingChoice,
+    folds: int,
+    *,
+    order: Order | None = None,
+    delta: str | float = "auto",
+    index_set: str = "given",
+    max_order: Order | None = None,
+) -> Pilot | None:
+    """Reads 2p-4p, of every ``k``-th sample (:func:`pilot_stride`): the kernel embedding fitted
+    by ``folds`` on ``density_basis``, its index set, order and threshold settled, and its held-out
+    Hyvärinen loss, as the estimate makes them, to compare with score matching's (all samples; no
+    read). ``None`` (no read) when the data are too short for a pilot. Its reads count in
+    ``passes.reads``."""
+    chains, n, _ = passes.trajectory.shape
+    stride = pilot_stride(chains * n)
+    if stride is None:
+        return None
+    rows = passes.trajectory.isel(time=slice(None, None, stride))
+    subsample = Passes(rows, passes.client, passes.progress, passes.in_memory)
+    plan = Folds(folds, chains, rows.shape[1])
+    fitted = fit_estimators(subsample, density_basis=density_basis, folds=plan).density
+    assert fitted is not None
+    density, order = settle_index_set(
+        subsample, fitted, order, index_set=index_set, max_order=max_order, folds=plan
+    )
+    ke = choose_kernel_embedding(subsample, density, order, delta)
+    losses: FoldLosses = subsample(density_loss_reduction(ke.density, ke.order, ke.delta, plan))[0]
+    passes.reads += subsample.reads
+    pick = score_matching.pick
+    return Pilot(
+        stride,
+        int(losses.n.sum()),
+        Choice("kernel-embedding", ke.level, math.nan, losses.mean, _stderr(losses.loss)),
+        Choice("score-matching", pick.degree, pick.ridge, pick.loss, _stderr(pick.fold_losses)),
+        _stderr(losses.loss - pick.fold_losses),
+    )
+
+
+def _stderr(fold_losses: np.ndarray) -> float:
+    return float(fold_stderr(fold_losses))
+
+
 @dataclass(frozen=True)
 class Responses:
     """Read-4 results: one :class:`ResponseResult` per score and the kernel embedding's
@@ -609,15 +764,36 @@ def respond(
     forcing: Forcing,
     max_lag: int,
     *,
+    centre: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    corrected: Collection[str] = (),
+    origin: np.ndarray | None = None,
+    replicates: Mapping[str, Sequence[Score]] | None = None,
+    periods: np.ndarray | None = None,
     held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
-    **options: Any,
 ) -> Responses:
     """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6), the lag-0
-    Stein residuals, the affine Stein correction of the scores named in ``corrected`` and the
-    kernel embedding's held-out loss, in the same read. ``options`` (``centre``, ``scales``,
-    ``corrected``, ``origin``, ``replicates``) go to
+    Stein residuals, the affine Stein correction of the scores named in ``corrected`` and, with
+    ``held_out``, the kernel embedding's held-out loss, in the same read.
+
+    ``centre`` is ``Ā`` ``(q,)``, ``scales`` the components' standard deviations ``(d,)``,
+    ``origin`` the correction's centre ``(d,)``, ``replicates`` the scores refitted without each
+    fold, ``periods`` ``(d,)`` those of the components on a circle (0 elsewhere): see
     :func:`kelr_dist.kernels.response.response_reduction`."""
-    reductions = [response_reduction(scores, observable, forcing, max_lag, **options)]
+    reductions = [
+        response_reduction(
+            scores,
+            observable,
+            forcing,
+            max_lag,
+            centre=centre,
+            scales=scales,
+            corrected=corrected,
+            origin=origin,
+            replicates=replicates,
+            periods=periods,
+        )
+    ]
     if held_out is not None:
         choice, folds = held_out
         reductions.append(density_loss_reduction(choice.density, choice.order, choice.delta, folds))
@@ -634,6 +810,7 @@ __all__ = [
     "Fits",
     "KernelEmbeddingChoice",
     "Passes",
+    "Pilot",
     "Responses",
     "ScoreMatchingChoice",
     "Survey",
@@ -645,6 +822,9 @@ __all__ = [
     "find_periodic",
     "fit_estimators",
     "kde_grid_and_bandwidth",
+    "pilot_kernel_embedding",
+    "pilot_stride",
+    "settle_index_set",
     "respond",
     "score_matching_features",
     "survey_data",

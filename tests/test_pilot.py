@@ -1,0 +1,72 @@
+"""The pilot of ``estimator="auto"``: on a subsample it decides whether the kernel embedding can
+still win; where it cannot, that family goes no further than its fit and the result says so, and
+the chosen family's results are those of that family alone; where it can, both run as before."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from kelr_dist.data.store import open_trajectory
+from kelr_dist.models.simulate import simulate
+from kelr_dist.pipeline import steps
+from kelr_dist.pipeline.estimate import estimate_response
+
+#: the smallest trajectory the pilot runs on (it reads every PILOT_MIN_STRIDE-th sample or fewer)
+N = steps.PILOT_SAMPLES * steps.PILOT_MIN_STRIDE
+#: fast settings shared by the runs compared
+FAST = {"client": "synchronous", "progress": False, "max_lag": 20}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pilot")
+    paths = {}
+    for model in ("coupled-3d", "triple-well"):
+        paths[model] = root / f"{model}.zarr"
+        simulate(model, paths[model], N, seed=3, progress=False)
+    return paths
+
+
+def quiet_estimate(path: Path, **options: object) -> xr.Dataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return estimate_response(path, **FAST, **options)  # type: ignore[arg-type]
+
+
+def test_a_family_that_cannot_win_goes_no_further(stores: dict[str, Path]) -> None:
+    """Coupled 3-D wells: the kernel embedding's held-out loss is far behind score matching's
+    on the pilot rows, so it goes no further; the result records why, and its score-matching
+    response is the one ``estimator="score-matching"`` gives."""
+    auto = quiet_estimate(stores["coupled-3d"])
+    alone = quiet_estimate(stores["coupled-3d"], estimator="score-matching")
+    assert auto.attrs["pilot_skipped"] == "kernel-embedding"
+    assert auto.attrs["pilot_stride"] == steps.PILOT_MIN_STRIDE
+    assert auto.attrs["pilot_gap"] > steps.PILOT_MARGIN
+    assert auto.attrs["pilot"] in auto.attrs["warnings"]
+    assert auto.attrs["estimator"] == "score-matching"
+    assert "response_kernel_embedding" not in auto and "order" not in auto.attrs
+    for name in ("response", "response_stderr", "response_total_stderr", "stein_residual"):
+        np.testing.assert_array_equal(auto[name].values, alone[name].values)
+    assert auto.attrs["passes"] > alone.attrs["passes"]  # the pilot's reads are counted
+
+
+def test_a_family_that_can_win_is_carried_on(stores: dict[str, Path]) -> None:
+    """Triple-well: the pilot finds no decisive gap, so both families run and the kernel
+    embedding is chosen, as without a pilot."""
+    auto = quiet_estimate(stores["triple-well"])
+    assert auto.attrs["pilot_skipped"] == ""
+    assert "Pilot" not in auto.attrs["warnings"]
+    assert auto.attrs["estimator"] == "kernel-embedding"
+    assert "response_score_matching" in auto
+
+
+def test_no_pilot_below_its_size_or_for_one_family(stores: dict[str, Path]) -> None:
+    """A trajectory shorter than the pilot's size, or a named estimator, runs no pilot."""
+    short = open_trajectory(stores["coupled-3d"])[:, : N // 2].values
+    assert "pilot" not in quiet_estimate(short, dt=0.01).attrs
+    assert "pilot" not in quiet_estimate(stores["coupled-3d"], estimator="kernel-embedding").attrs
