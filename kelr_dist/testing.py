@@ -7,13 +7,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kelr_dist.kernels.checks import is_whole
-from kelr_dist.kernels.kde import as_samples, exact_kde_reduction
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.models.mala import MalaSystem
+
+if TYPE_CHECKING:  # the models are heavy (numba kernels); worker processes never need them
+    from kelr_dist.models.mala import MalaSystem
 
 
 def lag_counts(chain_lengths: int | list[int] | np.ndarray, max_lag: int) -> np.ndarray:
@@ -50,6 +52,8 @@ def kde_exact(
     density : ``(n,)`` ``p_N(points)``.
     gradient : ``(n, d)`` ``grad p_N(points)``.
     """
+    from kelr_dist.kernels.kde import as_samples, exact_kde_reduction  # numba: not for workers
+
     reduction = exact_kde_reduction(points, bandwidth)
     samples = as_samples("samples", samples, np.asarray(points).shape[1])
     if samples.shape[0] == 0:
