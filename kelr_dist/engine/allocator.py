@@ -15,19 +15,10 @@ limit cannot spare, so the threshold scales with the limit, ``min(64 MiB, limit 
 engine returns all free heap memory after every task (:func:`release_free_memory`).
 
 Only the engine calls these, in its tasks on Dask workers: importing :mod:`kelr_dist` changes
-nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. It still pays,
-measured on the embedded cluster (2 workers, 2 cores, a busy machine), the kernel-embedding
-estimate of a 1e6-sample triple-well store, seconds per pass::
-
-    pass                        untuned   tuned on the workers
-    moments, observable mean    1.8       1.8
-    coefficients                2.9       1.5
-    criteria                    2.5       1.3
-    response                    5.1       2.2
-    whole estimate              12.4      6.9
-
-(In a single process with one kernel at a time, p and grad p or the coefficient sums at 1e6
-samples showed no difference; the gain is in the passes' combined working sets on workers.)
+nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. The thresholds are glibc's
+``M_TRIM_THRESHOLD`` and ``M_MMAP_THRESHOLD`` (mallopt(3), the GNU C Library manual); the gain
+lies in the passes' combined working sets on the workers (see docs/benchmarks.md, section
+'Tuning constants').
 """
 
 from __future__ import annotations

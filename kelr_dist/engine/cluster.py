@@ -59,14 +59,11 @@ CONNECT_TIMEOUT = 10.0  # seconds to reach a named scheduler
 #: the address schemes of a scheduler to connect to (``scheme://host:port``)
 SCHEMES = ("tcp", "tls", "ws", "wss")
 MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
-#: the least memory_limit an embedded worker is started with. Measured (distributed 2026.8.0,
-#: numba 0.68.1, Python 3.11, x86-64 Linux, 3 runs): an idle embedded worker holds 103 MiB RSS,
-#: 192 MiB once numpy, xarray, zarr, numba and kelr_dist.kernels are imported (as its first
-#: task does). Its nanny kills and restarts a worker above 95% of its limit
-#: (distributed.worker.memory.terminate), so below 202 MiB a worker is killed before or during
-#: its first task, again and again (at 100 MiB: at start-up, before any task); 256 MiB leaves
-#: ~50 MiB for a task. A real pass needs more (the OU estimate of 200000 samples peaked at
-#: 314 MiB): workers that keep dying later are caught by the passes (NO_WORKERS_TIMEOUT).
+#: the least memory_limit an embedded worker is started with: 95% of it, where the nanny restarts
+#: a worker, must hold an idle worker with the kernels imported and leave room for a task (Dask
+#: distributed docs, "Worker Memory Management", distributed.worker.memory.terminate; see
+#: docs/benchmarks.md, section 'Tuning constants'); workers that keep dying later are caught by
+#: the passes (NO_WORKERS_TIMEOUT)
 MIN_WORKER_MEMORY = 256 * 2**20
 
 #: thread-pool variables of the embedded workers (set to their share of the cores)

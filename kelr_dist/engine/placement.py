@@ -50,10 +50,9 @@ def spread(rows: Sequence[int], client: Client) -> dict[tuple[str, ...] | None, 
     """Blocks (their rows, in chain, time order) per worker, as ``(address,)``: each block in
     turn goes to the worker thread with the fewest rows so far, so every thread gets the same
     rows to within a block and each pass's tasks, which run where their blocks are, keep both
-    cores busy to the end (measured: dask's own placement of a 1e7-row store's ten blocks left
-    one worker with both short chain ends and the other idle for 2 s of a 10.7 s pass; spread,
-    the estimate took 16.7-18.2 s against 19.9-22.3 s, alternating fresh runs). With no worker
-    connected yet, all blocks go to ``None`` (any worker: dask waits for one)."""
+    cores busy to the end (greedy list scheduling: Graham, "Bounds on multiprocessing timing
+    anomalies", SIAM J. Appl. Math., 1969; see docs/benchmarks.md, section 'Tuning constants').
+    With no worker connected yet, all blocks go to ``None`` (any worker: dask waits for one)."""
     threads = [w for w, k in sorted(client.nthreads().items()) for _ in range(k)]
     if not threads:
         return {None: list(range(len(rows)))}

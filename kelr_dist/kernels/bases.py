@@ -44,9 +44,7 @@ ROW_BLOCK = 4096
 MIN_ROWS = 256
 #: Bytes of tables one row block may take so that they stay in a core's share of the cache: the
 #: matrix products and row sums over the tail products then read them from cache, not memory
-#: (measured, p and ∇p of 3e5 samples, one thread: d = 3, order 20, 0.90 s at 4096 rows per
-#: block against 0.57 s at 512; d = 4, order 11, 1.54 against 0.77 s at 256; d = 2, order 60,
-#: 0.47 against 0.41 s at 1718)
+#: (see docs/benchmarks.md, section 'Tuning constants')
 CACHE_BUDGET = 8 * 1024**2
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -418,8 +416,8 @@ class Workspace:
 
     A kernel that builds tables of a few MiB for each row block would otherwise allocate them
     afresh per block; above glibc's mmap threshold every such allocation costs its page faults
-    again (measured in one process on this project's VM: two live 2 MiB tables took 2-16 ms to
-    allocate and fill against ~0.2 ms to compute). A workspace hands out the same memory for
+    again (mallopt(3), ``M_MMAP_THRESHOLD``; see docs/benchmarks.md, section 'Tuning
+    constants'). A workspace hands out the same memory for
     every block: :meth:`take` ``(slot, rows, columns)`` returns a C-contiguous ``(rows,
     columns)`` array over the slot's buffer, grown when needed (contents undefined). One
     workspace per thread; the arrays it returned are overwritten by the next :meth:`take` of the

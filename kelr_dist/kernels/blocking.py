@@ -66,8 +66,7 @@ PLATEAU_BIAS = 0.1
 
 #: bytes of one segment's block sums (and of each temporary of their level statistics): under the
 #: workers' mmap threshold (32 MiB, :mod:`kelr_dist.engine.allocator`), so they come from the heap
-#: instead of fresh pages per segment (measured, 1e6 rows, S = 2000, q = 3, 10 columns, one
-#: thread: 1.48 s with segments of 2^18 rows, 61 MiB of block sums, 1.08 s with 2^17)
+#: instead of fresh pages per segment (see docs/benchmarks.md, section 'Tuning constants')
 SEGMENT_BYTES = 30 * 2**20
 
 

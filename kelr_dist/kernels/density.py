@@ -66,9 +66,8 @@ def check_samples(basis: TensorBasis, x: np.ndarray, name: str = "x") -> np.ndar
 
 #: ``p`` and ``∇p`` by :func:`_contract` from this dimension on (the tails are products of
 #: several coordinates, many more than the first coordinate's degrees), else by matrix products
-#: and row sums. Measured with one BLAS thread (as on the engine's workers), 3e5 samples, time
-#: fused / GEMMs: d = 3, M = 12: 0.91, M = 20: 0.79; d = 4, M = 11: 0.99; d = 6, M = 6: 0.82;
-#: at d = 2 the GEMMs win from M = 24 on (M = 24: 1.13, M = 48: 1.47; M = 16: 0.74)
+#: and row sums, whichever is faster with one BLAS thread as on the engine's workers (see
+#: docs/benchmarks.md, section 'Tuning constants')
 FUSED_FROM_DIM = 3
 #: samples per tile of :func:`_contract` (the per-tail sums of a tile stay in L1)
 CONTRACT_TILE = 1024

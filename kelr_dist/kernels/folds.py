@@ -26,7 +26,8 @@ from kelr_dist.kernels.reduction import BlockInfo
 #: default number of folds
 DEFAULT_FOLDS = 4
 #: most folds: every partial carries each fold's coefficient sums and score-matching Gram
-#: matrices (folds x P² floats), so 1000 folds of a 2e5-sample store took 380 s, not 2 s
+#: matrices (folds x P² floats), so a pass's cost grows with the folds (see docs/benchmarks.md,
+#: section 'Tuning constants')
 MAX_FOLDS = 20
 #: fewest samples a fold may hold
 MIN_FOLD_SAMPLES = 200

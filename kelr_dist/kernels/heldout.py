@@ -35,11 +35,9 @@ The two families.
   The twin is scored at ``10 δ``, not ``δ``: refitted on three quarters of the data at the
   order chosen for all of it, ``p_M`` oscillates in the tails (Gibbs), and the oscillations'
   second derivatives enter ``∇·ŝ`` — but not the response, which uses ``∇p_M / p_M`` only.
-  Measured on a 1e6-sample triple-well (losses in ``x``): per-sample losses up to 5e4 at
-  ``δ`` (fold means -0.6 to -5.2, so score matching, five times less accurate there, was
-  chosen); at ``10 δ`` the fold means agree (-5.3 to -6.0) and the choice is right. A larger
-  multiple only makes the kernel embedding look worse (its tails count as ``ŝ = 0``), so this
-  errs on its side.
+  At ``δ`` those oscillations dominate the loss and the fold means disagree; at ``10 δ`` they
+  agree (see docs/benchmarks.md, section 'Tuning constants'). A larger multiple only makes the
+  kernel embedding look worse (its tails count as ``ŝ = 0``), so this errs on its side.
 
 What it does not do. ``J`` is not used to tune δ within the kernel embedding: with the true score
 known (triple-well, N = 1e7), δ = 1% of the largest ``p_M`` had the smallest Fisher divergence and
@@ -64,7 +62,9 @@ from kelr_dist.kernels.score_matching import Candidate
 
 #: the kernel embedding's held-out loss uses every HELDOUT_STRIDE-th sample (by time index)
 HELDOUT_STRIDE = 4
-#: its smooth twin is scored at this multiple of the threshold δ (see the module docstring)
+#: its smooth twin is scored at this multiple of the threshold δ, far enough above it that the
+#: tails' Gibbs oscillations leave the fold losses (the module docstring; see
+#: docs/benchmarks.md, section 'Tuning constants')
 HELDOUT_SMOOTHING = 10.0
 
 ESTIMATORS = ("auto", "kernel-embedding", "score-matching")

@@ -21,30 +21,13 @@ Two evaluators:
   from separable zero-padded FFT convolutions with the Gaussian kernel and its derivative, then
   interpolated back to arbitrary points. Out of core, any N, d = 1..3.
 
-Accuracy of the binned KDE (measured): 2-D two-component Gaussian mixture (non-Gaussian,
-correlated components), N = 1e6 i.i.d. samples, Silverman bandwidth (h = 0.1 sigma per
-coordinate), grid = data range padded by 4 h, errors at 2000 random sample points against
-:func:`exact_kde_reduction`. ``dens``: relative density error; ``score``: error of ``grad p / p``
-(Euclidean norm) relative to the RMS score norm; rms over the points and max. Interpolation
-order 1 (multilinear); cubic splines (``order=3``) only halve these errors because the
-linear binning itself is second order.
-
-===============  =======  ========  ========  =========  =========
-nodes per dim    delta/h  dens rms  dens max  score rms  score max
-===============  =======  ========  ========  =========  =========
-128              0.86     4.7e-3    4.9e-2    1.7e-2     1.7e-1
-256              0.43     1.2e-3    1.3e-2    4.7e-3     4.6e-2
-512              0.21     3.1e-4    4.9e-3    1.2e-3     1.1e-2
-1024             0.11     7.5e-5    9.0e-4    3.1e-4     3.0e-3
-default 287x438  0.25     7.1e-4    1.1e-2    2.2e-3     2.0e-2
-===============  =======  ========  ========  =========  =========
-
-(``delta/h`` is the larger of the two coordinates' ratios.) The exact KDE's own statistical
-error on the same points (its score against the true mixture score, same normalisation) is
-8.9e-2 rms and 0.75 max. The default grid (:func:`default_grid`) therefore uses a node
-spacing of ``h / 4`` per coordinate: its score error is ~40 times below the statistical error,
-and since both the binning error (~delta^2) and the KDE bias (~h^2) scale with h the ratio
-holds at every N (Silverman's h shrinks as N^(-1/6), so the grid grows with N).
+Accuracy of the binned KDE: linear binning and multilinear interpolation are both second order
+in the node spacing (Wand, "Fast computation of multivariate kernel estimators", J. Comput.
+Graph. Stat., 1994), so the default grid (:func:`default_grid`) uses a node spacing of ``h / 4``
+per coordinate (:data:`DEFAULT_SPACING`), which keeps the score error of the binning far below
+the KDE's statistical error (see docs/benchmarks.md, section 'Tuning constants'); since both
+the binning error (~delta^2) and the KDE bias (~h^2) scale with h the ratio holds at every N
+(Silverman's h shrinks as N^(-1/6), so the grid grows with N).
 """
 
 from __future__ import annotations
@@ -61,7 +44,8 @@ DEFAULT_PAD = 4.0
 """Grid padding beyond the data range, in bandwidths."""
 
 DEFAULT_SPACING = 0.25
-"""Default grid spacing, in bandwidths (see the table in the module docstring)."""
+"""Default grid spacing, in bandwidths: second-order binning error far below the statistical
+error (see the module docstring and docs/benchmarks.md, section 'Tuning constants')."""
 
 DEFAULT_MAX_GRID_BYTES = 2**30
 """Largest grid working set (counts, density, gradients, FFT buffers) allowed by default."""

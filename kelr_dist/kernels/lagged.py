@@ -33,9 +33,8 @@ from kelr_dist.kernels.checks import is_whole
 #: complex numbers per group of sub-blocks, its spectra and cross spectra together (16 MiB of
 #: complex128): bounds the memory and keeps each of a group's arrays under the mmap threshold
 #: the engine gives its workers (32 MiB, :mod:`kelr_dist.engine.allocator`), so they are reused
-#: from the heap instead of paying fresh pages per group (measured, blockwise sums of 1e6 rows,
-#: q = 3, 10 columns of b, one thread, tuned allocator: 1.10 s with 32 MiB of spectra per
-#: group, 0.55 s with 8 MiB)
+#: from the heap instead of paying fresh pages per group (see docs/benchmarks.md, section
+#: 'Tuning constants')
 _SPECTRUM_BUDGET = 1 << 20
 
 
@@ -171,8 +170,7 @@ def blockwise_lagged_sums(
     cut by ``offset`` rows and the last one by the end of ``b``. Summed over ``k`` this is
     :func:`lagged_sums`; one batched FFT per group of blocks, the groups' cross spectra in one
     buffer and their lags written straight into the result (fresh multi-MiB arrays per group
-    cost their page faults again: measured, 1e6 rows, q = 3, 10 columns of ``b``, one thread,
-    1.53 s with a new product array per group and a final concatenation, 0.97 s this way).
+    would cost their page faults again; see docs/benchmarks.md, section 'Tuning constants').
 
     Parameters
     ----------

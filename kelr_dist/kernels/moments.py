@@ -377,7 +377,8 @@ def wrap_reduction() -> Reduction:
 
 #: extreme values kept per coordinate and side
 EDGE_SAMPLES = 256
-#: a side is a hard edge when its spacing ratio exceeds this (see :class:`EdgeStatistics`)
+#: a side is a hard edge when its spacing ratio exceeds this, between the ratios of tails and of
+#: walls (see :class:`EdgeStatistics` and docs/benchmarks.md, section 'Tuning constants')
 EDGE_RATIO = 3.2
 
 
@@ -388,11 +389,9 @@ class EdgeStatistics:
     Near an edge ``a`` where ``p(x) ~ (x - a)^α``, the ``i``-th smallest value lies at
     ``x_(i) - a ∝ i^{1/(α+1)}``; the ratio ``(x_(K) - x_(1)) / (x_(K/4) - x_(1))`` is about 4 for a
     density that does not vanish there (``α = 0``: a reflecting wall), about 2 for ``α = 1``
-    (a diffusion path near its minimum) and less for a Gaussian tail. Measured with ``K = 256``
-    on 3e4 and 3e5 samples of every system on the line of :mod:`kelr_dist.models.registry`: 1.2-2.4
-    (one exception: 4.9 for the Langevin-Morse ``x`` at its flat right tail with 3e4 samples);
-    on walls (a reflected Ornstein-Uhlenbeck process, the angles at their wrap): 3.5-5.5;
-    clipped data put ``K/4`` samples at one value: an infinite ratio.
+    (a diffusion path near its minimum) and less for a Gaussian tail; clipped data put ``K/4``
+    samples at one value: an infinite ratio. :data:`EDGE_RATIO` lies between the ratios of
+    tails and of walls (see docs/benchmarks.md, section 'Tuning constants').
 
     Attributes
     ----------

@@ -403,9 +403,8 @@ class _ResponseKernel:
         (:func:`~kelr_dist.kernels.blocking.segment_length`, aligned to the base blocks; each
         with the next ``S`` rows as its halo), merged like separate chunks: every array of a
         segment stays under the workers' mmap threshold and is reused from the heap, where
-        whole-chunk arrays would take fresh pages on every task (measured on one thread, a
-        1e6-row chunk at d = 3 with two corrected scores: 2.55 s with whole-chunk arrays,
-        1.70-1.80 s by segments)."""
+        whole-chunk arrays would take fresh pages on every task (see docs/benchmarks.md,
+        section 'Tuning constants')."""
         halo = np.empty((0, x.shape[1])) if halo is None else halo
         k0 = default_base_block(self.max_lag) if self.base_block is None else self.base_block
         size = segment_length(self.max_lag, len(self.observable.names) * self.columns, k0)

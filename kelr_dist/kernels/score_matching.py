@@ -54,8 +54,8 @@ from kelr_dist.kernels.reduction import BlockInfo, Reduction
 RIDGES = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
 #: eigenvalues of G below this fraction of the largest are treated as zero
 RCOND = 1e-10
-#: rows per block of the feature tables (measured, Gram sums of 3e5 samples, one thread, ~220
-#: features: d = 3 0.67 s at 4096 rows against 0.53 s at 2048, d = 2 0.44 against 0.42 s)
+#: rows per block of the feature tables, so that a block's tables of up to SM_MAX_FEATURES
+#: features stay in cache (see docs/benchmarks.md, section 'Tuning constants')
 FEATURE_ROWS = 2048
 
 

@@ -19,14 +19,14 @@ least ``|p_M|`` (``p_eq > 0``): the negative values are samples of the size of t
 error where the density is smallest — exactly where ``B̂ = -∇p_M/p_M`` is fragile. Their
 largest magnitude ``ε_M = max(0, -min_n p_M(X_n))`` is a certified lower bound of
 ``‖p_eq - p_M‖_∞``, but it is one extreme excursion (often a Gibbs overshoot at a steep wall),
-and a threshold tied to it discards far too much: measured at N = 1e7, ``δ = 3 ε_M`` rejected
-3.4% of the Langevin samples and tripled the response error. The threshold is tied instead to
+and a threshold tied to it discards far too much (see docs/benchmarks.md, section 'Tuning
+constants'). The threshold is tied instead to
 their median magnitude ``ε^{50}_M``, the typical error size in the low-density region: by
 eq. 42 with that error size, ``δ = ε^{50}_M`` keeps the samples whose estimate exceeds the
 typical error there. Orders without negative values borrow the largest ``ε^{50}`` within two
 orders (:func:`error_scale`); δ never goes below the paper's ``δ_M``. The paper's own choice
 ``δ = δ_M`` (≈ 1e-7) keeps samples with ``p_M ≈ 1e-7``, where ``B̂`` reaches 1e5 and ruins the
-response (measured: diagonal error 3.6 at M = 50, N = 1e6 triple-well, against 0.07 here).
+response (the same section).
 
 The automatic order (:func:`choose_order`) uses the certified bound: ``ε̃_M`` (the largest ``ε``
 within two orders of M) falls while the truncation (Gibbs)
@@ -58,7 +58,8 @@ T_MIN = -4 * 90
 T_MAX = 4 * 20
 N_BINS = T_MAX - T_MIN + 1
 
-#: κ of the automatic threshold δ = κ ε^{50}_M
+#: κ of the automatic threshold δ = κ ε^{50}_M: the typical error size in the low-density region
+#: (eq. 42; see docs/benchmarks.md, section 'Tuning constants')
 DELTA_FACTOR = 1.0
 #: orders on each side whose negative excursion also bounds the error at M
 ERROR_WINDOW = 2
@@ -166,8 +167,8 @@ def _blocks(basis: TensorBasis, coef_t: np.ndarray) -> tuple[np.ndarray, np.ndar
     A block holds four tails of consecutive levels ``s..s+3`` (a total index set) and four
     consecutive first-coordinate degrees ``m_0..m_0+3``: its 16 terms fall on the seven running
     sums of levels ``s+m_0 .. s+m_0+6``, so one pass over a tile's samples loads 8 table rows
-    and 7 sums for 16 terms, where term by term it loads 2 rows and a sum per term (measured on
-    one thread, d = 2, M = 70: :func:`sweep_sums` 1.28x faster). Terms in no block, and all terms
+    and 7 sums for 16 terms, where term by term it loads 2 rows and a sum per term (see
+    docs/benchmarks.md, section 'Tuning constants'). Terms in no block, and all terms
     of a box index set (level ``max(m1, floor)``), are singles; singles with a zero coefficient
     are left out. Returns blocks ``(B, 6)`` = r_0..r_3, m_0, level and singles ``(S, 3)`` =
     r, m1, level, both int64.
@@ -379,13 +380,9 @@ def least_adequate_order(criteria: Criteria) -> int:
 
     A floor for :func:`choose_order`: ``ε̃_M`` certifies nothing at low orders, whose estimates
     (the Gaussian weight and its first shells) are positive everywhere — ``ε̃ = 0`` there means
-    no evidence, not no error. The held-out loss sees what they miss. Measured on a
-    1e6-sample, two-chain triple-well store: without the floor the rule took M = 0 (the
-    quasi-Gaussian, response error 0.36 against the exact FDT); the floor is 7 and the rule
-    then takes 50 (error 0.011). At N = 1e7 it raised the kernel embedding's order on curved
-    wells (21 → 69) and the coupled 3-, 4- and 6-D systems (8 → 20, 2 → 11, 0 → 6), lowering
-    its error on each (0.35 → 0.21, 0.53 → 0.39, 0.70 → 0.41, 0.69 → 0.59), and left the
-    other five systems' orders unchanged.
+    no evidence, not no error. The held-out loss sees what they miss. The rule is that of
+    Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning* (2nd ed., 2009),
+    §7.10; its effect on the orders is in docs/benchmarks.md, section 'Tuning constants'.
     """
     loss, spread = criteria.held_out_loss, criteria.held_out_loss_stderr
     if loss is None or spread is None:

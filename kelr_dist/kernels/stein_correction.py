@@ -20,9 +20,9 @@ population Fisher divergence than ``ŝ``; with ``d (d + 1)`` parameters fitted o
 its sampling cost is negligible. At the minimiser the sample Stein identity holds for every
 affine test function, ``Ê[s_V (x - x̄)ᵀ] = -I`` and ``Ê[s_V] = 0``: for ``A = x`` and a constant
 forcing the corrected response has ``k̂(0) = I`` exactly, as the true FDT has, and its bias at
-lag 0 — the largest, measured, for a kernel embedding with a threshold — is removed rather
-than only reported. The uncorrected estimate's lag-0 Stein residual says how large the
-correction was.
+lag 0 — the largest for a kernel embedding with a threshold (see docs/benchmarks.md, section
+'Tuning constants') — is removed rather than only reported. The uncorrected estimate's lag-0
+Stein residual says how large the correction was.
 
 The response is linear in ``B``: with ``B' = -∂c - c ⊙ s_V = B - c ⊙ (V z̃)``,
 

@@ -114,11 +114,9 @@ MAX_GRAM_BYTES = 2 * 1024**3
 #: a lag-0 Stein residual beyond this many standard errors is reported as a bias
 STEIN_TOLERANCE = 3.0
 #: ... and so is one before the affine Stein correction (which removes it at lag 0 only) when it
-#: is also beyond this fraction of the lag-0 response. Measured at N = 1e6 on the nine systems of
-#: scripts/accuracy_suite.py, A = x: every kernel embedding with a response error <= 0.05 had a
-#: raw residual <= 2.1% of k(0) (OU, triple-well, Langevin-Morse, heavy tail); those with errors
-#: 0.21-0.59 had 30-65% (curved valleys, coupled 3-D/4-D/6-D); the wall's had 70% with an error
-#: of 0.024 (its correction rescued it: a warning there is a false alarm, on the safe side)
+#: is also beyond this fraction of the lag-0 response, which separates accurate kernel
+#: embeddings from biased ones on the systems of scripts/accuracy_suite.py (see
+#: docs/benchmarks.md, section 'Tuning constants')
 RAW_STEIN_FRACTION = 0.1
 #: the two families' responses differing by more than this many standard errors of their
 #: difference, while their held-out losses are within LOSS_TIE standard errors, is reported

@@ -98,14 +98,14 @@ from kelr_dist.kernels.selection import (
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
 #: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
-#: criteria sweep), is at most KE_WORK_PER_SAMPLE — 70 in d = 2 (2556 functions, ~4 s of kernel
-#: time per 1e7 samples on 2 cores), 20 in d = 3, 11 in d = 4, 6 in d = 6 — with every
+#: criteria sweep), is at most KE_WORK_PER_SAMPLE — 70 in d = 2 (2556 functions), 20 in d = 3,
+#: 11 in d = 4, 6 in d = 6 (see docs/benchmarks.md, section 'Tuning constants') — with every
 #: coordinate at most KE_MAX_DEGREE (the 1-D order); tables stay within bases.TABLE_BUDGET bytes
 KE_WORK_PER_SAMPLE = 7800
 KE_MAX_DEGREE = 150
 #: score matching's highest degree: at most this many features (Gram matrices of 400 KiB each)
-#: and at most SM_MAX_DEGREE (polynomials of higher degree are fitted to noise; measured, the
-#: held-out loss never chose a degree above 15 on the benchmark systems)
+#: and at most SM_MAX_DEGREE (polynomials of higher degree are fitted to noise; see
+#: docs/benchmarks.md, section 'Tuning constants')
 SM_MAX_FEATURES = 220
 SM_MAX_DEGREE = 24
 #: the adaptive index set's dictionary: at most this many features (Gram products ~5x those of
@@ -187,9 +187,8 @@ def correlation_time(survey: Survey) -> float | None:
 
 
 #: flops per second of the passes' matrix products on the embedded cluster, to state the cost of
-#: a larger budget in seconds (the measured rates behind SM_GRAM_FLOPS and KE_WORK_PER_SAMPLE:
-#: 50 Gflop/s for the Gram products, ~4 s per 1e7 samples at 7800 flops each for the kernel
-#: embedding's tables, i.e. ~2e10 flop/s)
+#: a larger budget in seconds (the rates behind SM_GRAM_FLOPS and KE_WORK_PER_SAMPLE; see
+#: docs/benchmarks.md, section 'Tuning constants')
 GRAM_FLOP_RATE = 5e10
 TABLE_FLOP_RATE = 2e10
 
