@@ -39,13 +39,11 @@ The two families.
   agree (see docs/benchmarks.md, section 'Tuning constants'). A larger multiple only makes the
   kernel embedding look worse (its tails count as ``ŝ = 0``), so this errs on its side.
 
-What it does not do. ``J`` is not used to tune δ within the kernel embedding: with the true score
-known (triple-well, N = 1e7), δ = 1% of the largest ``p_M`` had the smallest Fisher divergence and
-four times the response error of δ = 0.1%, because the rejected tail samples carry much of
-``E[A Bᵀ]`` while they weigh little in ``F``. Between families it ranked as the response
-errors did on every system of ``scripts/accuracy_suite.py``; the lag-0 Stein residual
-(:mod:`kelr_dist.kernels.response`) then reports
-what bias is left.
+What it does not do. ``J`` is not used to tune δ within the kernel embedding: the rejected tail
+samples carry much of ``E[A Bᵀ]`` while they weigh little in the Fisher divergence ``F``, so the
+δ with the least ``F`` need not have the least response error; it is used only to choose between
+the families (see docs/benchmarks.md, section 'Tuning constants'). The lag-0 Stein residual
+(:mod:`kelr_dist.kernels.response`) then reports what bias is left.
 """
 
 from __future__ import annotations
