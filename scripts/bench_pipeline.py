@@ -75,7 +75,12 @@ from kelr_dist.engine.passes import (
 from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.response import DensityScore, constant_forcing, identity_observable
+from kelr_dist.kernels.response import (
+    DensityScore,
+    constant_forcing,
+    identity_observable,
+    response_reduction,
+)
 from kelr_dist.models.registry import make_model
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline import steps
@@ -273,10 +278,7 @@ def steps_estimate(path: Path, client: Any, order: int, max_lag: int) -> dict[st
         fits = step("fit_estimators", fit_estimators, passes, density_basis=basis)
         ke = step("choose_kernel_embedding", choose_kernel_embedding, passes, fits.density, order)
         scores = {"response_kernel_embedding": DensityScore(ke.density, ke.order, ke.delta)}
-        step(
-            "respond",
-            respond,
-            passes,
+        response = response_reduction(
             scores,
             observable,
             forcing,
@@ -286,6 +288,7 @@ def steps_estimate(path: Path, client: Any, order: int, max_lag: int) -> dict[st
             corrected=list(scores),
             origin=survey.moments.mean,
         )
+        step("respond", respond, passes, response)
         wall = time.perf_counter() - start
     figures = [(", ".join(r.name for r in g.reductions), *graph_figures(g)) for g in graphs]
     del graphs, kept, passes

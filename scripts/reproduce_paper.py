@@ -47,6 +47,7 @@ from kelr_dist.kernels.response import (  # noqa: E402
     KDEScore,
     constant_forcing,
     identity_observable,
+    response_reduction,
 )
 from kelr_dist.pipeline.steps import (  # noqa: E402
     Passes,
@@ -107,7 +108,7 @@ def response_pass(store: Path, client: Any, scores: dict[str, Any], max_lag: int
     """``k(lag, i, j)`` and ``_stderr`` for every score in one pass (``A = x``, ``c = 1``)."""
     passes, components = steps_on(store, client)
     observable, forcing = identity_observable(components), constant_forcing(components)
-    results = respond(passes, scores, observable, forcing, max_lag).results
+    results = respond(passes, response_reduction(scores, observable, forcing, max_lag)).results
     dims = ("lag", "i", "j")
     data = {}
     for name, result in results.items():

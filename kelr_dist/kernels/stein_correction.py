@@ -124,18 +124,14 @@ def correction_width(d: int, constant: bool, periodic: int = 0) -> int:
 
 
 def affine_fit(
-    score_moment: np.ndarray,
-    second_moment: np.ndarray,
-    scale: np.ndarray | None = None,
-    divergence: np.ndarray | None = None,
+    score_moment: np.ndarray, second_moment: np.ndarray, divergence: np.ndarray | None = None
 ) -> np.ndarray:
     """``V (d, w)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, w)`` and ``Ê[z̃ z̃ᵀ] (w, w)``; ``D = Ê[∇z̃]``
     is ``divergence (d, w)`` when given (:func:`divergence_sums` over the rows), else that of
-    ``z̃`` on the line built with ``scale`` ``σ (d,)`` (default 1)."""
+    ``z̃`` on the line with unit scales, ``[I 0]``."""
     d = score_moment.shape[0]
     if divergence is None:
-        inverse = np.ones(d) if scale is None else 1.0 / np.asarray(scale, dtype=np.float64)
-        divergence = np.eye(d, d + 1) * np.append(inverse, 0.0)
+        divergence = np.eye(d, d + 1)
     target = score_moment + divergence
     return -np.linalg.solve(second_moment, target.T).T
 

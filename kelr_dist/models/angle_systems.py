@@ -27,12 +27,13 @@ import numpy as np
 
 from kelr_dist.models import densities
 from kelr_dist.models.mala import MalaSystem
-from kelr_dist.models.parameters import count, parameter, positive, real
+from kelr_dist.models.parameters import parameter, real
 
 if TYPE_CHECKING:
     from kelr_dist.models.registry import Model
 
 
+@dataclass(eq=False)
 class _AngleSystem(MalaSystem):
     """A MALA system whose first two components are angles, started near the origin."""
 
@@ -55,7 +56,7 @@ class _TorusPotential(_AngleSystem):
 
 
 @dataclass(eq=False)
-class Torus(_TorusPotential):
+class Torus(_TorusPotential, name="torus", system=densities.TORUS, step=0.03):
     """Two dihedral-like angles ``(φ, ψ)`` on a torus with six basins (d = 2), MALA-sampled.
 
     ``V = a cos 2φ + b cos(3ψ - 0.6) - c cos(φ - ψ - 0.8) + e sin φ``, ``p_eq ∝ exp(-V)``.
@@ -66,18 +67,11 @@ class Torus(_TorusPotential):
     step : MALA step ``h`` (0.03).  subsample : steps per stored sample (5).
     """
 
-    name = "torus"
     components = ("phi", "psi")
-    step: float = parameter(0.03, positive)
-    subsample: int = parameter(5, count)
-    _system = densities.TORUS
-
-    def _derive(self) -> None:
-        self._theta = np.array([self.a, self.b, self.c, self.e])
 
 
 @dataclass(eq=False)
-class AnglesLine(_TorusPotential):
+class AnglesLine(_TorusPotential, name="angles-line", system=densities.ANGLES_LINE, step=0.03):
     """Two angles and a real coordinate ``(φ, ψ, r)`` (d = 3), MALA-sampled.
 
     ``V = V_torus(φ, ψ) + g (r² - 1)² + k r sin φ + r cos(ψ) / 2``: a double well in ``r``
@@ -89,20 +83,13 @@ class AnglesLine(_TorusPotential):
     step : MALA step ``h`` (0.03).  subsample : steps per stored sample (5).
     """
 
-    name = "angles-line"
     components = ("phi", "psi", "r")
     g: float = parameter(1.0, real)
     k: float = parameter(0.8, real)
-    step: float = parameter(0.03, positive)
-    subsample: int = parameter(5, count)
-    _system = densities.ANGLES_LINE
-
-    def _derive(self) -> None:
-        self._theta = np.array([self.a, self.b, self.c, self.e, self.g, self.k])
 
 
 @dataclass(eq=False)
-class Circle(_AngleSystem):
+class Circle(_AngleSystem, name="circle", system=densities.CIRCLE, step=0.02):
     """The von Mises diffusion ``dθ = -κ sin(θ - μ) dt + sqrt(2) dW`` on the circle (d = 1).
 
     Parameters
@@ -111,17 +98,10 @@ class Circle(_AngleSystem):
     at the wrap ``±π`` is well above 0).  step : MALA step ``h`` (0.02).  subsample : (5).
     """
 
-    name = "circle"
     components = ("theta",)
     angles = 1
     kappa: float = parameter(1.5, real)
     mu: float = parameter(2.2, real)
-    step: float = parameter(0.02, positive)
-    subsample: int = parameter(5, count)
-    _system = densities.CIRCLE
-
-    def _derive(self) -> None:
-        self._theta = np.array([self.kappa, self.mu])
 
 
 #: the systems of this module, registered in :data:`kelr_dist.models.registry.MODEL_NAMES`

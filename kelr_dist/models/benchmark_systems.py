@@ -32,7 +32,6 @@ from kelr_dist.models import densities
 from kelr_dist.models.mala import MalaSystem
 from kelr_dist.models.parameters import (
     Parameters,
-    count,
     derived,
     matrix,
     parameter,
@@ -95,7 +94,17 @@ def cir_gaussian(
 
 
 @dataclass(eq=False)
-class CurvedWells(MalaSystem):
+class Potential(MalaSystem):
+    """A MALA system with ``p_eq ∝ exp(-V / kT)``: the temperature ``kT`` is its first
+    parameter (default 1)."""
+
+    kT: float = parameter(1.0, positive)
+
+
+@dataclass(eq=False)
+class CurvedWells(
+    Potential, name="curved-wells", system=densities.CURVED_WELLS, step=0.03, subsample=10
+):
     """Three wells in a curved, rotated valley (d = 2): ``p_eq ∝ exp(-V / kT)``, MALA-sampled.
 
     In local coordinates ``(u, v) = R(-angle) (x - center)``::
@@ -108,25 +117,21 @@ class CurvedWells(MalaSystem):
 
     Parameters
     ----------
-    barrier : ``H`` (default 2.5).  spacing : ``a`` (2).  tilt : (0.15).
-    curvature : ``b`` (0.5).  stiffness : ``kappa`` (4).  angle : rotation in degrees (30).
-    center : the shift ``(2,)`` ((1, -0.5)).  kT : temperature (1).
+    kT : temperature (default 1).  barrier : ``H`` (2.5).  spacing : ``a`` (2).  tilt : (0.15).
+    center : the shift ``(2,)`` ((1, -0.5)).  angle : rotation in degrees (30).
+    curvature : ``b`` (0.5).  stiffness : ``kappa`` (4).
     step : MALA step ``h`` (0.03).  subsample : steps per stored sample (10).
     """
 
-    name = "curved-wells"
     components = ("x1", "x2")
 
     barrier: float = parameter(2.5, positive)
     spacing: float = parameter(2.0, positive)
     tilt: float = parameter(0.15, real)
+    center: np.ndarray = parameter((1.0, -0.5), partial(vector, d=2))
+    angle: float = parameter(30.0, real)
     curvature: float = parameter(0.5, real)
     stiffness: float = parameter(4.0, positive)
-    angle: float = parameter(30.0, real)
-    center: np.ndarray = parameter((1.0, -0.5), partial(vector, d=2))
-    kT: float = parameter(1.0, positive)
-    step: float = parameter(0.03, positive)
-    subsample: int = parameter(10, count)
 
     def _derive(self) -> None:
         radians = math.radians(self.angle)
@@ -135,8 +140,6 @@ class CurvedWells(MalaSystem):
             self.curvature, self.stiffness, math.cos(radians), math.sin(radians),
             self.center[0], self.center[1], 1.0 / self.kT,
         ])  # fmt: skip
-
-    _system = densities.CURVED_WELLS
 
     def to_local(self, x: np.ndarray) -> np.ndarray:
         """Valley coordinates ``(u, v) = R(-angle) (x - center)`` of ``x (n, 2)``: ``(n, 2)``."""
@@ -160,7 +163,7 @@ class CurvedWells(MalaSystem):
 
 
 @dataclass(eq=False)
-class Coupled3D(MalaSystem):
+class Coupled3D(Potential, name="coupled-3d", system=densities.COUPLED_3D, subsample=10):
     """A double well driving two non-Gaussian coordinates (d = 3), MALA-sampled.
 
     ``p_eq ∝ exp(-V / kT)`` with ``y2 = x2 - a x1``, ``y3 = x3 - b x2`` and::
@@ -173,12 +176,11 @@ class Coupled3D(MalaSystem):
 
     Parameters
     ----------
-    barrier : ``H`` (3).  tilt : (0.25).  a : (1).  b : (0.8).
-    quartic2 : ``g2`` (1).  cubic3 : ``c3`` (0.6).  quartic3 : ``g3`` (0.5).  kT : (1).
+    kT : (1).  barrier : ``H`` (3).  tilt : (0.25).  a : (1).  b : (0.8).
+    quartic2 : ``g2`` (1).  cubic3 : ``c3`` (0.6).  quartic3 : ``g3`` (0.5).
     step : MALA step (0.04).  subsample : (10).
     """
 
-    name = "coupled-3d"
     components = ("x1", "x2", "x3")
 
     barrier: float = parameter(3.0, positive)
@@ -188,17 +190,6 @@ class Coupled3D(MalaSystem):
     quartic2: float = parameter(1.0, positive)
     cubic3: float = parameter(0.6, real)
     quartic3: float = parameter(0.5, positive)
-    kT: float = parameter(1.0, positive)
-    step: float = parameter(0.04, positive)
-    subsample: int = parameter(10, count)
-
-    def _derive(self) -> None:
-        self._theta = np.array([
-            self.barrier, self.tilt, self.a, self.b, self.quartic2, self.cubic3, self.quartic3,
-            1.0 / self.kT,
-        ])  # fmt: skip
-
-    _system = densities.COUPLED_3D
 
     def factors(self, x: np.ndarray) -> np.ndarray:
         """The independent coordinates ``(x1, y2, y3)`` of ``x (n, 3)``, shape ``(n, 3)``."""
@@ -211,7 +202,7 @@ class Coupled3D(MalaSystem):
 
 
 @dataclass(eq=False)
-class AnharmonicChain(MalaSystem):
+class AnharmonicChain(Potential, system=densities.CHAIN):
     """A chain of anharmonic oscillators, nearest-neighbour coupled, one double well; MALA.
 
     ``p_eq ∝ exp(-V / kT)`` with::
@@ -224,8 +215,8 @@ class AnharmonicChain(MalaSystem):
 
     Parameters
     ----------
-    barrier : ``H`` (3).  tilt : (0.2).  coupling : ``kappa`` (1).  cubic : ``c`` (0.5).
-    quartic : ``g`` (0.5; ``c^2 < 4 g`` keeps each oscillator unimodal).  kT : (1).
+    kT : (1).  barrier : ``H`` (3).  tilt : (0.2).  coupling : ``kappa`` (1).  cubic : ``c`` (0.5).
+    quartic : ``g`` (0.5; ``c^2 < 4 g`` keeps each oscillator unimodal).
     step : MALA step (0.04).  subsample : (5).
     """
 
@@ -236,17 +227,10 @@ class AnharmonicChain(MalaSystem):
     coupling: float = parameter(1.0, real)
     cubic: float = parameter(0.5, real)
     quartic: float = parameter(0.5, positive)
-    kT: float = parameter(1.0, positive)
-    step: float = parameter(0.04, positive)
-    subsample: int = parameter(5, count)
 
     def _derive(self) -> None:
         self.components = tuple(f"x{i + 1}" for i in range(self.dimension))
-        self._theta = np.array([
-            self.barrier, self.tilt, self.coupling, self.cubic, self.quartic, 1.0 / self.kT,
-        ])  # fmt: skip
-
-    _system = densities.CHAIN
+        super()._derive()
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """``x1 = 1`` (right well), the rest 0, plus ``0.1 N(0, I)``: ``(d,)``."""
@@ -256,23 +240,21 @@ class AnharmonicChain(MalaSystem):
 
 
 @dataclass(eq=False)
-class Coupled4D(AnharmonicChain):
+class Coupled4D(AnharmonicChain, name="coupled-4d"):
     """:class:`AnharmonicChain` with d = 4."""
 
-    name = "coupled-4d"
     dimension = 4
 
 
 @dataclass(eq=False)
-class Coupled6D(AnharmonicChain):
+class Coupled6D(AnharmonicChain, name="coupled-6d"):
     """:class:`AnharmonicChain` with d = 6."""
 
-    name = "coupled-6d"
     dimension = 6
 
 
 @dataclass(eq=False)
-class TrigTie4D(MalaSystem):
+class TrigTie4D(Potential, name="trig-4d", system=densities.TRIG_4D):
     """Two coupled double wells with a trigonometric tie (d = 4), MALA-sampled.
 
     ``p_eq ∝ exp(-V / kT)`` with ``u3 = x3 - a sin(omega x1)``, ``u4 = x4 - b x2`` and::
@@ -285,11 +267,10 @@ class TrigTie4D(MalaSystem):
 
     Parameters
     ----------
-    barrier : ``H`` (1.5).  kappa : (0.5).  omega : (2.5).  a : (0.8).  b : (0.7).  kT : (1).
+    kT : (1).  barrier : ``H`` (1.5).  kappa : (0.5).  omega : (2.5).  a : (0.8).  b : (0.7).
     step : MALA step (0.04).  subsample : (5).
     """
 
-    name = "trig-4d"
     components = ("x1", "x2", "x3", "x4")
 
     barrier: float = parameter(1.5, positive)
@@ -297,16 +278,6 @@ class TrigTie4D(MalaSystem):
     omega: float = parameter(2.5, positive)
     a: float = parameter(0.8, real)
     b: float = parameter(0.7, real)
-    kT: float = parameter(1.0, positive)
-    step: float = parameter(0.04, positive)
-    subsample: int = parameter(5, count)
-
-    def _derive(self) -> None:
-        self._theta = np.array(
-            [self.barrier, self.kappa, self.omega, self.a, self.b, 1.0 / self.kT]
-        )
-
-    _system = densities.TRIG_4D
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """Near ``(1, 1, a sin(omega), b)``, ``0.1 N(0, I)`` off: ``(4,)``."""
@@ -315,7 +286,7 @@ class TrigTie4D(MalaSystem):
 
 
 @dataclass(eq=False)
-class GammaTie3D(MalaSystem):
+class GammaTie3D(MalaSystem, name="gamma-3d", system=densities.GAMMA_3D, step=0.25):
     """A Gamma coordinate with a log tie and a quadratic tie (d = 3), MALA-sampled.
 
     ``p_eq(x) ∝ x1^(k-1) exp(-x1 / theta) exp(-(x2 - alpha log x1)^2 / 2) exp(-(x3 - gamma
@@ -325,24 +296,16 @@ class GammaTie3D(MalaSystem):
 
     Parameters
     ----------
-    shape : ``k`` (3).  theta : (1).  alpha : (0.7).  gamma : (0.4).
-    step : MALA step (0.25).  subsample : (5).
+    shape : ``k`` (3).  theta : (1).  alpha : (0.7).  gamma : (0.4).  step : MALA step (0.25).
+    subsample : (5).
     """
 
-    name = "gamma-3d"
     components = ("x1", "x2", "x3")
 
     shape: float = parameter(3.0, positive)
     theta: float = parameter(1.0, positive)
     alpha: float = parameter(0.7, real)
     gamma: float = parameter(0.4, real)
-    step: float = parameter(0.25, positive)
-    subsample: int = parameter(5, count)
-
-    def _derive(self) -> None:
-        self._theta = np.array([self.shape, self.theta, self.alpha, self.gamma])
-
-    _system = densities.GAMMA_3D
 
     def initial_state(self, rng: np.random.Generator) -> np.ndarray:
         """Near the mode of ``x1`` and the ties' centres, ``0.05 N(0, I)`` off: ``(3,)``."""
@@ -355,7 +318,7 @@ _HEAVY_SCALE = ((1.0, 0.6), (0.6, 0.8))
 
 
 @dataclass(eq=False)
-class HeavyTail(MalaSystem):
+class HeavyTail(MalaSystem, name="heavy-tail", system=densities.STUDENT, step=0.3, subsample=2):
     """Multivariate Student-t density (default d = 2), MALA-sampled.
 
     ``p_eq ∝ (1 + (x - loc)^T Q (x - loc) / nu)^(-(nu + d)/2)``, ``Q = scale^{-1}``; mean
@@ -371,14 +334,9 @@ class HeavyTail(MalaSystem):
     step : MALA step (0.3).  subsample : (2).
     """
 
-    name = "heavy-tail"
-    _system = densities.STUDENT
-
     nu: float = parameter(5.0, positive)
     scale: np.ndarray = parameter(_HEAVY_SCALE, matrix)
     loc: np.ndarray = parameter((0.5, -0.3), matrix)  # (d,): checked once d is known
-    step: float = parameter(0.3, positive)
-    subsample: int = parameter(2, count)
     precision: np.ndarray = derived()
 
     def _derive(self) -> None:
@@ -451,18 +409,20 @@ class Wall(Parameters):
     components: ClassVar[tuple[str, ...]] = ("x1", "x2")
     default_burn_in: ClassVar[int] = 0  # initial_state draws from p_eq
 
+    # x1, the CIR coordinate, and its transition's constants
     shape: float = parameter(2.5, _gamma_shape)
     mean: float = parameter(1.0, positive)
     kappa: float = parameter(1.0, positive)
-    coupling: float = parameter(0.8, real)
-    gamma: float = parameter(2.0, positive)
-    sigma_w: float = parameter(0.5, positive)
-    dt: float = parameter(0.05, positive)
     _dof: int = derived()
     _decay: float = derived()
     _spread: float = derived()
+    # x2 = coupling x1 + w, with w's OU transition
+    coupling: float = parameter(0.8, real)
+    gamma: float = parameter(2.0, positive)
+    sigma_w: float = parameter(0.5, positive)
     _rho: float = derived()
     _kick: float = derived()
+    dt: float = parameter(0.05, positive)
 
     def _derive(self) -> None:
         self._dof = int(round(2.0 * self.shape))

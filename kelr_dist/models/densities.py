@@ -13,7 +13,7 @@ import numpy as np
 
 from kelr_dist.kernels.compiled import compiled
 
-#: the systems' numbers, as the kernels know them
+#: the systems' numbers, as the kernels know them (the angle systems last)
 CURVED_WELLS, COUPLED_3D, CHAIN, STUDENT, TRIG_4D, GAMMA_3D, TORUS, ANGLES_LINE, CIRCLE = range(9)
 
 
@@ -46,10 +46,11 @@ def _curved_wells_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> f
 def _coupled_3d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``-V / kT`` of :class:`Coupled3D` and its gradient at one point ``x (3,)``.
 
-    ``theta = (H, tilt, a, b, g2, c3, g3, 1/kT)``.
+    ``theta = (kT, H, tilt, a, b, g2, c3, g3)``.
     """
-    barrier, tilt, a, b, g2, c3, g3, beta = (
-        theta[0], theta[1], theta[2], theta[3], theta[4], theta[5], theta[6], theta[7],
+    beta = 1.0 / theta[0]
+    barrier, tilt, a, b, g2, c3, g3 = (
+        theta[1], theta[2], theta[3], theta[4], theta[5], theta[6], theta[7],
     )  # fmt: skip
     s = x[0]
     y2 = x[1] - a * s
@@ -74,9 +75,10 @@ def _coupled_3d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> flo
 def _chain_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``-V / kT`` of :class:`AnharmonicChain` and its gradient at one point ``x (d,)``.
 
-    ``theta = (H, tilt, kappa, c, g, 1/kT)``.
+    ``theta = (kT, H, tilt, kappa, c, g)``.
     """
-    barrier, tilt, kappa, c, g, beta = theta[0], theta[1], theta[2], theta[3], theta[4], theta[5]
+    beta = 1.0 / theta[0]
+    barrier, tilt, kappa, c, g = theta[1], theta[2], theta[3], theta[4], theta[5]
     d = x.shape[0]
     s = x[0]
     w = s * s - 1.0
@@ -122,11 +124,10 @@ def _student_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
 def _trig_4d_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """``-V / kT`` of :class:`TrigTie4D` and its gradient at one point ``x (4,)``.
 
-    ``theta = (H, kappa, omega, a, b, 1/kT)``.
+    ``theta = (kT, H, kappa, omega, a, b)``.
     """
-    barrier, kappa, omega, a, b, beta = (
-        theta[0], theta[1], theta[2], theta[3], theta[4], theta[5],
-    )  # fmt: skip
+    beta = 1.0 / theta[0]
+    barrier, kappa, omega, a, b = theta[1], theta[2], theta[3], theta[4], theta[5]
     w1 = x[0] * x[0] - 1.0
     w2 = x[1] * x[1] - 1.0
     u3 = x[2] - a * math.sin(omega * x[0])
@@ -209,9 +210,9 @@ def log_density_point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.nd
         return _trig_4d_point(x, theta, grad)
     if system == GAMMA_3D:
         return _gamma_3d_point(x, theta, grad)
-    if system == STUDENT:
-        return _student_point(x, theta, grad)
-    return _angle_point(system, x, theta, grad)
+    if system >= TORUS:
+        return _angle_point(system, x, theta, grad)
+    return _student_point(x, theta, grad)
 
 
 @compiled

@@ -19,14 +19,16 @@ start of each sub-block, the same numbers the chain carried).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from kelr_dist.kernels.compiled import compiled
 from kelr_dist.models.densities import log_density_and_score, log_density_point
-from kelr_dist.models.parameters import Parameters
+from kelr_dist.models.parameters import Parameters, count, derived, parameter, positive
 from kelr_dist.models.sampling import points, run_blocks
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -110,23 +112,66 @@ def mala(
     return out
 
 
+#: the sampler's parameters, which the density does not read
+SAMPLER = ("step", "subsample")
+
+
+@dataclass(eq=False)
 class MalaSystem(Parameters):
     """The sampler and exact evaluators of a MALA-sampled system.
 
-    A subclass is a ``@dataclass`` of its parameters (``step`` and ``subsample`` among them); it
-    names its ``name``, ``components``, the number ``_system`` of its density in
-    :mod:`kelr_dist.models.densities`, and sets ``_theta`` (the parameters that density reads)
-    in ``_derive``.
+    A subclass is a ``@dataclass`` of its density's parameters and names its ``components``; its
+    class keywords give its ``name``, the number ``system`` of its density in
+    :mod:`kelr_dist.models.densities` and, where they differ from the defaults here, its
+    sampler's ``step`` and ``subsample``::
+
+        @dataclass(eq=False)
+        class Coupled3D(Potential, name="coupled-3d", system=COUPLED_3D, subsample=10): ...
+
+    The density reads ``_theta``: the parameters in their declaration order, the sampler's left
+    out, unless the subclass's ``_derive`` sets another.
     """
 
     name: ClassVar[str]
-    components: tuple[str, ...]
-    default_burn_in = 20_000  # stored samples, for every MALA system
-    angles = 0  # how many leading components are angles in (-π, π]
-    step: float
-    subsample: int
-    _system: int
-    _theta: np.ndarray
+    default_burn_in: ClassVar[int] = 20_000  # stored samples, for every MALA system
+    angles: ClassVar[int] = 0  # how many leading components are angles in (-π, π]
+    _system: ClassVar[int]
+    components: tuple[str, ...] = derived()
+    step: float = parameter(0.04, positive)
+    subsample: int = parameter(5, count)
+    _theta: np.ndarray = derived()
+
+    def __init_subclass__(
+        cls,
+        *,
+        name: str | None = None,
+        system: int | None = None,
+        step: float | None = None,
+        subsample: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if name is not None:
+            cls.name = name
+        if system is not None:
+            cls._system = system
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        for field, default in zip(SAMPLER, (step, subsample), strict=True):
+            if default is not None:  # the field again, with this subclass's default
+                base = MalaSystem.__dataclass_fields__[field]
+                own[field] = base.type
+                setattr(cls, field, parameter(default, base.metadata["check"]))
+        cls.__annotations__ = own
+
+    def _derive(self) -> None:
+        self._theta = np.array(
+            [
+                getattr(self, f.name)
+                for f in dataclasses.fields(self)
+                if f.init and f.name not in SAMPLER
+            ],
+            dtype=np.float64,
+        )
 
     @property
     def dt(self) -> float:

@@ -72,6 +72,7 @@ from kelr_dist.kernels.response import (
     Score,
     observable_mean_reduction,
     relative_to_lag0,
+    response_reduction,
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
 from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
@@ -526,20 +527,19 @@ def estimate_response(
         )
         ke, pilot = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
         scores, replicates = plan.scores(ke, sm, fits)
-        out = respond(
-            passes,
+        response = response_reduction(
             scores,
             setting.observable,
             inputs.forcing,
             inputs.max_lag,
             centre=setting.centre,
             scales=setting.survey.moments.std,
-            held_out=None if ke is None or sm is None else (ke, inputs.folds),
             corrected=[name for name in ESTIMATED if name in scores] if plan.corrected else (),
             origin=setting.survey.moments.mean,
             replicates=replicates,
             periods=setting.periods,
         )
+        out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     return conclude(options, inputs, setting, plan, passes, (ke, sm, pilot), out, started)
 
 

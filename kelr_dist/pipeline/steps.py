@@ -12,7 +12,8 @@ them, and scripts may call them one by one::
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
     pilot = pilot_kernel_embedding(passes, basis, sm, folds.count)  # reads 2p-4p: a subsample
     ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
-    out = respond(passes, {"response": ...}, observable, forcing, lag, centre=survey.centre)  # 4
+    response = response_reduction({"response": ...}, observable, forcing, lag, centre=survey.centre)
+    out = respond(passes, response)                                # read 4
 
 Every pass is :func:`kelr_dist.engine.passes.run_reductions` with the step's reductions; reductions
 that
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,12 +68,9 @@ from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_redu
 from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response import (
     DensityScore,
-    Forcing,
     Observable,
     ResponseResult,
-    Score,
     observable_mean_reduction,
-    response_reduction,
 )
 from kelr_dist.kernels.score_matching import (
     RIDGES,
@@ -758,41 +756,14 @@ class Responses:
 
 def respond(
     passes: Passes,
-    scores: Mapping[str, Score],
-    observable: Observable,
-    forcing: Forcing,
-    max_lag: int,
-    *,
-    centre: np.ndarray | None = None,
-    scales: np.ndarray | None = None,
-    corrected: Collection[str] = (),
-    origin: np.ndarray | None = None,
-    replicates: Mapping[str, Sequence[Score]] | None = None,
-    periods: np.ndarray | None = None,
+    response: Reduction,
     held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
 ) -> Responses:
-    """Read 4: conjugate variables and lagged sums for every score (eq. 5, eq. 6), the lag-0
-    Stein residuals, the affine Stein correction of the scores named in ``corrected`` and, with
-    ``held_out``, the kernel embedding's held-out loss, in the same read.
-
-    ``centre`` is ``Ā`` ``(q,)``, ``scales`` the components' standard deviations ``(d,)``,
-    ``origin`` the correction's centre ``(d,)``, ``replicates`` the scores refitted without each
-    fold, ``periods`` ``(d,)`` those of the components on a circle (0 elsewhere): see
-    :func:`kelr_dist.kernels.response.response_reduction`."""
-    reductions = [
-        response_reduction(
-            scores,
-            observable,
-            forcing,
-            max_lag,
-            centre=centre,
-            scales=scales,
-            corrected=corrected,
-            origin=origin,
-            replicates=replicates,
-            periods=periods,
-        )
-    ]
+    """Read 4: the response pass ``response`` (conjugate variables and lagged sums for every
+    score, eq. 5, eq. 6, the lag-0 Stein residuals and the affine Stein correction: built by
+    :func:`kelr_dist.kernels.response.response_reduction`) and, with ``held_out``, the kernel
+    embedding's held-out loss, in the same read."""
+    reductions = [response]
     if held_out is not None:
         choice, folds = held_out
         reductions.append(density_loss_reduction(choice.density, choice.order, choice.delta, folds))
