@@ -48,10 +48,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +80,6 @@ from kelr_dist.kernels.response import (
 )
 from kelr_dist.models.registry import make_model
 from kelr_dist.models.simulate import simulate
-from kelr_dist.pipeline import steps
 from kelr_dist.pipeline.estimate import estimate_response
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -500,17 +496,6 @@ PILOT_SYSTEMS = ("coupled-3d", "coupled-4d", "coupled-6d")
 PILOT_REPEATS = 3
 
 
-@contextmanager
-def every_family() -> Iterator[None]:
-    """``estimator="auto"`` with both families fitted to all samples (the pilot never runs)."""
-    saved = steps.PILOT_MIN_STRIDE
-    steps.PILOT_MIN_STRIDE = sys.maxsize
-    try:
-        yield
-    finally:
-        steps.PILOT_MIN_STRIDE = saved
-
-
 def pilot_cost(cache: Path, quick: bool) -> None:
     """On each d >= 3 system: the automatic estimate (pilot on), the family it chose alone, and
     the automatic estimate with every family fitted, alternated ``PILOT_REPEATS`` times after a
@@ -527,10 +512,11 @@ def pilot_cost(cache: Path, quick: bool) -> None:
         picks = set()
         for _ in range(PILOT_REPEATS):
             for label, estimator in (("auto", "auto"), ("alone", chosen), ("every", "auto")):
-                with every_family() if label == "every" else nullcontext():
-                    start = time.perf_counter()
-                    ds = estimate_response(path, client=client, progress=False, estimator=estimator)
-                    seconds[label].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                ds = estimate_response(
+                    path, client=client, progress=False, estimator=estimator, pilot=label != "every"
+                )
+                seconds[label].append(time.perf_counter() - start)
                 if label == "every":
                     picks.add(ds.attrs["estimator"])
         auto, alone, every = (float(np.median(seconds[k])) for k in ("auto", "alone", "every"))

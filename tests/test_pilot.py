@@ -10,8 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from click.testing import CliRunner
 
 from kelr_dist.data.store import open_trajectory
+from kelr_dist.edges.cli import main
+from kelr_dist.edges.jobfile import parse_job
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline import steps
 from kelr_dist.pipeline.estimate import estimate_response
@@ -70,3 +73,15 @@ def test_no_pilot_below_its_size_or_for_one_family(stores: dict[str, Path]) -> N
     short = open_trajectory(stores["coupled-3d"])[:, : N // 2].values
     assert "pilot" not in quiet_estimate(short, dt=0.01).attrs
     assert "pilot" not in quiet_estimate(stores["coupled-3d"], estimator="kernel-embedding").attrs
+
+
+def test_no_pilot_when_switched_off(stores: dict[str, Path], tmp_path: Path) -> None:
+    """``pilot=False`` (Python; ``pilot: false`` in a job file, ``--no-pilot`` on the command
+    line) fits both families to all samples: the kernel embedding the pilot would skip is
+    estimated and compared."""
+    off = quiet_estimate(stores["coupled-3d"], pilot=False)
+    assert "pilot" not in off.attrs
+    assert "response_kernel_embedding" in off and off.attrs["estimator"] == "score-matching"
+    job = {"input": {"store": "s.zarr"}, "estimator": {"pilot": False}, "outputs": {"result": "r"}}
+    assert parse_job(job, tmp_path / "job.yaml").options.pilot is False
+    assert "--no-pilot" in CliRunner().invoke(main, ["estimate", "--help"]).output

@@ -57,6 +57,7 @@ LAYOUT: dict[str, dict[str, str] | str] = {
         "degree": "degree",
         "folds": "folds",
         "stein_correction": "stein_correction",
+        "pilot": "pilot",
     },
     "basis": {
         "spec": "basis",

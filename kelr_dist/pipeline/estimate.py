@@ -402,6 +402,7 @@ def estimate_response(
     kde: bool = False,
     gaussian: bool = False,
     stein_correction: bool = True,
+    pilot: bool = True,
     client: Any = None,
     n_workers: int | None = None,
     memory_limit: Any = None,
@@ -463,6 +464,10 @@ def estimate_response(
         baselines) by the affine Stein correction
         (:mod:`kelr_dist.kernels.stein_correction`), in the response read; ``False`` gives
         the uncorrected estimators (the paper's own ``B̂``).
+    pilot : with ``estimator="auto"`` on at least 250 000 samples, fit the kernel embedding to
+        a strided subsample first, and to all samples only when its held-out loss there can
+        still win (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`); ``False`` fits
+        both families to all samples.
     client : a ``distributed.Client``, a scheduler address, ``None`` (the embedded
         ``LocalCluster``) or ``"synchronous"`` (no cluster: the same passes in this process).
     n_workers, memory_limit : size of the embedded cluster.
@@ -500,7 +505,7 @@ def estimate_response(
             order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
             max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
             forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
-            stein_correction=stein_correction,
+            stein_correction=stein_correction, pilot=pilot,
         ),
     )  # fmt: skip
     inputs = check_inputs(trajectory, options, dt)
@@ -525,7 +530,7 @@ def estimate_response(
             if fits.gram is None
             else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
         )
-        ke, pilot = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
+        ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
         scores, replicates = plan.scores(ke, sm, fits)
         response = response_reduction(
             scores,
@@ -540,7 +545,7 @@ def estimate_response(
             periods=setting.periods,
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
-    return conclude(options, inputs, setting, plan, passes, (ke, sm, pilot), out, started)
+    return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
 
 
 @dataclass(frozen=True)
@@ -640,7 +645,8 @@ def plan_estimate(
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
         corrected=options.stein_correction,
-        pilot=options.estimator == "auto"
+        pilot=options.pilot
+        and options.estimator == "auto"
         and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
     )
 

@@ -523,6 +523,11 @@ class EstimateOptions(_Options):
         "refit the estimated scores by the affine Stein correction (false: the paper's "
         "uncorrected estimators)",
     )
+    pilot: Annotated[bool, _checks(_boolean)] = option(
+        True,
+        "with estimator auto on long data, fit the kernel embedding to a subsample first and "
+        "carry it on only if it can win (false: both families fitted to all samples)",
+    )
     basis: Annotated[Any, _checks(_basis)] = option(
         "auto",
         "'auto' or one entry per component, e.g. 'laguerre(theta=1),hermite' "
