@@ -42,11 +42,15 @@ def distribution_figures(ds: xr.Dataset) -> dict[str, Figure]:
     return {f"distribution_{j}.png": plot_distribution(ds, str(j)) for j in ds["j"].values}
 
 
-def plot_distribution(ds: xr.Dataset, forced: str, name: str = "response") -> Figure:
+def plot_distribution(
+    ds: xr.Dataset, forced: str, name: str = "response", figure: Figure | None = None
+) -> Figure:
     """The figure of :mod:`this module <kelr_dist.edges.distribution_plot>` for forced component
-    ``forced``; ``name`` the response variable shown."""
+    ``forced``; ``name`` the response variable shown. It is drawn into ``figure`` when given (an
+    empty one, e.g. ``matplotlib.pyplot.figure(layout="constrained")``), else into a new figure
+    with a row of 3.6 inches per component."""
     components = distribution_record(ds)["components"]
-    fig = new_figure(figsize=(10.5, 3.6 * len(components)), layout="constrained")
+    fig = figure or new_figure(figsize=(10.5, 3.6 * len(components)), layout="constrained")
     axes = fig.subplots(len(components), 2, squeeze=False, width_ratios=(2.2, 1), sharey="row")
     times = ds["time"].values
     unit = step(1.0, times, j=forced)
