@@ -13,8 +13,9 @@ read  reductions (sharing the read)                           gives
 1b    Gamma fit (only for Laguerre without θ)                  Laguerre θ and scale
 2     coefficient sums and score-matching Gram sums, by fold   ``p_M`` (eq. 39), ``G``, ``b``
       (+ KDE bins)
-2p-4p ``estimator="auto"``, long data: the kernel            whether the kernel embedding is
-      embedding fitted, swept and scored on every k-th sample  fitted to all samples (read 2k)
+2p    ``estimator="auto"``, long data: every k-th sample      whether the kernel embedding is
+      gathered; the kernel embedding fitted, swept and scored  fitted to all samples (read 2k)
+      on it in memory
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
       kernel embedding's held-out loss                         the estimator choice

@@ -10,7 +10,7 @@ them, and scripts may call them one by one::
     coordinates = choose_coordinates(passes, survey, "auto")       # (read 1b: Gamma fit)
     fits = fit_estimators(passes, density_basis=basis, features=features, folds=folds)  # 2
     sm = choose_score_matching(fits.gram)                          # no read: held-out Gram sums
-    pilot = pilot_kernel_embedding(passes, basis, sm, folds.count)  # reads 2p-4p: a subsample
+    pilot = pilot_kernel_embedding(passes, basis, sm, folds.count)  # read 2p: a subsample
     ke = choose_kernel_embedding(passes, fits.density)             # read 3: δ/R/η sweep
     response = response_reduction({"response": ...}, observable, forcing, lag, centre=survey.centre)
     out = respond(passes, response)                                # read 4
@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from kelr_dist.engine.passes import run_reductions
+from kelr_dist.data.store import as_trajectory
+from kelr_dist.engine.passes import run_reductions, scatter_trajectory
 from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow, reached_edge
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
 from kelr_dist.kernels.coordinates import (
@@ -93,6 +94,7 @@ from kelr_dist.kernels.selection import (
     choose_order,
     criteria_reduction,
 )
+from kelr_dist.kernels.subsample import strided_rows_reduction
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
 #: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
@@ -711,17 +713,19 @@ def pilot_kernel_embedding(
     index_set: str = "given",
     max_order: Order | None = None,
 ) -> Pilot | None:
-    """Reads 2p-4p, of every ``k``-th sample (:func:`pilot_stride`): the kernel embedding fitted
-    by ``folds`` on ``density_basis``, its index set, order and threshold settled, and its held-out
-    Hyvärinen loss, as the estimate makes them, to compare with score matching's (all samples; no
-    read). ``None`` (no read) when the data are too short for a pilot. Its reads count in
-    ``passes.reads``."""
+    """Read 2p gathers every ``k``-th sample (:func:`pilot_stride`) into memory; on them, the
+    kernel embedding fitted by ``folds`` on ``density_basis``, its index set, order and threshold
+    settled, and its held-out Hyvärinen loss, as the estimate makes them (passes over the
+    subsample only), to compare with score matching's (all samples; no read). ``None`` (no read)
+    when the data are too short for a pilot. Read 2p counts in ``passes.reads``."""
     chains, n, _ = passes.trajectory.shape
     stride = pilot_stride(chains * n)
     if stride is None:
         return None
     rows = passes.trajectory.isel(time=slice(None, None, stride))
-    subsample = Passes(rows, passes.client, passes.progress, passes.in_memory)
+    gathered = rows.copy(data=passes(strided_rows_reduction(stride))[0])
+    gathered.attrs.update(store="<in-memory>", dt=stride * gathered.attrs["dt"])
+    subsample = Passes(scatter_trajectory(as_trajectory(gathered), passes.client), passes.client)
     plan = Folds(folds, chains, rows.shape[1])
     fitted = fit_estimators(subsample, density_basis=density_basis, folds=plan).density
     assert fitted is not None
@@ -730,7 +734,6 @@ def pilot_kernel_embedding(
     )
     ke = choose_kernel_embedding(subsample, density, order, delta)
     losses: FoldLosses = subsample(density_loss_reduction(ke.density, ke.order, ke.delta, plan))[0]
-    passes.reads += subsample.reads
     pick = score_matching.pick
     return Pilot(
         stride,
