@@ -463,7 +463,8 @@ class _ResponseKernel:
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
-        z = augmented(x, self.origin, self.scales, self.periods)
+        # the correction's features (only a corrected estimate uses them)
+        z = augmented(x, self.origin, self.scales, self.periods) if self.corrected else None
         columns, parts = [], {}
         if self.observable.function is not None:
             check_finite("observable", self.observable.function, a_ext, info)
@@ -495,7 +496,7 @@ class _ResponseKernel:
                 "n": x.shape[0],
                 "nonfinite": int((~finite).sum()),
             }
-            if corrected:
+            if z is not None and corrected:
                 parts[key]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
 
         for key, score, corrected in keyed[: len(self.scores)]:
@@ -509,7 +510,7 @@ class _ResponseKernel:
             add(key, score, corrected)
         refits = columns[blocked:]
         del columns[blocked:]
-        if self.corrected:
+        if z is not None:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
             columns.append(correction_columns(x, self.origin, profile, self.scales, self.periods))
