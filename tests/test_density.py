@@ -397,3 +397,37 @@ def test_indices_are_the_index_set():
     ]:
         basis = TensorBasis(tuple(Coordinate(Hermite()) for _ in range(3)), order, index_set)
         assert sorted(map(tuple, basis.indices.tolist())) == sorted(expect)
+
+
+@pytest.mark.parametrize(
+    ("families", "order", "index_set"), [("lh", (12, 0), "box"), ("hhh", 6, "total")]
+)
+def test_estimates_on_one_basis_share_its_tables_with_the_same_values(families, order, index_set):
+    """An estimate and its refits without each fold, evaluated together on their shared
+    basis tables (the response pass's jackknife replicates), give bit for bit what each one's
+    own evaluation gives (the d >= 3 fused kernel and the GEMMs of d = 2 alike), and the
+    scores from them what each score's call gives."""
+    from kelr_dist.kernels.density import evaluate_on_basis
+    from kelr_dist.kernels.folds import Folds
+    from kelr_dist.kernels.response import DensityScore
+
+    rng = np.random.default_rng(3)
+    basis = make_basis(families, order, index_set)
+    x = samples(families, 6000, rng)
+    density = reduce_in_memory(coefficient_reduction(basis, Folds(3, 1, 6000)), x[None], 1000)
+    densities = [density, *(density.held_out(f) for f in range(3))]
+    for second in (False, True):
+        together = evaluate_on_basis(densities, x, second=second)
+        for estimate, values in zip(densities, together, strict=True):
+            alone = estimate.derivatives(x) if second else (*estimate.evaluate(x), None)
+            for a, b in zip(values, alone, strict=True):
+                assert (a is None and b is None) or np.array_equal(a, b)
+    scores = [DensityScore(d, order, 1e-3) for d in densities]
+    for (s, kept), score in zip(DensityScore.many(scores, x), scores, strict=True):
+        own, own_kept = score(x)
+        assert np.array_equal(s, own) and np.array_equal(kept, own_kept)
+    other = KernelDensity.fit(
+        make_basis(families, 2 if index_set == "total" else (2, 0), index_set), x
+    )
+    with pytest.raises(ValueError, match="one basis"):
+        evaluate_on_basis([density, other], x)

@@ -241,11 +241,14 @@ def _laguerre_columns(x, order, theta, beta, values, derivs):  # pragma: no cove
             for i in range(n):
                 dout[i] = (a0 - x[i] * inv_c) * dcur[i] - inv_c * cur[i] - b * dprev[i]
     if want_d:
+        slope = np.empty(n)  # (G^β)' / G^β = β(θ/x - 1), one division per sample
+        for i in range(n):
+            slope[i] = theta / x[i] - 1.0
         for m in range(order + 1):
             cur = values[m]
             dout = derivs[m]
             for i in range(n):
-                dout[i] += cur[i] * beta * (theta / x[i] - 1.0)
+                dout[i] += cur[i] * beta * slope[i]
 
 
 def _check_order(order: int) -> int:

@@ -362,6 +362,13 @@ def _sigma(m2: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.sqrt(np.clip(var, 0, None))
 
 
+def lagged_means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``sums / counts`` per lag (eq. 6): ``sums`` ``(S+1, ...)``, ``counts`` ``(S+1,)`` pairs
+    per lag; NaN at lags with no pairs."""
+    n1 = np.asarray(counts).reshape((-1,) + (1,) * (sums.ndim - 1)).astype(np.float64)
+    return np.divide(sums, n1, out=np.full(sums.shape, np.nan), where=n1 > 0)
+
+
 def block_standard_error(partial: Partial, min_blocks: int = 32) -> BlockingResult:
     """Standard errors of the lagged means by reblocking (see the module docstring).
 
@@ -380,7 +387,7 @@ def block_standard_error(partial: Partial, min_blocks: int = 32) -> BlockingResu
     counts = np.asarray(partial["counts"])
     lag_shape = (-1,) + (1,) * (partial["sums"].ndim - 1)
     n1 = counts.reshape(lag_shape).astype(np.float64)
-    mean = np.divide(partial["sums"], n1, out=np.full(partial["sums"].shape, np.nan), where=n1 > 0)
+    mean = lagged_means(partial["sums"], counts)
     m2_unblocked = partial["squares"] - np.where(n1 > 0, partial["sums"] * mean, 0.0)
     n_lags = counts.shape[0]
     n_blocks = np.vstack([counts, np.repeat(partial["n_blocks"][:, None], n_lags, axis=1)])

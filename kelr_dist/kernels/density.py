@@ -16,7 +16,7 @@ block it is given.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -262,77 +262,10 @@ class KernelDensity:
     def _evaluate(
         self, x: np.ndarray, order: Order, second: bool, standardized: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != self.basis.dim:
-            raise ValueError(f"x must have shape (n, {self.basis.dim}), got {x.shape}")
         truncated = self.truncated(order)
         if truncated is not self:  # the tables and products of the smaller basis only
             return truncated._evaluate(x, None, second, standardized)
-        coef_t = np.ascontiguousarray(self.matrix().T)  # tail-major (|R|, M_1+1)
-        density = np.empty(x.shape[0])
-        gradient = np.empty(x.shape)
-        hessian = np.empty(x.shape) if second else None
-        # the tables and products of every row block in the same memory (see Workspace)
-        spaces = [Workspace() for _ in range(self.basis.dim + 1)]
-        for rows in row_blocks(x.shape[0], self.basis.row_block()):
-            out = self._evaluate_block(x[rows], coef_t, second, spaces)
-            density[rows], gradient[rows] = out[0], out[1]
-            if hessian is not None:
-                hessian[rows] = out[2]
-        if not standardized:  # from the mapped coordinates y to x
-            density *= self.jacobian
-            gradient *= self.jacobian / self.scales
-            if hessian is not None:
-                hessian *= self.jacobian / self.scales**2
-        return density, gradient, hessian
-
-    def _evaluate_block(
-        self, x: np.ndarray, coef_t: np.ndarray, second: bool, spaces: list[Workspace]
-    ) -> tuple[np.ndarray, ...]:
-        basis = self.basis
-        products = spaces[-1]  # the two GEMMs' outputs
-        # tables in the mapped coordinates y = (x - loc)/scale; the Jacobian is applied at the end
-        mapped = [c.mapped(x[:, k]) for k, c in enumerate(basis.coordinates)]
-        values, derivs = zip(
-            *(
-                c.family.evaluate(y, m, space)
-                for c, y, m, space in zip(
-                    basis.coordinates, mapped, basis.max_orders, spaces[:-1], strict=True
-                )
-            ),
-            strict=True,
-        )
-        n, r = x.shape[0], coef_t.shape[0]
-        if not second and basis.dim >= FUSED_FROM_DIM:
-            tails_f, grads_f = basis.function_major_tail_products(list(values), list(derivs))
-            density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((basis.dim - 1, n))
-            _contract(
-                coef_t, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
-                density, slope, tail_slopes,
-            )  # fmt: skip
-            return density, np.column_stack([slope, tail_slopes.T])
-        tails, tail_grads = basis.tail_products(list(values), list(derivs))
-        # function-major (r, n) views: contiguous rows for the GEMM and the row sums
-        first = np.matmul(coef_t, values[0].T, out=products.take("first", r, n))
-        tails_t = tails.T
-        density = np.einsum("rn,rn->n", first, tails_t)
-        gradient = np.empty((x.shape[0], basis.dim))
-        slope = np.matmul(coef_t, derivs[0].T, out=products.take("slope", r, n))
-        gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
-        for k, g in enumerate(tail_grads, start=1):
-            gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
-        if not second:
-            return density, gradient
-        seconds = [
-            c.family.second_derivatives(y, v, dv)
-            for c, y, v, dv in zip(basis.coordinates, mapped, values, derivs, strict=True)
-        ]
-        _, tail_seconds = basis.tail_products(list(values), seconds)
-        hessian = np.empty((x.shape[0], basis.dim))
-        hessian[:, 0] = np.einsum("rn,rn->n", coef_t @ seconds[0].T, tails_t)
-        for k, g in enumerate(tail_seconds, start=1):
-            hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
-        return density, gradient, hessian
+        return evaluate_on_basis([self], x, second, standardized)[0]
 
     @property
     def scales(self) -> np.ndarray:
@@ -390,6 +323,127 @@ class KernelDensity:
     def _shell_sums(self, weights: np.ndarray) -> np.ndarray:
         """``Σ_{level(m) = L} weights_m`` for L = 0..max_level."""
         return np.bincount(self.basis.levels(), weights=weights, minlength=self.basis.max_level + 1)
+
+
+def evaluate_on_basis(
+    densities: Sequence[KernelDensity],
+    x: np.ndarray,
+    second: bool = False,
+    standardized: bool = False,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """``p_M``, ``∇p_M`` and (``second``) the diagonal of the Hessian of several estimates on
+    one basis at ``x (n, d)`` (eq. 40): per estimate ``(n,)``, ``(n, d)``, ``(n, d)`` or None,
+    as :meth:`KernelDensity.derivatives` gives them. The basis tables of each row block are
+    built once for all of them (a fold's refit differs from the estimate only in its
+    coefficients), then contracted with each one's coefficients."""
+    basis = densities[0].basis
+    if any(density.basis != basis for density in densities):
+        raise ValueError("evaluate_on_basis needs estimates on one basis")
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != basis.dim:
+        raise ValueError(f"x must have shape (n, {basis.dim}), got {x.shape}")
+    outputs = [
+        (np.empty(x.shape[0]), np.empty(x.shape), np.empty(x.shape) if second else None)
+        for _ in densities
+    ]
+    coef_ts = [np.ascontiguousarray(d.matrix().T) for d in densities]  # tail-major (|R|, M_1+1)
+    # the tables and products of every row block in the same memory (see Workspace)
+    spaces = [Workspace() for _ in range(basis.dim + 1)]
+    for rows in row_blocks(x.shape[0], basis.row_block()):
+        tables = _block_tables(basis, x[rows], second, spaces)
+        for coef_t, (density, gradient, hessian) in zip(coef_ts, outputs, strict=True):
+            out = _contract_block(basis, tables, coef_t, second, spaces[-1])
+            density[rows], gradient[rows] = out[0], out[1]
+            if hessian is not None:
+                hessian[rows] = out[2]
+    if not standardized:  # from the mapped coordinates y to x
+        scales = densities[0].scales
+        jacobian = densities[0].jacobian
+        for density, gradient, hessian in outputs:
+            density *= jacobian
+            gradient *= jacobian / scales
+            if hessian is not None:
+                hessian *= jacobian / scales**2
+    return outputs
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """One row block's per-coordinate tables in the mapped coordinates (and, for
+    :func:`_contract_block`, the tail products and second derivatives)."""
+
+    mapped: list[np.ndarray]
+    values: tuple[np.ndarray, ...]
+    derivs: tuple[np.ndarray, ...]
+    fused: tuple[np.ndarray, np.ndarray] | None  # function-major tail products (fused kernel)
+    tails: tuple[np.ndarray, list[np.ndarray]] | None  # tail products and their gradients
+    seconds: tuple[list[np.ndarray], list[np.ndarray]] | None  # Ψ'' tables and tail products
+
+
+def _block_tables(
+    basis: TensorBasis, x: np.ndarray, second: bool, spaces: list[Workspace]
+) -> _Tables:
+    """The tables of a row block ``x`` that every estimate on ``basis`` shares."""
+    # tables in the mapped coordinates y = (x - loc)/scale; the Jacobian is applied at the end
+    mapped = [c.mapped(x[:, k]) for k, c in enumerate(basis.coordinates)]
+    values, derivs = zip(
+        *(
+            c.family.evaluate(y, m, space)
+            for c, y, m, space in zip(
+                basis.coordinates, mapped, basis.max_orders, spaces[:-1], strict=True
+            )
+        ),
+        strict=True,
+    )
+    if not second and basis.dim >= FUSED_FROM_DIM:
+        fused = basis.function_major_tail_products(list(values), list(derivs))
+        return _Tables(mapped, values, derivs, fused, None, None)
+    tails = basis.tail_products(list(values), list(derivs))
+    seconds = None
+    if second:
+        per_coordinate = [
+            c.family.second_derivatives(y, v, dv)
+            for c, y, v, dv in zip(basis.coordinates, mapped, values, derivs, strict=True)
+        ]
+        seconds = (per_coordinate, basis.tail_products(list(values), per_coordinate)[1])
+    return _Tables(mapped, values, derivs, None, tails, seconds)
+
+
+def _contract_block(
+    basis: TensorBasis, tables: _Tables, coef_t: np.ndarray, second: bool, products: Workspace
+) -> tuple[np.ndarray, ...]:
+    """``p``, ``∇p`` (and the Hessian's diagonal) of one estimate on a row block from its
+    shared ``tables``; ``products`` holds the two GEMMs' outputs."""
+    values, derivs = tables.values, tables.derivs
+    n, r = values[0].shape[0], coef_t.shape[0]
+    if tables.fused is not None:
+        tails_f, grads_f = tables.fused
+        density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((basis.dim - 1, n))
+        _contract(
+            coef_t, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
+            density, slope, tail_slopes,
+        )  # fmt: skip
+        return density, np.column_stack([slope, tail_slopes.T])
+    assert tables.tails is not None
+    tails, tail_grads = tables.tails
+    # function-major (r, n) views: contiguous rows for the GEMM and the row sums
+    first = np.matmul(coef_t, values[0].T, out=products.take("first", r, n))
+    tails_t = tails.T
+    density = np.einsum("rn,rn->n", first, tails_t)
+    gradient = np.empty((n, basis.dim))
+    slope = np.matmul(coef_t, derivs[0].T, out=products.take("slope", r, n))
+    gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
+    for k, g in enumerate(tail_grads, start=1):
+        gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
+    if not second:
+        return density, gradient
+    assert tables.seconds is not None
+    seconds, tail_seconds = tables.seconds
+    hessian = np.empty((n, basis.dim))
+    hessian[:, 0] = np.einsum("rn,rn->n", coef_t @ seconds[0].T, tails_t)
+    for k, g in enumerate(tail_seconds, start=1):
+        hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
+    return density, gradient, hessian
 
 
 def _coefficient_chunk(

@@ -38,16 +38,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kelr_dist.kernels.bases import TensorBasis
 from kelr_dist.kernels.blocking import (
     BlockingResult,
     aligned_segments,
     block_standard_error,
     combine_block_partials,
     default_base_block,
+    lagged_means,
     response_block_partial,
     segment_length,
 )
-from kelr_dist.kernels.density import KernelDensity, Order
+from kelr_dist.kernels.density import KernelDensity, Order, evaluate_on_basis
+from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.stein_correction import (
     affine_fit,
@@ -85,7 +88,27 @@ class DensityScore:
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # in the mapped coordinates, then ∇_x log p = ∇_y log p / scale: finite in any units
-        p, grad = self.truncated.evaluate(x, standardized=True)
+        return self.from_density(*self.truncated.evaluate(x, standardized=True))
+
+    @staticmethod
+    def many(scores: Sequence[DensityScore], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each score at ``x (n, d)``, as its call gives it; scores whose truncations share a
+        basis (an estimate and its refits without each fold) share its tables
+        (:func:`~kelr_dist.kernels.density.evaluate_on_basis`)."""
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(scores)
+        groups: dict[TensorBasis, list[int]] = {}
+        for k, score in enumerate(scores):
+            groups.setdefault(score.truncated.basis, []).append(k)
+        for members in groups.values():
+            densities = [scores[k].truncated for k in members]
+            for k, (p, grad, _) in zip(
+                members, evaluate_on_basis(densities, x, standardized=True), strict=True
+            ):
+                out[k] = scores[k].from_density(p, grad)
+        return out  # type: ignore[return-value]
+
+    def from_density(self, p: np.ndarray, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The score and the rows kept from ``p_M`` and ``∇p_M`` in the mapped coordinates."""
         kept = p >= self.delta
         score = np.zeros_like(grad)
         np.divide(grad, p[:, None], out=score, where=kept[:, None])
@@ -421,33 +444,43 @@ class _ResponseKernel:
 
     @property
     def columns(self) -> int:
-        """Lagged columns of ``B``: every score's ``d``, then the correction's (``d + 1``, or
-        ``d (d + 1)`` for a varying forcing)."""
+        """Columns of ``B`` with block-averaging error bars: every score's ``d``, then the
+        correction's (``d + 1``, or ``d (d + 1)`` for a varying forcing). The jackknife
+        replicates' columns need their lagged sums alone (their means), not blocked."""
         d = len(self.forcing.names)
         periodic = 0 if self.periods is None else int((self.periods > 0).sum())
         constant = self.forcing.function is None
         correction = correction_width(d, constant, periodic) if self.corrected else 0
-        refits = sum(len(r) for r in self.replicates.values())
-        return (len(self.scores) + refits) * d + correction
+        return len(self.scores) * d + correction
 
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
-        """Every score's ``B`` side by side (then the jackknife replicates', then the
-        correction's columns), so one transform of ``A`` serves them all: ``blocks`` holds the
-        lagged sums of all the columns, ``stein`` every score's lag-0 residual products,
+        """Every score's ``B`` side by side (then the correction's columns), so one transform
+        of ``A`` serves them all: ``blocks`` holds their lagged sums with the block-averaging
+        partials, ``replicates`` the plain lagged sums of the jackknife replicates' columns
+        (only their means are used), ``stein`` every score's lag-0 residual products,
         ``parts`` per score (and replicate) what is not lagged; ``x_ext`` holds the segment's
         rows followed by its halo."""
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
-        z = augmented(x, self.origin, self.scales, self.periods)
+        # the correction's features (only a corrected estimate uses them)
+        z = augmented(x, self.origin, self.scales, self.periods) if self.corrected else None
         columns, parts = [], {}
         if self.observable.function is not None:
             check_finite("observable", self.observable.function, a_ext, info)
         if self.forcing.function is not None:
             check_finite("forcing", self.forcing.function, np.hstack(self.forcing.profile(x)), info)
 
+        keyed = [(name, score, name in self.corrected) for name, score in self.scores.items()]
+        keyed += [
+            (replicate_key(name, fold), score, name in self.corrected)
+            for name, refits in self.replicates.items()
+            for fold, score in enumerate(refits)
+        ]
+        values = dict(zip([k for k, _, _ in keyed], _evaluate_scores(keyed, x), strict=True))
+
         def add(key: str, score: Score, corrected: bool) -> None:
-            s, kept = score(x)
+            s, kept = values.pop(key)
             finite = np.isfinite(s).all(axis=1)
             if isinstance(score, FunctionScore):
                 check_finite("score function", score.function, s, info)
@@ -463,19 +496,21 @@ class _ResponseKernel:
                 "n": x.shape[0],
                 "nonfinite": int((~finite).sum()),
             }
-            if corrected:
+            if z is not None and corrected:
                 parts[key]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
 
-        for name, score in self.scores.items():
-            add(name, score, name in self.corrected)
+        for key, score, corrected in keyed[: len(self.scores)]:
+            add(key, score, corrected)
         target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
         residuals = np.stack(
             [a[:, :, None] * b[:, None, :] - target for b in columns], axis=1
         ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
-        for name, refits in self.replicates.items():
-            for fold, score in enumerate(refits):
-                add(replicate_key(name, fold), score, name in self.corrected)
-        if self.corrected:
+        blocked = len(columns)
+        for key, score, corrected in keyed[len(self.scores) :]:
+            add(key, score, corrected)
+        refits = columns[blocked:]
+        del columns[blocked:]
+        if z is not None:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
             columns.append(correction_columns(x, self.origin, profile, self.scales, self.periods))
@@ -485,9 +520,26 @@ class _ResponseKernel:
             "blocks": response_block_partial(
                 a_ext, np.hstack(columns), self.max_lag, info, self.base_block
             ),
+            "replicates": lagged_sums(a_ext, np.hstack(refits), self.max_lag) if refits else None,
             "stein": response_block_partial(residuals, np.ones((x.shape[0], 1)), 0, info),
             "parts": parts,
         }
+
+
+def _evaluate_scores(
+    keyed: Sequence[tuple[str, Score, bool]], x: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each score's ``(∇ log p, kept)`` at ``x (n, d)``; the kernel-embedding scores together
+    (:meth:`DensityScore.many`: an estimate and its refits share the basis tables)."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(keyed)
+    density = [k for k, (_, score, _) in enumerate(keyed) if isinstance(score, DensityScore)]
+    scores = [keyed[k][1] for k in density]
+    for k, value in zip(density, DensityScore.many(scores, x), strict=True):  # type: ignore[arg-type]
+        out[k] = value
+    for k, (_, score, _) in enumerate(keyed):
+        if out[k] is None:
+            out[k] = score(x)
+    return out  # type: ignore[return-value]
 
 
 def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -495,8 +547,10 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         name: {key: value + b["parts"][name][key] for key, value in part.items()}
         for name, part in a["parts"].items()
     }
+    replicates = a["replicates"]
     return {
         "blocks": combine_block_partials(a["blocks"], b["blocks"]),
+        "replicates": None if replicates is None else replicates + b["replicates"],
         "stein": combine_block_partials(a["stein"], b["stein"]),
         "parts": parts,
     }
@@ -509,14 +563,20 @@ def _finalize(
     partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
     """Each score's ``width`` columns of the shared lagged sums (in the chunk's order: the
-    scores ``names``, then ``replicates[name]`` refits of some of them, then the correction's);
-    a score with refits gets their jackknife standard error."""
+    scores ``names``, then the correction's); a score with ``replicates[name]`` refits gets
+    their jackknife standard error from the means of their columns (the plain lagged sums, in
+    the order of ``replicates``)."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = partials["parts"]
     shared = parts.get(AFFINE)  # present exactly when some score is corrected
-    keys = list(names) + [replicate_key(n, f) for n, k in replicates.items() for f in range(k)]
-    lagged = blocks.columns(slice(len(keys) * width, None))
+    lagged = blocks.columns(slice(len(names) * width, None))
+    refit_means = (
+        None
+        if partials["replicates"] is None
+        else lagged_means(partials["replicates"], partials["blocks"]["counts"])
+    )
+    keys = [replicate_key(n, f) for n, k in replicates.items() for f in range(k)]
     q = blocks.mean.shape[1]
 
     def lagged_mean(column: int) -> BlockingResult:
@@ -548,7 +608,14 @@ def _finalize(
         for fold in range(count):
             key = replicate_key(name, fold)
             p = parts[key]
-            result = ResponseResult(lagged_mean(keys.index(key)), p["kept"], p["n"], stein_raw)
+            assert refit_means is not None
+            column = keys.index(key)
+            # the refit's mean; its error bars (never used) are the score's
+            blocking = replace(
+                lagged_mean(names.index(name)),
+                mean=refit_means[..., column * width : (column + 1) * width],
+            )
+            result = ResponseResult(blocking, p["kept"], p["n"], stein_raw)
             raw.append(result.mean[0])
             final.append(corrected(result, p).mean)
         results[name] = replace(
