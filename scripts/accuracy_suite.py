@@ -191,7 +191,8 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
     """The table for the documentation (``--output``)."""
     header = [
         "system", "d", "automatic", "kernel embedding", "score matching", "KDE",
-        "quasi-Gaussian", "chosen", "M / q", "Stein/se (uncorrected)", "KE−SM / se", "time s",
+        "quasi-Gaussian", "chosen", "M / q", "Stein/se (uncorrected)", "KE−SM / se", "err/tse",
+        ">2tse", "tse/se", "warnings", "time s",
     ]  # fmt: skip
     body = [
         [
@@ -199,14 +200,18 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
             pair(r["kde"]).replace("  -   /   -  ", "—"), pair(r["gaussian"]), r["chosen"],
             r["order"].replace("/", " / "), f"{r['stein']:.1f} ({r['raw_stein']:.1f})",
             f"{r['disagreement']:.1f}{' (warned)' if r['disagreement_warned'] else ''}",
-            f"{r['seconds']:.0f}",
+            f"{r['z_total']:.1f}", f"{r['beyond_2']:.0%}", f"{r['total_ratio']:.2f}",
+            r["warnings"] or "—", f"{r['seconds']:.0f}",
         ]
         for r in rows
     ]  # fmt: skip
     note = (
         f"N = {samples:.0e} samples per system, embedded cluster. Error: max over lags and "
         "entries of |k̂ − k_exact| against the exact FDT on the same samples, diagonal / "
-        "off-diagonal entries."
+        "off-diagonal entries. err/tse: the largest |k̂ − k_exact| over the total standard error "
+        "(sampling and the fitted score's jackknife variance); >2tse: the share of entries "
+        "beyond 2 total standard errors; tse/se: the median ratio of total to sampling standard "
+        "error; warnings: T truncation, B bias, D disagreement, C convergence, N non-finite."
     )
     write_table(path, header, body, note)
 
