@@ -194,11 +194,16 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
         "quasi-Gaussian", "chosen", "M / q", "Stein/se (uncorrected)", "KE−SM / se", "err/tse",
         ">2tse", "tse/se", "warnings", "time s",
     ]  # fmt: skip
+
+    def cell(v: tuple[float, float]) -> str:  # "—": not run, "-": no off-diagonal entries
+        return "—" if np.isnan(v).all() else pair(v).replace("  -  ", "-")
+
     body = [
         [
-            r["system"], str(r["d"]), pair(r["auto"]), pair(r["ke"]), pair(r["sm"]),
-            pair(r["kde"]).replace("  -   /   -  ", "—"), pair(r["gaussian"]), r["chosen"],
+            r["system"], str(r["d"]), cell(r["auto"]), cell(r["ke"]), cell(r["sm"]),
+            cell(r["kde"]), cell(r["gaussian"]), r["chosen"],
             r["order"].replace("/", " / "), f"{r['stein']:.1f} ({r['raw_stein']:.1f})",
+            "—" if np.isnan(r["disagreement"]) else
             f"{r['disagreement']:.1f}{' (warned)' if r['disagreement_warned'] else ''}",
             f"{r['z_total']:.1f}", f"{r['beyond_2']:.0%}", f"{r['total_ratio']:.2f}",
             r["warnings"] or "—", f"{r['seconds']:.0f}",
@@ -208,7 +213,8 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
     note = (
         f"N = {samples:.0e} samples per system, embedded cluster. Error: max over lags and "
         "entries of |k̂ − k_exact| against the exact FDT on the same samples, diagonal / "
-        "off-diagonal entries. err/tse: the largest |k̂ − k_exact| over the total standard error "
+        "off-diagonal entries (—: not run, the kernel embedding when the pilot left it out). "
+        "err/tse: the largest |k̂ − k_exact| over the total standard error "
         "(sampling and the fitted score's jackknife variance); >2tse: the share of entries "
         "beyond 2 total standard errors; tse/se: the median ratio of total to sampling standard "
         "error; warnings: T truncation, B bias, D disagreement, C convergence, N non-finite."
