@@ -123,3 +123,16 @@ def test_total_error_bars_cover_where_the_fit_dominates_and_sampling_bars_do_not
     sampling = np.stack([ds["response_stderr"].values for ds in results])
     assert np.mean(error > 2 * total) <= 0.10
     assert np.mean(error > 2 * sampling) > 0.20
+
+
+def test_lag0_difference_from_the_exact_reference_is_the_references_stein_residual():
+    """With ``A = x`` and a constant forcing the affinely corrected estimate meets the Stein
+    target ``k(0) = I`` exactly, so at lag 0 its difference from the exact FDT on the same samples
+    is minus the exact reference's own lag-0 Stein residual: the reference's sampling noise, which
+    no error bar of the estimate covers or should cover."""
+    model = make_model("curved-wells")
+    ds = _estimate(model, 3, 20_000, 10, estimator="score-matching", degree=3)
+    difference = (ds["response"] - ds["response_exact"]).isel(lag=0).values
+    np.testing.assert_allclose(ds["response"].isel(lag=0).values, np.eye(2), atol=1e-10)
+    np.testing.assert_allclose(difference, -ds["stein_residual_exact"].values, atol=1e-10)
+    assert np.abs(ds["stein_residual_exact"].values).max() > 0
