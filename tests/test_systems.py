@@ -361,6 +361,16 @@ def test_gamma_tie_marginals() -> None:
     assert np.all(np.abs(x.mean(axis=0) - truth) < 5 * stderr)
 
 
+def test_gamma_tie_visits_small_x1_as_often_as_its_law() -> None:
+    """Near ``x1 = 0`` the score grows like ``1 / x1``: a chain stepping in ``x1`` rejects almost
+    every step into ``x1 < 0.1`` (a sixth of the Gamma law's share there, and too many just
+    above); stepping in ``log x1`` it visits both as often as the law says."""
+    x1 = run(make_model("gamma-3d"), 500_000)[:, 0]
+    for level in (0.1, 0.2):
+        expected = 1.0 - math.exp(-level) * (1.0 + level + level**2 / 2)  # Gamma(3, 1) cdf
+        assert abs((x1 < level).mean() / expected - 1.0) < 0.3
+
+
 @pytest.mark.parametrize("name", MALA_NAMES)
 def test_default_acceptance_rates(name: str) -> None:
     model = make_model(name)

@@ -292,7 +292,9 @@ class GammaTie3D(MalaSystem, name="gamma-3d", system=densities.GAMMA_3D, step=0.
     ``p_eq(x) ∝ x1^(k-1) exp(-x1 / theta) exp(-(x2 - alpha log x1)^2 / 2) exp(-(x3 - gamma
     x2^2)^2 / 2)`` on ``x1 > 0``: ``x1 ~ Gamma(k, theta)``, ``x2 | x1 ~ N(alpha log x1, 1)``,
     ``x3 | x2 ~ N(gamma x2^2, 1)``. The score of ``x1`` has terms in ``1 / x1`` and
-    ``log(x1) / x1``; proposals with ``x1 <= 0`` are rejected (``p_eq = 0`` there).
+    ``log(x1) / x1``. ``x1`` moves in ``log x1`` (:func:`~kelr_dist.models.mala.mala`), so the
+    chain enters the region near ``x1 = 0`` as often as ``p_eq`` says (steps in ``x1`` itself are
+    rejected there almost always).
 
     Parameters
     ----------
@@ -301,6 +303,7 @@ class GammaTie3D(MalaSystem, name="gamma-3d", system=densities.GAMMA_3D, step=0.
     """
 
     components = ("x1", "x2", "x3")
+    positives = 1  # x1 moves in log x1
 
     shape: float = parameter(3.0, positive)
     theta: float = parameter(1.0, positive)

@@ -42,6 +42,28 @@ def _wrap(value: float) -> float:
 
 
 @compiled
+def _log_target(
+    system: int,
+    u: np.ndarray,
+    theta: np.ndarray,
+    positive: range,
+    point: np.ndarray,
+    grad: np.ndarray,
+) -> float:
+    """``log p`` of the sampler's coordinates ``u`` and its gradient (into ``grad``): ``x = u``
+    but ``x_i = exp(u_i)`` for ``i`` in ``positive``, whose density ``p(x) x_i`` and gradient
+    ``x_i ∂_i log p + 1`` take the change of variables in (``point`` holds ``x``)."""
+    point[:] = u
+    for i in positive:
+        point[i] = math.exp(u[i])
+    log_p = log_density_point(system, point, theta, grad)
+    for i in positive:
+        log_p += u[i]
+        grad[i] = grad[i] * point[i] + 1.0
+    return log_p
+
+
+@compiled
 def mala(
     x0: np.ndarray,
     normals: np.ndarray,
@@ -52,13 +74,18 @@ def mala(
     theta: np.ndarray,
     angles: int,
     accepted: np.ndarray,
+    positive: int = 0,
 ) -> np.ndarray:
     """MALA steps for ``system`` (:mod:`kelr_dist.models.densities`), storing every
-    ``subsample``-th state; the first ``angles`` components wrapped to ``(-π, π]``.
+    ``subsample``-th state; the first ``angles`` components wrapped to ``(-π, π]``, the
+    ``positive`` after them moved in ``log x``.
 
     Proposal ``y = wrap(x + h s(x) + sqrt(2h) xi)``; accepted when ``Phi(z) < exp(log r)`` with
     ``log r = log p(y) - log p(x) - |wrap(x - y - h s(y))|^2 / 4h + |xi|^2 / 2`` (a NaN ratio,
-    e.g. an overflowing proposal, is rejected).
+    e.g. an overflowing proposal, is rejected). A positive component ``x_i`` is proposed and
+    tested in ``u_i = log x_i``, with the density ``p(x) x_i`` of ``u`` (:func:`_log_target`):
+    near ``x_i = 0``, where ``∂_i log p`` grows like ``1 / x_i``, steps in ``x_i`` itself are
+    rejected almost always and the chain would rarely enter that region.
 
     Parameters
     ----------
@@ -70,13 +97,18 @@ def mala(
         reads them.
     angles : how many leading components are angles.
     accepted : (1,) int64, incremented by the number of accepted proposals.
+    positive : how many components after the angles are positive (``x0`` must be, there).
     """
     d = x0.shape[0]
+    logs = range(angles, angles + positive)
     x = x0.copy()
+    for i in logs:
+        x[i] = math.log(x0[i])
     y = np.empty(d)
     gx = np.empty(d)
     gy = np.empty(d)
-    lpx = log_density_point(system, x, theta, gx)
+    point = np.empty(d)
+    lpx = _log_target(system, x, theta, logs, point, gx)
     noise = math.sqrt(2.0 * step)
     inv4h = 0.25 / step
     row = 0
@@ -90,7 +122,7 @@ def mala(
                 if i < angles:
                     y[i] = _wrap(y[i])
                 forward += z * z
-            lpy = log_density_point(system, y, theta, gy)
+            lpy = _log_target(system, y, theta, logs, point, gy)
             backward = 0.0
             for i in range(d):
                 r = x[i] - y[i] - step * gy[i]
@@ -107,7 +139,7 @@ def mala(
                 count += 1
             row += 1
         for i in range(d):
-            out[n, i] = x[i]
+            out[n, i] = math.exp(x[i]) if angles <= i < angles + positive else x[i]
     accepted[0] += count
     return out
 
@@ -135,6 +167,7 @@ class MalaSystem(Parameters):
     name: ClassVar[str]
     default_burn_in: ClassVar[int] = 20_000  # stored samples, for every MALA system
     angles: ClassVar[int] = 0  # how many leading components are angles in (-π, π]
+    positives: ClassVar[int] = 0  # how many components after the angles are positive (log moves)
     _system: ClassVar[int]
     components: tuple[str, ...] = derived()
     step: float = parameter(0.04, positive)
@@ -193,7 +226,7 @@ class MalaSystem(Parameters):
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
             return mala(
                 x0, normals.reshape(-1, d + 1), out, self.step, self.subsample, self._system,
-                self._theta, self.angles, accepted,
+                self._theta, self.angles, accepted, self.positives,
             )  # fmt: skip
 
         samples, new = run_blocks(state, n_samples, rng, (d + 1) * self.subsample, kernel, d)
