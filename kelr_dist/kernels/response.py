@@ -446,7 +446,7 @@ class _ResponseKernel:
     def columns(self) -> int:
         """Columns of ``B`` with block-averaging error bars: every score's ``d``, then the
         correction's (``d + 1``, or ``d (d + 1)`` for a varying forcing). The jackknife
-        replicates' columns need their lagged sums alone (their means), not blocked."""
+        replicates' columns need their lagged sums alone (their means), not their block averages."""
         d = len(self.forcing.names)
         periodic = 0 if self.periods is None else int((self.periods > 0).sum())
         constant = self.forcing.function is None
@@ -505,11 +505,11 @@ class _ResponseKernel:
         residuals = np.stack(
             [a[:, :, None] * b[:, None, :] - target for b in columns], axis=1
         ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
-        blocked = len(columns)
+        averaged = len(columns)
         for key, score, corrected in keyed[len(self.scores) :]:
             add(key, score, corrected)
-        refits = columns[blocked:]
-        del columns[blocked:]
+        refits = columns[averaged:]
+        del columns[averaged:]
         if z is not None:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
