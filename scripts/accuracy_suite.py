@@ -129,6 +129,7 @@ def run(system: str, samples: int, data: Path, index_set: str = "auto") -> tuple
             isinstance(w.message, kelr_dist.DisagreementWarning) for w in caught
         ),
         **coverage(ds),
+        "sensitivity": ds.attrs.get("model_sensitivity", np.nan),
         "warnings": "".join(
             sorted(
                 {
@@ -149,6 +150,7 @@ WARNING_LETTERS = {
     "TruncationWarning": "T",
     "BiasWarning": "B",
     "DisagreementWarning": "D",
+    "SensitivityWarning": "S",
     "ConvergenceWarning": "C",
     "NonFiniteWarning": "N",
 }
@@ -184,7 +186,7 @@ def print_table(rows: list[dict], samples: int) -> None:
         f"{'system':15} {'d':>1}  {'auto':>13}  {'kernel-emb.':>13}  {'score-match.':>13}  "
         f"{'KDE':>13}  {'quasi-Gauss':>13}  {'chosen':>17} {'M/q':>5} {'Stein/se':>8} "
         f"{'KE-SM/se':>9} {'err/tse':>7} {'lag':>4} {'>2tse':>5} {'tse/se':>6} {'ref/se':>6} "
-        f"{'warn':>4} {'time s':>6}"
+        f"{'shift':>5} {'warn':>4} {'time s':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -195,7 +197,7 @@ def print_table(rows: list[dict], samples: int) -> None:
             f"{r['chosen']:>17} {r['order']:>5} {r['stein']:>8.1f} {r['raw_stein']:>6.1f} "
             f"{r['disagreement']:>8.1f}{'!' if r['disagreement_warned'] else ' '} "
             f"{r['z_total']:>7.1f} {r['z_lag']:>4} {r['beyond_2']:>5.0%} "
-            f"{r['total_ratio']:>6.2f} {r['reference_stein']:>6.1f} "
+            f"{r['total_ratio']:>6.2f} {r['reference_stein']:>6.1f} {r['sensitivity']:>5.2f} "
             f"{r['warnings'] or '-':>4} {r['seconds']:>6.1f}"
         )
 
@@ -205,7 +207,7 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
     header = [
         "system", "d", "automatic", "kernel embedding", "score matching", "KDE",
         "quasi-Gaussian", "chosen", "M / q", "Stein/se (uncorrected)", "KE−SM / se",
-        "err/tse (lag)", ">2tse", "tse/se", "exact Stein/se", "warnings", "time s",
+        "err/tse (lag)", ">2tse", "tse/se", "exact Stein/se", "shift/tse", "warnings", "time s",
     ]  # fmt: skip
 
     def cell(v: tuple[float, float]) -> str:  # "—": not run, "-": no off-diagonal entries
@@ -219,7 +221,8 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
             "—" if np.isnan(r["disagreement"]) else
             f"{r['disagreement']:.1f}{' (warned)' if r['disagreement_warned'] else ''}",
             f"{r['z_total']:.1f} ({r['z_lag']})", f"{r['beyond_2']:.0%}",
-            f"{r['total_ratio']:.2f}", f"{r['reference_stein']:.1f}", r["warnings"] or "—",
+            f"{r['total_ratio']:.2f}", f"{r['reference_stein']:.1f}",
+            "—" if np.isnan(r["sensitivity"]) else f"{r['sensitivity']:.2f}", r["warnings"] or "—",
             f"{r['seconds']:.0f}",
         ]
         for r in rows
@@ -234,8 +237,10 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
         "of total to sampling standard error; exact Stein/se: the exact reference's own largest "
         "lag-0 Stein residual in its standard errors (its sampling noise: the corrected "
         "estimate meets the Stein target at lag 0, so its lag-0 difference from the reference "
-        "is this residual); warnings: T truncation, B bias, D disagreement, C convergence, "
-        "N non-finite."
+        "is this residual); shift/tse: the largest move of the response, in total standard "
+        "errors, from the chosen score-matching model to its neighbour (attribute "
+        "model_sensitivity); warnings: T truncation, B bias, D disagreement, S sensitivity, "
+        "C convergence, N non-finite."
     )
     write_table(path, header, body, note)
 

@@ -62,6 +62,34 @@ def test_replicates_are_extra_columns_of_the_same_read(corrected):
     assert np.all(together.estimator_stderr[1:] > 0)
 
 
+@pytest.mark.parametrize("corrected", [False, True])
+def test_neighbours_are_extra_columns_of_the_same_read(corrected):
+    """A neighbouring model's response, from the shared lagged sums, is its own response; the
+    model shift is, per entry, the neighbour's change from the score that is larger in size."""
+    rng = np.random.default_rng(4)
+    x = np.cumsum(rng.normal(size=(3000, 2)), axis=0) * 0.05
+    x -= x.mean(axis=0)
+    names = ("a", "b")
+    obs, force = identity_observable(names), constant_forcing(names)
+    scores = [FunctionScore(lambda y, f=f: -y - f * y**3) for f in (0.2, 0.5, -0.05)]
+    options = dict(centre=x.mean(axis=0), corrected=("s",) if corrected else ())
+    together = reduce_in_memory(
+        response_reduction(
+            {"s": scores[0]}, obs, force, 7, neighbours={"s": scores[1:]}, **options
+        ),
+        x,
+        [1000, 2000],
+    )["s"]
+    main, *others = (
+        reduce_in_memory(response_reduction({"s": s}, obs, force, 7, **options), x)["s"].mean
+        for s in scores
+    )
+    np.testing.assert_allclose(together.mean, main, rtol=1e-10, atol=1e-12)
+    shifts = np.stack(others) - main
+    larger = np.where(np.abs(shifts[0]) >= np.abs(shifts[1]), shifts[0], shifts[1])
+    np.testing.assert_allclose(together.model_shift, larger, rtol=1e-8, atol=1e-12)
+
+
 def _estimate(model, seed, n, thin, **options):
     rng = np.random.default_rng(seed)
     state = model.initial_state(rng)

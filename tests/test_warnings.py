@@ -29,7 +29,7 @@ from kelr_dist.kernels.score_matching import (
     solve_weights,
 )
 from kelr_dist.models.registry import make_model
-from kelr_dist.pipeline.estimate import BiasWarning
+from kelr_dist.pipeline.estimate import BiasWarning, SensitivityWarning
 from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
 
 
@@ -89,6 +89,21 @@ def test_bias_warns_for_a_nonlinear_observable():
     assert "BiasWarning: " + found[0] in ds.attrs["warnings"].splitlines()
     ratio = np.abs(ds["stein_residual"] / ds["stein_residual_total_stderr"])
     assert float(ratio.max()) > 3
+
+
+def test_sensitivity_warns_when_one_more_degree_moves_the_response():
+    """A three-well density fitted by a quadratic score (a given degree 2): the cubic, fitted
+    beside it, follows it much better, the response moves by many error bars between them, and the warning says so
+    and is recorded, with the move kept in ``response_model_shift``."""
+    x, model = sample("curved-wells", 100_000)
+    ds, caught = estimate(x, model, estimator="score-matching", degree=2, max_lag=20)
+    found = [str(w.message) for w in caught if w.category is SensitivityWarning]
+    assert found and "degree 2 -> 3" in found[0]
+    assert "SensitivityWarning: " + found[0] in ds.attrs["warnings"].splitlines()
+    moved = np.abs(ds["response_model_shift"]) / ds["response_total_stderr"]
+    assert float(moved.max()) == pytest.approx(ds.attrs["model_sensitivity"])
+    assert ds.attrs["model_sensitivity"] > 1
+    assert ds.attrs["model_neighbour"] == "degree 2 -> 3"
 
 
 def nan_every_thousandth(x: np.ndarray) -> np.ndarray:

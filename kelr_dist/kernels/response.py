@@ -280,6 +280,9 @@ class ResponseResult:
     #: rows where the score was not finite (a kernel-embedding ``p_M`` that is NaN or inf there),
     #: set to ``B = 0`` like the rejected rows but counted apart from them
     nonfinite: int = 0
+    #: ``(S+1, q, d)``: the response of a neighbouring model (one or two steps richer) minus this
+    #: one, on the same samples, per entry the largest of the neighbours'; ``None`` without any
+    model_shift: np.ndarray | None = None
 
     @property
     def total_stderr(self) -> np.ndarray:
@@ -395,6 +398,12 @@ def replicate_key(name: str, fold: int) -> str:
     return f"{name} without fold {fold}"
 
 
+def neighbour_key(name: str, step: int) -> str:
+    """Key of the partials of score ``name``'s neighbouring model ``step`` (has spaces: never a
+    score's name)."""
+    return f"{name} neighbouring model {step}"
+
+
 def jackknife_stderr(replicates: np.ndarray) -> np.ndarray:
     """Delete-a-group jackknife standard error from ``K`` leave-one-group-out estimates
     ``θ_(f)`` stacked on axis 0: ``sqrt((K - 1)/K Σ_f (θ_(f) - θ̄)²)`` (Efron & Stein 1981;
@@ -420,6 +429,8 @@ class _ResponseKernel:
     #: per score name, the score refitted without each held-out fold (jackknife replicates)
     replicates: Mapping[str, Sequence[Score]] = field(default_factory=dict)
     periods: np.ndarray | None = None  # (d,) periods of the components on a circle (0: line)
+    #: per score name, its neighbouring models (the model's sensitivity, same read)
+    neighbours: Mapping[str, Sequence[Score]] = field(default_factory=dict)
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
@@ -456,10 +467,10 @@ class _ResponseKernel:
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
         """Every score's ``B`` side by side (then the correction's columns), so one transform
         of ``A`` serves them all: ``blocks`` holds their lagged sums with the block-averaging
-        partials, ``replicates`` the plain lagged sums of the jackknife replicates' columns
-        (only their means are used), ``stein`` every score's lag-0 residual products,
-        ``parts`` per score (and replicate) what is not lagged; ``x_ext`` holds the segment's
-        rows followed by its halo."""
+        partials, ``replicates`` the plain lagged sums of the jackknife replicates' and the
+        neighbouring models' columns (only their means are used), ``stein`` every score's lag-0
+        residual products, ``parts`` per score (and refit) what is not lagged; ``x_ext`` holds
+        the segment's rows followed by its halo."""
         x = x_ext[: info.length]
         a_ext = self.observable(x_ext) - self.centre
         a = a_ext[: info.length]
@@ -476,6 +487,11 @@ class _ResponseKernel:
             (replicate_key(name, fold), score, name in self.corrected)
             for name, refits in self.replicates.items()
             for fold, score in enumerate(refits)
+        ]
+        keyed += [
+            (neighbour_key(name, step), score, name in self.corrected)
+            for name, models in self.neighbours.items()
+            for step, score in enumerate(models)
         ]
         values = dict(zip([k for k, _, _ in keyed], _evaluate_scores(keyed, x), strict=True))
 
@@ -560,12 +576,14 @@ def _finalize(
     width: int,
     names: tuple[str, ...],
     replicates: dict[str, int],
+    neighbours: dict[str, int],
     partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
     """Each score's ``width`` columns of the shared lagged sums (in the chunk's order: the
     scores ``names``, then the correction's); a score with ``replicates[name]`` refits gets
-    their jackknife standard error from the means of their columns (the plain lagged sums, in
-    the order of ``replicates``)."""
+    their jackknife standard error, and a score with ``neighbours[name]`` neighbouring models
+    its :attr:`~ResponseResult.model_shift`, from the means of their columns (the plain lagged
+    sums: the refits in the order of ``replicates``, then the neighbours)."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = partials["parts"]
@@ -577,6 +595,7 @@ def _finalize(
         else lagged_means(partials["replicates"], partials["blocks"]["counts"])
     )
     keys = [replicate_key(n, f) for n, k in replicates.items() for f in range(k)]
+    keys += [neighbour_key(n, m) for n, k in neighbours.items() for m in range(k)]
     q = blocks.mean.shape[1]
 
     def lagged_mean(column: int) -> BlockingResult:
@@ -592,6 +611,22 @@ def _finalize(
         )
         return _corrected(result, weights, lagged)
 
+    def refitted(name: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """The lag-0 response before the affine correction ``(q, d)`` and the response after it
+        ``(S+1, q, d)`` of the refit ``key`` of score ``name``."""
+        main, p = results[name], parts[key]
+        # the refits' own lag-0 residuals are not kept: the score's stand in for them
+        stein_raw = main.stein if main.uncorrected_stein is None else main.uncorrected_stein
+        assert refit_means is not None
+        column = keys.index(key)
+        # the refit's mean; its error bars (never used) are the score's
+        blocking = replace(
+            lagged_mean(names.index(name)),
+            mean=refit_means[..., column * width : (column + 1) * width],
+        )
+        result = ResponseResult(blocking, p["kept"], p["n"], stein_raw)
+        return result.mean[0], corrected(result, p).mean
+
     results = {}
     for k, name in enumerate(names):
         p = parts[name]
@@ -601,30 +636,22 @@ def _finalize(
         )
         results[name] = corrected(result, p)
     for name, count in replicates.items():
-        main = results[name]
-        # the refits' own lag-0 residuals are not kept: the score's stands in for them
-        stein_raw = main.stein if main.uncorrected_stein is None else main.uncorrected_stein
-        raw, final = [], []
-        for fold in range(count):
-            key = replicate_key(name, fold)
-            p = parts[key]
-            assert refit_means is not None
-            column = keys.index(key)
-            # the refit's mean; its error bars (never used) are the score's
-            blocking = replace(
-                lagged_mean(names.index(name)),
-                mean=refit_means[..., column * width : (column + 1) * width],
-            )
-            result = ResponseResult(blocking, p["kept"], p["n"], stein_raw)
-            raw.append(result.mean[0])
-            final.append(corrected(result, p).mean)
+        raw, final = zip(
+            *(refitted(name, replicate_key(name, f)) for f in range(count)), strict=True
+        )
         results[name] = replace(
-            main,
+            results[name],
             estimator_stderr=jackknife_stderr(np.stack(final)),
             uncorrected_estimator_stderr=(
-                jackknife_stderr(np.stack(raw)) if main.correction is not None else None
+                jackknife_stderr(np.stack(raw)) if results[name].correction is not None else None
             ),
         )
+    for name, count in neighbours.items():
+        shifts = np.stack(
+            [refitted(name, neighbour_key(name, m))[1] - results[name].mean for m in range(count)]
+        )
+        largest = np.take_along_axis(shifts, np.abs(shifts).argmax(axis=0)[None], axis=0)[0]
+        results[name] = replace(results[name], model_shift=largest)
     return results
 
 
@@ -666,6 +693,7 @@ def response_reduction(
     origin: np.ndarray | None = None,
     replicates: Mapping[str, Sequence[Score]] | None = None,
     periods: np.ndarray | None = None,
+    neighbours: Mapping[str, Sequence[Score]] | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -680,8 +708,9 @@ def response_reduction(
     ``replicates`` maps some score names to that score refitted without each held-out fold:
     their responses are more columns of the same lagged sums (the response is linear in ``B``),
     corrected as the score is, and give the estimate's jackknife standard error
-    (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). Finalizes to
-    ``{name: ResponseResult}``.
+    (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). ``neighbours`` maps
+    some score names to neighbouring models (one and two steps richer, say): their responses, on
+    more columns, give :attr:`ResponseResult.model_shift`. Finalizes to ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
@@ -696,6 +725,10 @@ def response_reduction(
     unknown = set(replicates) - set(scores)
     if unknown:
         raise ValueError(f"replicate names {sorted(unknown)} are not among the scores")
+    neighbours = {name: tuple(models) for name, models in (neighbours or {}).items()}
+    unknown = set(neighbours) - set(scores)
+    if unknown:
+        raise ValueError(f"neighbour names {sorted(unknown)} are not among the scores")
     kernel = _ResponseKernel(
         dict(scores),
         observable,
@@ -708,13 +741,16 @@ def response_reduction(
         base_block,
         replicates,
         None if periods is None else np.asarray(periods, dtype=np.float64),
+        neighbours,
     )
     counts = {name: len(refits) for name, refits in replicates.items()}
     return Reduction(
         name="response",
         chunk=kernel.chunk,
         combine=_combine,
-        finalize=partial(_finalize, d, tuple(scores), counts),
+        finalize=partial(
+            _finalize, d, tuple(scores), counts, {n: len(m) for n, m in neighbours.items()}
+        ),
         halo=int(max_lag),
     )
 

@@ -124,6 +124,12 @@ RAW_STEIN_FRACTION = 0.1
 #: difference, while their held-out losses are within LOSS_TIE standard errors, is reported
 DISAGREEMENT_TOLERANCE = 5.0
 LOSS_TIE = 2.0
+#: the response moving by more than this many of its total standard errors when the fitted
+#: model gets one or two steps richer is reported: the estimate depends on the model more
+#: than its error bars say. One error bar is the scale a user reads off the band; a well-specified
+#: model's neighbour differs by its fit noise only, a small part of it (the accuracy suite's
+#: sensitivity column, docs/benchmarks/accuracy.md)
+SENSITIVITY_TOLERANCE = 1.0
 #: the largest lag may be at most this fraction of a chain (error bars need many blocks of it)
 MAX_LAG_FRACTION = 0.25
 
@@ -152,6 +158,12 @@ class ConvergenceWarning(UserWarning):
 class TruncationWarning(UserWarning):
     """The chosen order or degree is the largest the budget allowed and the held-out loss was
     still falling there: the estimate is limited by the budget, not by the data."""
+
+
+class SensitivityWarning(UserWarning):
+    """The response moves by more than its error bars when the fitted score model gets one step
+    richer: the estimate is limited by the model (a score the basis does not follow), a bias
+    that neither the held-out loss nor the error bars see."""
 
 
 class NonFiniteWarning(UserWarning):
@@ -286,11 +298,12 @@ def _degree(options: EstimateOptions, d: int, name: Name = str) -> int | None:
     if options.degree == "auto":
         return None
     degree = int(options.degree)
-    size = feature_count(d, degree)
+    size = feature_count(d, degree + 1)  # its neighbour's features are fitted too
     nbytes = 8 * size * size * (options.folds + 1)
     if nbytes > MAX_GRAM_BYTES:
         raise ValueError(
-            f"{name('degree')}={degree} gives {size} features in d = {d}: its Gram matrices need "
+            f"{name('degree')}={degree} gives {size} features in d = {d} (with the degree above, "
+            "its neighbour): its Gram matrices need "
             f"{nbytes / 2**30:.1f} GiB (limit {MAX_GRAM_BYTES / 2**30:.0f} GiB); choose a "
             "smaller degree"
         )
@@ -489,11 +502,18 @@ def estimate_response(
     Warns
     -----
     BiasWarning
-        when the chosen estimate's Stein residual exceeds 3 standard errors.
+        when the chosen estimate's Stein residual exceeds 3 total standard errors.
     DisagreementWarning
         (``estimator="auto"``) when the two families' responses differ by more than 5 standard
         errors of their difference (attribute ``estimator_disagreement``) while their held-out
         losses are within 2 standard errors of each other.
+    TruncationWarning
+        when the chosen degree or order is the largest the budget allowed and the held-out loss
+        was still falling there.
+    SensitivityWarning
+        when the response moves by more than one total standard error as the chosen model gets
+        one or two steps richer (``response_model_shift``; attributes ``model_sensitivity``,
+        ``model_neighbour``).
     ConvergenceWarning
         when the block averaging of some entries of the chosen estimate reached no plateau
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
@@ -532,7 +552,7 @@ def estimate_response(
             else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
-        scores, replicates = plan.scores(ke, sm, fits)
+        scores, replicates, neighbours = plan.scores(ke, sm, fits)
         response = response_reduction(
             scores,
             setting.observable,
@@ -544,6 +564,7 @@ def estimate_response(
             origin=setting.survey.moments.mean,
             replicates=replicates,
             periods=setting.periods,
+            neighbours=neighbours,
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
@@ -595,17 +616,23 @@ class Plan:
 
     def scores(
         self, ke: KernelEmbeddingChoice | None, sm: ScoreMatchingChoice | None, fits: Fits
-    ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]]]:
-        """The scores of the response read by response variable, and the estimated ones
-        refitted without each fold (their jackknife error, same read)."""
+    ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]:
+        """The scores of the response read by response variable, the estimated ones refitted
+        without each fold (their jackknife error), and their neighbouring models (their
+        sensitivity), all in the same read."""
         scores: dict[str, Score] = {}
         replicates: dict[str, tuple[Score, ...]] = {}
+        neighbours: dict[str, tuple[Score, ...]] = {}
         if ke is not None:
             scores["response_kernel_embedding"] = ke.score
             replicates["response_kernel_embedding"] = ke.refits()
+            if ke.neighbours is not None:
+                neighbours["response_kernel_embedding"] = ke.neighbours[0]
         if sm is not None:
             scores["response_score_matching"] = sm.model
             replicates["response_score_matching"] = sm.refits()
+            if sm.neighbours is not None:
+                neighbours["response_score_matching"] = sm.neighbours[0]
         if self.exact is not None:
             scores["response_exact"] = FunctionScore(self.exact)
         if fits.kde is not None:
@@ -615,7 +642,7 @@ class Plan:
             scores["response_gaussian"] = FunctionScore(
                 gaussian_score(sample.mean, np.atleast_2d(sample.cov))
             )
-        return scores, replicates
+        return scores, replicates, neighbours
 
 
 def plan_estimate(
@@ -736,6 +763,9 @@ def conclude(
     disagreement = _warn_disagreement(
         responses, candidates, sm.pick if sm is not None else None, raised
     )
+    chosen = ke if used == "kernel-embedding" else sm if used == "score-matching" else None
+    neighbour = None if chosen is None or chosen.neighbours is None else chosen.neighbours[1]
+    sensitivity = _warn_sensitivity(main, neighbour, used, raised)
     _warn_unconverged(main, raised)
     if main.nonfinite:
         _emit(
@@ -796,6 +826,8 @@ def conclude(
         attrs.update(pilot.attrs())
     if disagreement is not None:
         attrs["estimator_disagreement"] = disagreement
+    if sensitivity is not None:
+        attrs.update(model_sensitivity=sensitivity, model_neighbour=neighbour)
     if setting.periods is not None:
         attrs["periodic"] = periodic_attr(traj, setting.periodic)
     attrs["runtime_seconds"] = time.perf_counter() - started
@@ -966,6 +998,33 @@ def _warn_disagreement(
             f"{gap:.1f} standard errors apart: one of them is biased and the held-out choice "
             f"({used.estimator}) is not decisive; compare response_kernel_embedding with "
             "response_score_matching, or use more data",
+            record,
+        )
+    return worst
+
+
+def _warn_sensitivity(
+    result: ResponseResult, neighbour: str | None, used: str, record: list[str] | None = None
+) -> float | None:
+    """The largest ``|model_shift| / total_stderr`` over lags and entries (``None`` without a
+    neighbouring model); a one-line :class:`SensitivityWarning` when it exceeds
+    :data:`SENSITIVITY_TOLERANCE`. ``neighbour`` names the steps of estimator ``used``, e.g.
+    ``"degree 5 -> 6, 7"``."""
+    if result.model_shift is None or neighbour is None:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.abs(result.model_shift) / result.total_stderr
+    z = np.where(np.isnan(z), 0.0, z)
+    worst = float(z.max())
+    if worst > SENSITIVITY_TOLERANCE:
+        lag, i, j = (int(v) for v in np.unravel_index(int(np.argmax(z)), z.shape))
+        _emit(
+            SensitivityWarning,
+            f"the response moves by {worst:.1f} total standard errors (lag {lag}, entry "
+            f"({i}, {j})) from {used} {neighbour}: the estimate depends on the model "
+            "more than its error bars say, so it is likely biased by about that much (see "
+            "response_model_shift; try index_set='adaptive', a basis that follows the data, "
+            "or the other estimator)",
             record,
         )
     return worst

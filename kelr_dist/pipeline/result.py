@@ -59,6 +59,8 @@ def assemble_result(
         data[f"{name}_total_stderr"] = (dims, result.total_stderr)
         if result.estimator_stderr is not None:
             data[f"{name}_estimator_stderr"] = (dims, result.estimator_stderr)
+        if result.model_shift is not None:
+            data[f"{name}_model_shift"] = (dims, result.model_shift)
         # the blocking behind each standard error: block size K and whether sigma_K reached
         # its plateau (kelr_dist.kernels.blocking); unconverged error bars are too small
         data[f"{name}_block_size"] = (dims, np.asarray(result.blocking.block_size, dtype=np.int64))
@@ -127,6 +129,11 @@ def assemble_result(
             if f"{name}_estimator_stderr" in ds
             else "total standard error of k(t): the sampling error (no fitted score refitted)"
         )
+        if f"{name}_model_shift" in ds:
+            ds[f"{name}_model_shift"].attrs["long_name"] = (
+                "change of k(t) from the fitted model to its neighbour (attribute model_neighbour) "
+                "on the same samples: how much the estimate still depends on the model"
+            )
         if f"{name}_estimator_stderr" in ds:
             ds[f"{name}_estimator_stderr"].attrs["long_name"] = (
                 "standard error of k(t) from fitting the score on finite data (jackknife over "

@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -138,14 +139,17 @@ def score_matching_max_degree(d: int) -> int:
 def score_matching_features(
     coordinates: tuple[Coordinate, ...], degree: int | None, adaptive: bool = False
 ) -> PolynomialFeatures:
-    """The features of the Gram pass: total degree ``degree`` (default
-    :func:`score_matching_max_degree`), or (``adaptive``) the dictionary the adaptive index set
+    """The features of the Gram pass: total degree ``degree + 1`` for a given degree (the one
+    above is its neighbour, :attr:`ScoreMatchingChoice.neighbours`), else
+    :func:`score_matching_max_degree`, or (``adaptive``) the dictionary the adaptive index set
     grows in (:func:`kelr_dist.kernels.adaptive_index.dictionary`, at most
     :data:`SM_MAX_DICTIONARY` features)."""
     d = len(coordinates)
     if adaptive:
         return dictionary(coordinates, score_matching_max_degree(d), SM_MAX_DICTIONARY)
-    return PolynomialFeatures(coordinates, degree or score_matching_max_degree(d))
+    return PolynomialFeatures(
+        coordinates, score_matching_max_degree(d) if degree is None else degree + 1
+    )
 
 
 #: with a correlation time τ (rows), the Gram pass may use every ⌊τ / this⌋-th row: for an AR(1)
@@ -497,6 +501,33 @@ class KernelEmbeddingChoice:
         """``∇ log p_M`` on ``{p_M ≥ δ}`` (eq. 46) at the chosen order and threshold."""
         return DensityScore(self.density, self.order, self.delta)
 
+    @cached_property
+    def neighbours(self) -> tuple[tuple[DensityScore, ...], str] | None:
+        """The scores one and two orders higher, as far as the fit holds them (a box order: its
+        nonzero entries that can, up by one and two), each at its order's threshold by the same
+        rule (a given ``δ`` stays), with what they are (``None``: the fit holds no higher
+        order); see :attr:`ScoreMatchingChoice.neighbours`."""
+        basis = self.density.basis
+        deltas = {"auto": self.deltas, "paper": self.criteria.delta_paper}.get(self.delta_rule)
+        scores: list[DensityScore] = []
+        orders: list[Order] = []
+        for step in (1, 2):
+            level = self.level + step
+            order: Order = level
+            if isinstance(self.order, tuple):
+                order = tuple(
+                    min(o + step, t) if o > 0 else 0
+                    for o, t in zip(self.order, basis.max_orders, strict=True)
+                )
+            if level > basis.max_level or order in (self.order, *orders):
+                break
+            delta = self.delta if deltas is None else float(deltas[level])
+            scores.append(DensityScore(self.density, order, delta))
+            orders.append(order)
+        if not scores:
+            return None
+        return tuple(scores), f"order {self.order} -> {', '.join(map(str, orders))}"
+
     def refits(self) -> tuple[DensityScore, ...]:
         """The score with ``p_M`` refitted without each held-out fold (eq. 39 over the other
         folds' sums), at the same order and threshold: the jackknife replicates."""
@@ -588,6 +619,30 @@ class ScoreMatchingChoice:
             fit_score(self.sums, self.degree, self.ridge, without=f, members=self.pick.members)
             for f in range(len(self.sums.n))
         )
+
+    @cached_property
+    def neighbours(self) -> tuple[tuple[ScoreModel, ...], str] | None:
+        """The chosen model one and two steps richer, as far as the fitted features hold them,
+        at the same ridge, with what they are: the next total degrees (two: a score of a
+        symmetric density gains only from every other degree), or the next steps of the
+        adaptive growth (``None``: no richer model). The response's change to them
+        (:attr:`~kelr_dist.kernels.response.ResponseResult.model_shift`) is how much the
+        estimate still depends on the model, which its error bars do not measure."""
+        if self.path is None:
+            degrees = range(self.degree + 1, min(self.degree + 2, self.sums.features.degree) + 1)
+            if not degrees:
+                return None
+            models = tuple(fit_score(self.sums, q, self.ridge) for q in degrees)
+            return models, f"degree {self.degree} -> {', '.join(map(str, degrees))}"
+        chosen = self.path.chosen_step()
+        steps = range(chosen + 1, min(chosen + 2, len(self.path.losses) - 1) + 1)
+        if not steps:
+            return None
+        sets = [self.path.members(step) for step in steps]
+        models = tuple(fit_score(self.sums, self.degree, self.ridge, members=m) for m in sets)
+        sizes = ", ".join(str(int(m.sum())) for m in sets)
+        start = int(self.pick.keep(self.sums.features).sum())
+        return models, f"adaptive step {chosen} -> {steps[-1]} ({start} -> {sizes} features)"
 
     @property
     def degree(self) -> int:
