@@ -13,7 +13,13 @@ from kelr_dist.kernels.response import (
     identity_observable,
     response_reduction,
 )
-from kelr_dist.kernels.stein_correction import affine_fit, augmented, corrected_response
+from kelr_dist.kernels.stein_correction import (
+    FourierFeatures,
+    affine_fit,
+    augmented,
+    corrected_response,
+    extended_score_reduction,
+)
 from kelr_dist.models.registry import make_model
 
 NAMES = ("x1", "x2")
@@ -163,3 +169,41 @@ def test_unknown_corrected_name_is_refused():
             3,
             corrected=["b"],
         )
+
+
+def test_fourier_divergence_sums_are_the_derivatives():
+    """``divergence_sums`` of the random Fourier features equals the sum of their central
+    differences."""
+    x = np.random.default_rng(0).normal(size=(50, 3)) * [1.0, 2.0, 0.5] + 3.0
+    features = FourierFeatures.draw(x.mean(axis=0), x.std(axis=0), count=8)
+    h = 1e-5
+    expected = np.stack(
+        [((features(x + h * e) - features(x - h * e)) / (2 * h)).sum(axis=0) for e in np.eye(3)]
+    )
+    np.testing.assert_allclose(features.divergence_sums(x), expected, rtol=1e-6, atol=1e-8)
+
+
+def test_fourier_extension_finds_what_a_polynomial_score_misses():
+    """Samples of ``p ∝ exp(-x²/2 + a cos(ω x))``: a Gaussian score misses the cosine's part
+    ``-a ω sin(ω x)``, and the score refitted with the random Fourier features recovers most of
+    it (Fisher divergence down by more than half); the true score moves by the fit's noise only
+    (66 weights on 200 000 samples)."""
+    rng = np.random.default_rng(1)
+    a, omega = 0.6, 2.5
+    grid = np.linspace(-8, 8, 200_001)
+    density = np.exp(-(grid**2) / 2 + a * np.cos(omega * grid))
+    cdf = np.cumsum(density) / density.sum()
+    x = np.interp(rng.uniform(size=200_000), cdf, grid)[:, None]
+
+    def true(y):
+        return -y - a * omega * np.sin(omega * y)
+
+    features = FourierFeatures.draw(x.mean(axis=0), x.std(axis=0))
+    for base, shrink in ((FunctionScore(lambda y: -y), 0.5), (FunctionScore(true), None)):
+        fitted = reduce_in_memory(extended_score_reduction(base, features), x, 50_000)
+        before = np.mean((base(x)[0] - true(x)) ** 2)
+        after = np.mean((fitted(x)[0] - true(x)) ** 2)
+        if shrink is None:
+            assert after < 5e-3
+        else:
+            assert after < shrink * before

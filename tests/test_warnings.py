@@ -98,12 +98,12 @@ def test_sensitivity_warns_when_one_more_degree_moves_the_response():
     x, model = sample("curved-wells", 100_000)
     ds, caught = estimate(x, model, estimator="score-matching", degree=2, max_lag=20)
     found = [str(w.message) for w in caught if w.category is SensitivityWarning]
-    assert found and "degree 2 -> 3" in found[0]
+    assert found and "degree 2 -> 3; + 64 random Fourier features" in found[0]
     assert "SensitivityWarning: " + found[0] in ds.attrs["warnings"].splitlines()
     moved = np.abs(ds["response_model_shift"]) / ds["response_total_stderr"]
     assert float(moved.max()) == pytest.approx(ds.attrs["model_sensitivity"])
     assert ds.attrs["model_sensitivity"] > 1
-    assert ds.attrs["model_neighbour"] == "degree 2 -> 3"
+    assert ds.attrs["model_neighbour"] == "degree 2 -> 3; + 64 random Fourier features"
 
 
 def nan_every_thousandth(x: np.ndarray) -> np.ndarray:

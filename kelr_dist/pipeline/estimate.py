@@ -76,6 +76,7 @@ from kelr_dist.kernels.response import (
     response_reduction,
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
+from kelr_dist.kernels.stein_correction import FOURIER_COUNT
 from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
 from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
@@ -91,6 +92,7 @@ from kelr_dist.pipeline.steps import (
     choose_kernel_embedding,
     choose_score_matching,
     correlation_time,
+    extend_score,
     find_periodic,
     fit_estimators,
     gram_stride,
@@ -552,7 +554,12 @@ def estimate_response(
             else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
-        scores, replicates, neighbours = plan.scores(ke, sm, fits)
+        extended = (
+            extend_score(passes, sm.model, setting.survey.moments)
+            if sm is not None and setting.periods is None
+            else None
+        )
+        scores, replicates, neighbours = plan.scores(ke, sm, fits, extended)
         response = response_reduction(
             scores,
             setting.observable,
@@ -615,11 +622,16 @@ class Plan:
     pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
 
     def scores(
-        self, ke: KernelEmbeddingChoice | None, sm: ScoreMatchingChoice | None, fits: Fits
+        self,
+        ke: KernelEmbeddingChoice | None,
+        sm: ScoreMatchingChoice | None,
+        fits: Fits,
+        extended: Score | None = None,
     ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]:
         """The scores of the response read by response variable, the estimated ones refitted
         without each fold (their jackknife error), and their neighbouring models (their
-        sensitivity), all in the same read."""
+        sensitivity; score matching's also ``extended``, outside its polynomial span), all in
+        the same read."""
         scores: dict[str, Score] = {}
         replicates: dict[str, tuple[Score, ...]] = {}
         neighbours: dict[str, tuple[Score, ...]] = {}
@@ -631,8 +643,10 @@ class Plan:
         if sm is not None:
             scores["response_score_matching"] = sm.model
             replicates["response_score_matching"] = sm.refits()
-            if sm.neighbours is not None:
-                neighbours["response_score_matching"] = sm.neighbours[0]
+            richer = () if sm.neighbours is None else sm.neighbours[0]
+            outside = () if extended is None else (extended,)
+            if richer or outside:
+                neighbours["response_score_matching"] = (*richer, *outside)
         if self.exact is not None:
             scores["response_exact"] = FunctionScore(self.exact)
         if fits.kde is not None:
@@ -764,7 +778,10 @@ def conclude(
         responses, candidates, sm.pick if sm is not None else None, raised
     )
     chosen = ke if used == "kernel-embedding" else sm if used == "score-matching" else None
-    neighbour = None if chosen is None or chosen.neighbours is None else chosen.neighbours[1]
+    steps = [] if chosen is None or chosen.neighbours is None else [chosen.neighbours[1]]
+    if used == "score-matching" and setting.periods is None:  # extend_score ran
+        steps.append(f"+ {FOURIER_COUNT} random Fourier features")
+    neighbour = "; ".join(steps) or None
     sensitivity = _warn_sensitivity(main, neighbour, used, raised)
     _warn_unconverged(main, raised)
     if main.nonfinite:

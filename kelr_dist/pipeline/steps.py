@@ -95,6 +95,11 @@ from kelr_dist.kernels.selection import (
     choose_order,
     criteria_reduction,
 )
+from kelr_dist.kernels.stein_correction import (
+    ExtendedScore,
+    FourierFeatures,
+    extended_score_reduction,
+)
 from kelr_dist.kernels.subsample import strided_rows_reduction
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
@@ -812,6 +817,15 @@ class Responses:
     density_loss: FoldLosses | None = None
 
 
+def extend_score(passes: Passes, score: Any, moments: Moments) -> ExtendedScore:
+    """Read 3f: ``score`` refitted with random Fourier features beside the affine ones
+    (:class:`~kelr_dist.kernels.stein_correction.ExtendedScore`, features scaled by the data's
+    ``moments``): the neighbour outside a polynomial span that the sensitivity check compares
+    the response with."""
+    features = FourierFeatures.draw(moments.mean, moments.std)
+    return passes(extended_score_reduction(score, features))[0]
+
+
 def respond(
     passes: Passes,
     response: Reduction,
@@ -847,6 +861,7 @@ __all__ = [
     "choose_score_matching",
     "correlation_time",
     "declared_periods",
+    "extend_score",
     "find_periodic",
     "fit_estimators",
     "kde_grid_and_bandwidth",
