@@ -93,8 +93,8 @@ def test_bias_warns_for_a_nonlinear_observable():
 
 def test_sensitivity_warns_when_one_more_degree_moves_the_response():
     """A three-well density fitted by a quadratic score (a given degree 2): the cubic, fitted
-    beside it, follows it much better, the response moves by many error bars between them, and the warning says so
-    and is recorded, with the move kept in ``response_model_shift``."""
+    beside it, follows it much better, the response moves by many error bars between them, and
+    the warning says so and is recorded, with the move kept in ``response_model_shift``."""
     x, model = sample("curved-wells", 100_000)
     ds, caught = estimate(x, model, estimator="score-matching", degree=2, max_lag=20)
     found = [str(w.message) for w in caught if w.category is SensitivityWarning]

@@ -280,8 +280,9 @@ class ResponseResult:
     #: rows where the score was not finite (a kernel-embedding ``p_M`` that is NaN or inf there),
     #: set to ``B = 0`` like the rejected rows but counted apart from them
     nonfinite: int = 0
-    #: ``(S+1, q, d)``: the response of a neighbouring model (one or two steps richer) minus this
-    #: one, on the same samples, per entry the largest of the neighbours'; ``None`` without any
+    #: ``(S+1, q, d)``: the response of a neighbouring model (one or two steps richer, or with
+    #: more features) minus this one, on the same samples, per entry the largest of the
+    #: neighbours'; ``None`` without any
     model_shift: np.ndarray | None = None
 
     @property

@@ -240,7 +240,7 @@ class ExtendedScore:
         n = sums["n"]
         second, target = sums["second"] / n, (sums["moment"] + sums["divergence"]) / n
         # random features in few dimensions are nearly collinear: the minimum-norm solve over
-        # the directions above RCOND of the largest (:data:`~kelr_dist.kernels.score_matching.RCOND`)
+        # the directions above RCOND of the largest (as score matching's Gram solve)
         weights = -target @ np.linalg.pinv(second, rcond=RCOND, hermitian=True)
         return cls(base, features, weights)
 

@@ -127,10 +127,10 @@ RAW_STEIN_FRACTION = 0.1
 DISAGREEMENT_TOLERANCE = 5.0
 LOSS_TIE = 2.0
 #: the response moving by more than this many of its total standard errors when the fitted
-#: model gets one or two steps richer is reported: the estimate depends on the model more
-#: than its error bars say. One error bar is the scale a user reads off the band; a well-specified
-#: model's neighbour differs by its fit noise only, a small part of it (the accuracy suite's
-#: sensitivity column, docs/benchmarks/accuracy.md)
+#: model gets one or two steps richer (or random Fourier features are added) is reported: the
+#: estimate depends on the model more than its error bars say. One error bar is the scale a user
+#: reads off the band; a model that follows the score moves by its fit noise only, a small part
+#: of it (the accuracy suite's shift/tse column, docs/benchmarks.md 'Tuning constants')
 SENSITIVITY_TOLERANCE = 1.0
 #: the largest lag may be at most this fraction of a chain (error bars need many blocks of it)
 MAX_LAG_FRACTION = 0.25
@@ -514,8 +514,9 @@ def estimate_response(
         was still falling there.
     SensitivityWarning
         when the response moves by more than one total standard error as the chosen model gets
-        one or two steps richer (``response_model_shift``; attributes ``model_sensitivity``,
-        ``model_neighbour``).
+        one or two steps richer, or (score matching) is refitted with random Fourier features
+        (:func:`~kelr_dist.pipeline.steps.extend_score`; ``response_model_shift``, attributes
+        ``model_sensitivity``, ``model_neighbour``).
     ConvergenceWarning
         when the block averaging of some entries of the chosen estimate reached no plateau
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
