@@ -107,9 +107,10 @@ def mala(
     positive : how many components after the angles are positive (``x0`` must be, there).
     tilt : (d,) ``ε``: the target ``p(x) exp(ε · x)`` and its score ``s + ε`` (default none):
         for small ``h`` the dynamics ``dX = (s(X) + ε) dt + sqrt(2) dW``, the constant forcing
-        ``ε`` of the FDT (eq. 4), on the components moved in ``x`` itself (on a ``positive`` one
-        it is the dynamics of ``log x`` that is tilted). The same ``normals`` with two tilts give two chains driven by
-        common random numbers (the same proposals' noise and the same uniforms).
+        ``ε`` of the FDT (eq. 4), on the components moved in ``x`` itself (on a ``positive``
+        one it is the dynamics of ``log x`` that is tilted). The same ``normals`` with two
+        tilts give two chains driven by common random numbers (the same proposals' noise and
+        the same uniforms).
     """
     d = x0.shape[0]
     if tilt is None:
