@@ -51,7 +51,7 @@ from kelr_dist.edges.distribution_plot import plot_distribution
 from kelr_dist.kernels.distribution import DistributionGrid, distribution_values
 from kelr_dist.models.integrators import morse_point, triple_well_point
 from kelr_dist.models.mala import MalaSystem
-from kelr_dist.models.registry import make_model
+from kelr_dist.models.registry import Model, make_model
 
 #: system -> (forced component index, time span of the response in its time units)
 SYSTEMS = {
@@ -146,21 +146,30 @@ def _forced_mala(
     return out
 
 
-def equilibrium(system: str, samples: int, seed: int) -> np.ndarray:
+def build(system: str, subsample: int | None) -> Model:
+    """The model ``system``; a MALA system storing every ``subsample``-th step when given."""
+    if subsample is None:
+        return make_model(system)
+    if not isinstance(make_model(system), MalaSystem):
+        raise SystemExit(f"--subsample: {system} is not a MALA system")
+    return make_model(system, subsample=subsample)
+
+
+def equilibrium(model: Model, samples: int, seed: int) -> np.ndarray:
     """An equilibrium trajectory ``(samples, d)`` after the model's burn-in."""
-    model = make_model(system)
     rng = np.random.default_rng(seed)
     state = model.initial_state(rng)
     burn, _ = model.advance(state, model.default_burn_in, rng)
     return model.advance(burn[-1], samples, rng)[0]
 
 
-def direct(system: str, members: int, spacing: int, eps: float, outputs: int, seed: int) -> tuple:
+def direct(
+    system: str, model: Model, members: int, spacing: int, eps: float, outputs: int, seed: int
+) -> tuple:
     """The direct experiment's states ``(2, outputs + 1, M, d)`` and output times (at most
     ``outputs``, on whole stored samples within the time span)."""
-    model = make_model(system)
     forced, span = SYSTEMS[system]
-    starts = equilibrium(system, members * spacing, seed)[::spacing]
+    starts = equilibrium(model, members * spacing, seed)[::spacing]
     if isinstance(model, MalaSystem):
         every = max(1, int(round(span / outputs / model.dt)))
         outputs = min(outputs, int(span / (every * model.dt) + 1e-9))
@@ -230,14 +239,20 @@ def main() -> None:
         "states (a second run with the same arguments reuses them)",
     )  # fmt: skip
     parser.add_argument("--estimator", default="auto", help="estimate_response's estimator")
+    parser.add_argument(
+        "--subsample", type=int, help="MALA systems: store every k-th step (default the "
+        "model's); the FDT's step response sums the lags, so the stored interval must resolve "
+        "the response's fastest decay",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     system, samples = args.system, int(args.samples)
     forced_index, span = SYSTEMS[system]
-    model = make_model(system)
+    model = build(system, args.subsample)
 
     started = time.perf_counter()
-    tag = f"{system}-{samples:.0e}-{args.bins}-{args.estimator}-{args.seed}"
+    name = system if args.subsample is None else f"{system}-sub{args.subsample}"
+    tag = f"{name}-{samples:.0e}-{args.bins}-{args.estimator}-{args.seed}"
     results = {}
     for observable in (f"pdf(bins={args.bins})", "moments"):
         kind = observable.split("(")[0]
@@ -246,7 +261,7 @@ def main() -> None:
             results[kind] = xr.load_dataset(cached)
             continue
         x = xr.DataArray(
-            equilibrium(system, samples, args.seed),
+            equilibrium(model, samples, args.seed),
             dims=("time", "component"),
             coords={"component": list(model.components)},
             attrs={"dt": model.dt},
@@ -296,13 +311,13 @@ def main() -> None:
 
     # 2. direct perturbation experiment
     started = time.perf_counter()
-    direct_tag = f"{system}-{args.members}-{args.spacing}-{args.epsilon}-{args.outputs}-{args.seed}"
+    direct_tag = f"{name}-{args.members}-{args.spacing}-{args.epsilon}-{args.outputs}-{args.seed}"
     cached = None if args.cache is None else args.cache / f"{direct_tag}-direct.npz"
     if cached is not None and cached.exists():
         states, times = (np.load(cached)[key] for key in ("states", "times"))
     else:
-        states, times = direct(system, args.members, args.spacing, args.epsilon, args.outputs,
-                               args.seed + 1)  # fmt: skip
+        states, times = direct(system, model, args.members, args.spacing, args.epsilon,
+                               args.outputs, args.seed + 1)  # fmt: skip
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             np.savez(cached, states=states, times=times)
