@@ -146,13 +146,21 @@ def _forced_mala(
     return out
 
 
-def build(system: str, subsample: int | None) -> Model:
-    """The model ``system``; a MALA system storing every ``subsample``-th step when given."""
-    if subsample is None:
-        return make_model(system)
-    if not isinstance(make_model(system), MalaSystem):
-        raise SystemExit(f"--subsample: {system} is not a MALA system")
-    return make_model(system, subsample=subsample)
+def build(system: str, settings: list[str]) -> Model:
+    """The model ``system`` with the parameters ``name=value`` of ``settings``."""
+    params = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--model: {setting!r} must be name=value")
+        try:
+            params[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise SystemExit(f"--model: {setting!r} must be name=number") from None
+    try:
+        return make_model(system, **params)
+    except ValueError as error:
+        raise SystemExit(f"--model: {error}") from None
 
 
 def equilibrium(model: Model, samples: int, seed: int) -> np.ndarray:
@@ -240,18 +248,20 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--estimator", default="auto", help="estimate_response's estimator")
     parser.add_argument(
-        "--subsample", type=int, help="MALA systems: store every k-th step (default the "
-        "model's); the FDT's step response sums the lags, so the stored interval must resolve "
+        "--model", nargs="+", default=[], metavar="NAME=VALUE", help="model parameters, e.g. "
+        "for a MALA system step=0.005 subsample=6: the FDT with the score is the response of "
+        "dX = s dt + sqrt(2) dW, which the chain follows only while its step is small (few "
+        "rejections), and the step response sums the lags, so the stored interval must resolve "
         "the response's fastest decay",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     system, samples = args.system, int(args.samples)
     forced_index, span = SYSTEMS[system]
-    model = build(system, args.subsample)
+    model = build(system, args.model)
 
     started = time.perf_counter()
-    name = system if args.subsample is None else f"{system}-sub{args.subsample}"
+    name = "-".join([system, *args.model])
     tag = f"{name}-{samples:.0e}-{args.bins}-{args.estimator}-{args.seed}"
     results = {}
     for observable in (f"pdf(bins={args.bins})", "moments"):
