@@ -46,3 +46,10 @@ def test_tilt_moves_the_stationary_mean_by_eps_var() -> None:
     # common random numbers: the difference is far more precise than either chain's mean
     spread = up[2000:, 2].reshape(38, -1).mean(axis=1).std(ddof=1) / np.sqrt(38) / eps
     assert stderr < 0.5 * spread
+
+
+@pytest.mark.parametrize("tilt", [np.zeros(3), np.array([0.1, np.nan])])
+def test_bad_tilt_is_named(tilt: np.ndarray) -> None:
+    model = make_model("curved-wells")
+    with pytest.raises(ValueError, match="tilt"):
+        model.advance(model.center, 10, np.random.default_rng(0), tilt=tilt)
