@@ -48,8 +48,12 @@ def test_tilt_moves_the_stationary_mean_by_eps_var() -> None:
     assert stderr < 0.5 * spread
 
 
-@pytest.mark.parametrize("tilt", [np.zeros(3), np.array([0.1, np.nan])])
-def test_bad_tilt_is_named(tilt: np.ndarray) -> None:
-    model = make_model("curved-wells")
+@pytest.mark.parametrize(
+    ("name", "tilt"),
+    [("curved-wells", [0.0, 0.0, 0.0]), ("curved-wells", [0.1, np.nan]), ("circle", [0.1])],
+)
+def test_bad_tilt_is_named(name: str, tilt: list) -> None:
+    model = make_model(name)
+    rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="tilt"):
-        model.advance(model.center, 10, np.random.default_rng(0), tilt=tilt)
+        model.advance(model.initial_state(rng), 10, rng, tilt=np.array(tilt))

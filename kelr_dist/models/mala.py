@@ -161,11 +161,15 @@ def mala(
     return out
 
 
-def _tilt(tilt: np.ndarray, d: int) -> np.ndarray:
-    """``tilt`` as a finite float64 ``(d,)`` array, or a ValueError naming it."""
+def _tilt(tilt: np.ndarray, d: int, angles: int) -> np.ndarray:
+    """``tilt`` as a finite float64 ``(d,)`` array, zero on the ``angles`` first components, or a
+    ValueError naming it (``exp(ε θ)`` is not periodic: a constant force on an angle has no
+    stationary law of this form)."""
     weights = np.array(tilt, dtype=np.float64)
     if weights.shape != (d,) or not np.all(np.isfinite(weights)):
         raise ValueError(f"tilt={tilt!r} must be {d} finite numbers, one per component")
+    if np.any(weights[:angles] != 0.0):
+        raise ValueError(f"tilt={tilt!r} must be 0 on the {angles} angle component(s)")
     return weights
 
 
@@ -251,7 +255,7 @@ class MalaSystem(Parameters):
         """
         d = len(self.components)
         accepted = np.zeros(1, dtype=np.int64)
-        weights = None if tilt is None else _tilt(tilt, d)
+        weights = None if tilt is None else _tilt(tilt, d, self.angles)
 
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
             return mala(
