@@ -2,18 +2,27 @@
 system itself, and against the exact FDT.
 
 For a system with a simulator and a closed-form ``p_eq`` (the triple-well of the paper, eq. 59;
-the under-damped Langevin-Morse system, eq. 64, whose dynamics is not reversible), on one
-equilibrium trajectory of ``--samples`` samples:
+the under-damped Langevin-Morse system, eq. 64, whose dynamics is not reversible; two systems of
+the accuracy suite sampled by Metropolis-adjusted Langevin, :mod:`kelr_dist.models.mala`: the
+three wells in a curved valley ``curved-wells`` and the double well driving two skewed
+coordinates ``coupled-3d``), on one equilibrium trajectory of ``--samples`` samples:
 
 1. *FDT, estimated and exact.* Two estimates, ``observable="pdf(bins=K)"`` and
    ``"moments"``, each with the exact-FDT response on the same samples (``exact=True``).
    Printed: the largest error of the estimated PDF response ``k_b(t) / h`` against the exact one
-   as a fraction of the PDF's peak, and the variance response's largest error in its standard
-   errors.
+   as a fraction of the PDF's peak (with its time, bin and forcing, and the largest residual of
+   the lag-0 identity ``k_b(0) = E[A_b']`` of estimate and exact reference, which says which of
+   the two is off), and the variance response's largest error in its standard errors.
 2. *Direct perturbation experiment* (needs no score). ``--members`` equilibrium states (from an
    independent trajectory, ``--spacing`` samples apart) are integrated by the model's own scheme
-   with the constant forcing ``+ε`` and ``-ε`` on the forced component, with common random
-   numbers (the same noise for both). The central difference
+   with the constant forcing ``+ε`` and ``-ε`` on the forced component, with common random numbers
+   (the same noise for both). A MALA chain follows ``dX = s(X) dt + sqrt(2) dW`` (``s = ∇ log p``,
+   time ``step`` per MALA step), for which the forcing ``ε e_j`` is the tilted target
+   ``p(x) exp(ε x_j)``: the forced chain is MALA on that target (the model's ``tilt``), with the
+   same proposals' noise and the same uniforms of the accept/reject test for both signs; the chain
+   follows the diffusion only while its step is small (few rejections), so the MALA systems run with
+   ``--model step=0.005`` and a sample interval that resolves the response's fastest decay (the
+   FDT's step response is a sum over the lags). The central difference
    ``(E_{+ε}[A(X_t)] - E_{-ε}[A(X_t)]) / 2ε`` of the same bin functions and moments, with its
    batch-means standard error over the members, is the response to a unit step forcing up to
    ``O(ε²)``. Printed: its largest deviation from the FDT's step response (eq. 4) in combined
@@ -24,6 +33,10 @@ equilibrium trajectory of ``--samples`` samples:
     python scripts/perturbation_experiment.py --system triple-well --samples 1e6
     python scripts/perturbation_experiment.py --system langevin-morse --samples 1e6 \\
         --figure docs/figures/distribution_langevin_morse.png
+    python scripts/perturbation_experiment.py --system curved-wells --samples 1e6 \\
+        --model step=0.005 subsample=6 --estimator score-matching
+    python scripts/perturbation_experiment.py --system coupled-3d --samples 1e6 \\
+        --model step=0.005 subsample=8 --estimator score-matching
 """
 
 from __future__ import annotations
@@ -43,10 +56,16 @@ from kelr_dist.edges.distribution import distribution_grid, distribution_record
 from kelr_dist.edges.distribution_plot import plot_distribution
 from kelr_dist.kernels.distribution import DistributionGrid, distribution_values
 from kelr_dist.models.integrators import morse_point, triple_well_point
-from kelr_dist.models.registry import make_model
+from kelr_dist.models.mala import MalaSystem
+from kelr_dist.models.registry import Model, make_model
 
 #: system -> (forced component index, time span of the response in its time units)
-SYSTEMS = {"triple-well": (0, 3.0), "langevin-morse": (1, 6.0)}
+SYSTEMS = {
+    "triple-well": (0, 3.0),
+    "langevin-morse": (1, 6.0),
+    "curved-wells": (0, 6.0),
+    "coupled-3d": (1, 8.0),
+}
 #: batches of the batch-means standard error of the direct experiment
 BATCHES = 40
 
@@ -115,20 +134,61 @@ def _forced_langevin(x0, eps, step, steps, outputs, gamma, kT, epsilon, a, centr
     return out
 
 
-def equilibrium(system: str, samples: int, seed: int) -> np.ndarray:
-    """An equilibrium trajectory ``(samples, 2)`` after the model's burn-in."""
-    model = make_model(system)
+def _forced_mala(
+    model: MalaSystem, x0: np.ndarray, eps: float, j: int, every: int, outputs: int, seed: int
+) -> np.ndarray:
+    """The MALA chains on ``p(x) exp(±ε x_j)`` from each state of ``x0 (M, d)``, one seed per
+    member for both signs (common random numbers): states ``(2, outputs + 1, M, d)`` every
+    ``every`` stored samples."""
+    tilt = np.zeros(x0.shape[1])
+    tilt[j] = eps
+    out = np.empty((2, outputs + 1, *x0.shape))
+    out[:, 0] = x0
+    for m, start in enumerate(x0):
+        for s, sign in enumerate((1.0, -1.0)):
+            rng = np.random.default_rng([seed, m])
+            chain, _ = model.advance(start, outputs * every, rng, tilt=sign * tilt)
+            out[s, 1:, m] = chain[every - 1 :: every]
+    return out
+
+
+def build(system: str, settings: list[str]) -> Model:
+    """The model ``system`` with the parameters ``name=value`` of ``settings``."""
+    params = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise SystemExit(f"--model: {setting!r} must be name=value")
+        try:
+            params[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            raise SystemExit(f"--model: {setting!r} must be name=number") from None
+    try:
+        return make_model(system, **params)
+    except ValueError as error:
+        raise SystemExit(f"--model: {error}") from None
+
+
+def equilibrium(model: Model, samples: int, seed: int) -> np.ndarray:
+    """An equilibrium trajectory ``(samples, d)`` after the model's burn-in."""
     rng = np.random.default_rng(seed)
     state = model.initial_state(rng)
     burn, _ = model.advance(state, model.default_burn_in, rng)
     return model.advance(burn[-1], samples, rng)[0]
 
 
-def direct(system: str, members: int, spacing: int, eps: float, outputs: int, seed: int) -> tuple:
-    """The direct experiment's states ``(2, outputs + 1, M, 2)`` and output times."""
-    model = make_model(system)
+def direct(
+    system: str, model: Model, members: int, spacing: int, eps: float, outputs: int, seed: int
+) -> tuple:
+    """The direct experiment's states ``(2, outputs + 1, M, d)`` and output times (at most
+    ``outputs``, on whole stored samples within the time span)."""
     forced, span = SYSTEMS[system]
-    starts = equilibrium(system, members * spacing, seed)[::spacing]
+    starts = equilibrium(model, members * spacing, seed)[::spacing]
+    if isinstance(model, MalaSystem):
+        every = max(1, int(round(span / outputs / model.dt)))
+        outputs = min(outputs, int(span / (every * model.dt) + 1e-9))
+        states = _forced_mala(model, starts, eps, forced, every, outputs, seed)
+        return states, np.arange(outputs + 1) * every * model.dt
     steps = int(round(span / outputs / model.step))
     if system == "triple-well":
         states = _forced_triple_well(
@@ -166,8 +226,22 @@ def step_response(
     return out.values, out["stderr"].values
 
 
+def stein_misfit(ds: xr.Dataset, component: str, suffix: str) -> str:
+    """The largest lag-0 Stein residual of ``component``'s observables in its total standard
+    errors, with its value and entry."""
+    rows = [str(i).startswith(f"{component}:") for i in ds["i"].values]
+    residual = ds[f"stein_residual{suffix}"].isel(i=rows)
+    z = np.abs(residual) / ds[f"stein_residual{suffix}_total_stderr"].isel(i=rows)
+    at = np.unravel_index(int(np.argmax(z.values)), z.shape)
+    entry, forcing = residual["i"].values[at[0]], residual["j"].values[at[1]]
+    return (f"{float(z.values[at]):.1f} s.e. ({float(residual.values[at]):+.4f} at {entry}, "
+            f"forcing on {forcing})")  # fmt: skip
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--system", choices=list(SYSTEMS), default="triple-well")
     parser.add_argument("--samples", type=float, default=1e6)
     parser.add_argument("--bins", type=int, default=40)
@@ -181,14 +255,22 @@ def main() -> None:
         "states (a second run with the same arguments reuses them)",
     )  # fmt: skip
     parser.add_argument("--estimator", default="auto", help="estimate_response's estimator")
+    parser.add_argument(
+        "--model", nargs="+", default=[], metavar="NAME=VALUE", help="model parameters, e.g. "
+        "for a MALA system step=0.005 subsample=6: the FDT with the score is the response of "
+        "dX = s dt + sqrt(2) dW, which the chain follows only while its step is small (few "
+        "rejections), and the step response sums the lags, so the stored interval must resolve "
+        "the response's fastest decay",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
     system, samples = args.system, int(args.samples)
     forced_index, span = SYSTEMS[system]
-    model = make_model(system)
+    model = build(system, args.model)
 
     started = time.perf_counter()
-    tag = f"{system}-{samples:.0e}-{args.bins}-{args.estimator}-{args.seed}"
+    name = "-".join([system, *args.model])
+    tag = f"{name}-{samples:.0e}-{args.bins}-{args.estimator}-{args.seed}"
     results = {}
     for observable in (f"pdf(bins={args.bins})", "moments"):
         kind = observable.split("(")[0]
@@ -197,7 +279,7 @@ def main() -> None:
             results[kind] = xr.load_dataset(cached)
             continue
         x = xr.DataArray(
-            equilibrium(system, samples, args.seed),
+            equilibrium(model, samples, args.seed),
             dims=("time", "component"),
             coords={"component": list(model.components)},
             attrs={"dt": model.dt},
@@ -224,11 +306,18 @@ def main() -> None:
         est = kelr_dist.distribution_response(pdf, component)
         exact = kelr_dist.distribution_response(pdf, component, name="response_exact")
         peak = float(exact["equilibrium"].max())
-        error = float(np.abs(est["response"] - exact["response"]).max())
+        gap = np.abs(est["response"] - exact["response"])
+        error = float(gap.max())
+        at = {k: v.item() for k, v in gap.argmax(...).items()}
+        where = float(gap["time"][at["lag"]]), float(gap["bin"][at["bin"]]), components[at["j"]]
         stderr = float(est["response_stderr"].max())
         print(f"  PDF response of {component}: max |k̂ - k_exact| / h = {error:.4f} = "
               f"{error / peak:.4f} of the PDF's peak {peak:.3f} "
-              f"(max s.e. {stderr:.4f})")  # fmt: skip
+              f"(max s.e. {stderr:.4f}; at t = {where[0]:.3g}, x = {where[1]:.3g}, "
+              f"forcing on {where[2]})")  # fmt: skip
+        print(f"    lag-0 identity k_b(0) = E[A_b'] (Stein residual), {component}'s bins: "
+              f"{stein_misfit(pdf, component, '')} estimated, "
+              f"{stein_misfit(pdf, component, '_exact')} exact")  # fmt: skip
         mom = kelr_dist.distribution_response(moments, component)
         mom_exact = kelr_dist.distribution_response(moments, component, name="response_exact")
         diff = (mom["response"] - mom_exact["response"]).sel(moment=2.0)
@@ -240,13 +329,13 @@ def main() -> None:
 
     # 2. direct perturbation experiment
     started = time.perf_counter()
-    direct_tag = f"{system}-{args.members}-{args.spacing}-{args.epsilon}-{args.outputs}-{args.seed}"
+    direct_tag = f"{name}-{args.members}-{args.spacing}-{args.epsilon}-{args.outputs}-{args.seed}"
     cached = None if args.cache is None else args.cache / f"{direct_tag}-direct.npz"
     if cached is not None and cached.exists():
         states, times = (np.load(cached)[key] for key in ("states", "times"))
     else:
-        states, times = direct(system, args.members, args.spacing, args.epsilon, args.outputs,
-                               args.seed + 1)  # fmt: skip
+        states, times = direct(system, model, args.members, args.spacing, args.epsilon,
+                               args.outputs, args.seed + 1)  # fmt: skip
         if cached is not None:
             cached.parent.mkdir(parents=True, exist_ok=True)
             np.savez(cached, states=states, times=times)

@@ -49,14 +49,20 @@ def _log_target(
     positive: range,
     point: np.ndarray,
     grad: np.ndarray,
+    tilt: np.ndarray,
 ) -> float:
-    """``log p`` of the sampler's coordinates ``u`` and its gradient (into ``grad``): ``x = u``
-    but ``x_i = exp(u_i)`` for ``i`` in ``positive``, whose density ``p(x) x_i`` and gradient
-    ``x_i ∂_i log p + 1`` take the change of variables in (``point`` holds ``x``)."""
+    """``log p + tilt · x`` of the sampler's coordinates ``u`` and its gradient (into ``grad``):
+    ``x = u`` but ``x_i = exp(u_i)`` for ``i`` in ``positive``, whose density ``p(x) x_i`` and
+    gradient ``x_i ∂_i log p + 1`` take the change of variables in (``point`` holds ``x``). Zero
+    entries of ``tilt`` are skipped, so an untilted target's numbers are bit for bit its own."""
     point[:] = u
     for i in positive:
         point[i] = math.exp(u[i])
     log_p = log_density_point(system, point, theta, grad)
+    for i in range(u.shape[0]):
+        if tilt[i] != 0.0:
+            log_p += tilt[i] * point[i]
+            grad[i] += tilt[i]
     for i in positive:
         log_p += u[i]
         grad[i] = grad[i] * point[i] + 1.0
@@ -75,6 +81,7 @@ def mala(
     angles: int,
     accepted: np.ndarray,
     positive: int = 0,
+    tilt: np.ndarray | None = None,
 ) -> np.ndarray:
     """MALA steps for ``system`` (:mod:`kelr_dist.models.densities`), storing every
     ``subsample``-th state; the first ``angles`` components wrapped to ``(-π, π]``, the
@@ -98,8 +105,18 @@ def mala(
     angles : how many leading components are angles.
     accepted : (1,) int64, incremented by the number of accepted proposals.
     positive : how many components after the angles are positive (``x0`` must be, there).
+    tilt : (d,) ``ε``: the target ``p(x) exp(ε · x)`` and its score ``s + ε`` (default none):
+        for small ``h`` the dynamics ``dX = (s(X) + ε) dt + sqrt(2) dW``, the constant forcing
+        ``ε`` of the FDT (eq. 4), on the components moved in ``x`` itself (on a ``positive``
+        one it is the dynamics of ``log x`` that is tilted). The same ``normals`` with two
+        tilts give two chains driven by common random numbers (the same proposals' noise and
+        the same uniforms).
     """
     d = x0.shape[0]
+    if tilt is None:
+        weights = np.zeros(d)
+    else:
+        weights = tilt
     logs = range(angles, angles + positive)
     x = x0.copy()
     for i in logs:
@@ -108,7 +125,7 @@ def mala(
     gx = np.empty(d)
     gy = np.empty(d)
     point = np.empty(d)
-    lpx = _log_target(system, x, theta, logs, point, gx)
+    lpx = _log_target(system, x, theta, logs, point, gx, weights)
     noise = math.sqrt(2.0 * step)
     inv4h = 0.25 / step
     row = 0
@@ -122,7 +139,7 @@ def mala(
                 if i < angles:
                     y[i] = _wrap(y[i])
                 forward += z * z
-            lpy = _log_target(system, y, theta, logs, point, gy)
+            lpy = _log_target(system, y, theta, logs, point, gy, weights)
             backward = 0.0
             for i in range(d):
                 r = x[i] - y[i] - step * gy[i]
@@ -142,6 +159,18 @@ def mala(
             out[n, i] = math.exp(x[i]) if angles <= i < angles + positive else x[i]
     accepted[0] += count
     return out
+
+
+def _tilt(tilt: np.ndarray, d: int, angles: int) -> np.ndarray:
+    """``tilt`` as a finite float64 ``(d,)`` array, zero on the ``angles`` first components, or a
+    ValueError naming it (``exp(ε θ)`` is not periodic: a constant force on an angle has no
+    stationary law of this form)."""
+    weights = np.array(tilt, dtype=np.float64)
+    if weights.shape != (d,) or not np.all(np.isfinite(weights)):
+        raise ValueError(f"tilt={tilt!r} must be {d} finite numbers, one per component")
+    if np.any(weights[:angles] != 0.0):
+        raise ValueError(f"tilt={tilt!r} must be 0 on the {angles} angle component(s)")
+    return weights
 
 
 #: the sampler's parameters, which the density does not read
@@ -212,7 +241,11 @@ class MalaSystem(Parameters):
         return self.step * self.subsample
 
     def advance_with_acceptance(
-        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+        self,
+        state: np.ndarray,
+        n_samples: int,
+        rng: np.random.Generator,
+        tilt: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """:meth:`advance`, and the fraction of accepted proposals (NaN when ``n_samples = 0``).
 
@@ -222,11 +255,12 @@ class MalaSystem(Parameters):
         """
         d = len(self.components)
         accepted = np.zeros(1, dtype=np.int64)
+        weights = None if tilt is None else _tilt(tilt, d, self.angles)
 
         def kernel(x0: np.ndarray, normals: np.ndarray, out: np.ndarray) -> np.ndarray:
             return mala(
                 x0, normals.reshape(-1, d + 1), out, self.step, self.subsample, self._system,
-                self._theta, self.angles, accepted, self.positives,
+                self._theta, self.angles, accepted, self.positives, weights,
             )  # fmt: skip
 
         samples, new = run_blocks(state, n_samples, rng, (d + 1) * self.subsample, kernel, d)
@@ -234,10 +268,19 @@ class MalaSystem(Parameters):
         return samples, new, (accepted[0] / steps if steps else math.nan)
 
     def advance(
-        self, state: np.ndarray, n_samples: int, rng: np.random.Generator
+        self,
+        state: np.ndarray,
+        n_samples: int,
+        rng: np.random.Generator,
+        tilt: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The next ``n_samples`` stored samples ``(n_samples, d)`` and the new state ``(d,)``."""
-        samples, new, _ = self.advance_with_acceptance(state, n_samples, rng)
+        """The next ``n_samples`` stored samples ``(n_samples, d)`` and the new state ``(d,)``.
+
+        ``tilt`` ``(d,)``: sample ``p_eq(x) exp(tilt · x)`` instead, the chain under the constant
+        forcing ``tilt`` (:func:`mala`); two calls with the same ``rng`` state and two tilts run
+        on common random numbers.
+        """
+        samples, new, _ = self.advance_with_acceptance(state, n_samples, rng, tilt)
         return samples, new
 
     def score(self, x: np.ndarray) -> np.ndarray:
