@@ -26,6 +26,7 @@ register_when_xarray_is_imported()
 #: which import the package to unpickle a kernel, load only the modules that kernel needs
 _EXPORTS = {
     "predict_response": "edges.analysis",
+    "QuadratureWarning": "edges.analysis",
     "ramp": "edges.analysis",
     "sampled": "edges.analysis",
     "step": "edges.analysis",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -9,6 +11,7 @@ from scipy.linalg import expm
 
 import kelr_dist.edges.analysis  # noqa: F401  (registers the ``kelr`` accessor)
 from kelr_dist.edges.analysis import (
+    QuadratureWarning,
     normalized,
     predict_response,
     ramp,
@@ -102,6 +105,27 @@ def test_quadrature_error_is_second_order():
         )
         errors.append(np.abs(prediction.values - step_solution(times, amplitude)).max())
     assert 3.6 < errors[0] / errors[1] < 4.4
+
+
+@pytest.mark.parametrize("dt", [0.04, 0.5])
+def test_quadrature_error_estimate_bounds_the_error_and_warns_on_a_coarse_grid(dt):
+    """Richardson's estimate of the trapezoid error is within a factor 2 of the true error of
+    the OU step response (closed form); on a grid as coarse as the decay time it exceeds the
+    error bars and warns, on a fine grid it is silent."""
+    amplitude = np.array([1.0, 1.0])
+    coarse = ou_dataset(max_lag=int(4.0 / dt), dt=dt, stderr=1e-3)
+    times = coarse["time"].values
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prediction = predict_response(
+            coarse["response_exact"],
+            step(amplitude, times, j=COMPONENTS),
+            stderr=coarse["response_stderr"],
+        )
+    error = np.abs(prediction.values - step_solution(times, amplitude)).max()
+    assert 0.5 < prediction.attrs["quadrature_error"] / error < 2.0
+    warned = [w for w in caught if issubclass(w.category, QuadratureWarning)]
+    assert bool(warned) == (dt == 0.5)
 
 
 def test_one_component_forcing_selects_a_column(ds):

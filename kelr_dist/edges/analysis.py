@@ -29,6 +29,9 @@ forcing components are independent; it is smaller and may understate the uncerta
 Error bars are returned as a ``stderr`` coordinate of the result; they describe the
 statistical error of the estimate only (not the quadrature error, nor the bias of the
 density estimate), and they are not carried through later arithmetic on the DataArray.
+The quadrature error is estimated apart (Richardson: the step response summed on every lag
+against every second lag) as ``attrs["quadrature_error"]``, and a :class:`QuadratureWarning`
+says when it exceeds the error bars: a response that changes within a lag or two.
 With ``converged`` (the result's ``response_converged``: whether the block averaging of each
 entry reached its plateau) a ``converged`` coordinate says whether every entry a value uses had
 converged error bars; where it is False the error bar is too small.
@@ -36,6 +39,7 @@ converged error bars; where it is False the error bar is too small.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Literal
 
@@ -52,6 +56,17 @@ COMPANION_SUFFIXES = ("_stderr", "_block_size", "_converged")
 _GRID_RTOL = 1e-6  # relative tolerance when matching a forcing's time step to the response's dt
 ForcedComponents = Hashable | Sequence[Hashable] | None
 """The ``j`` of a forcing history: the forced component's name, the names of several, or None."""
+
+
+class QuadratureWarning(UserWarning):
+    """The trapezoid sum over the lag grid of a step response is off by more than its error bars
+    (or 1% of its size without them): the sample interval is coarse against how fast the
+    response changes, and predictions inherit that error."""
+
+
+#: a step response's quadrature error estimate beyond this fraction of its largest size is
+#: warned when no standard errors are given (with them: beyond their bound)
+QUADRATURE_TOLERANCE = 0.01
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,9 +382,10 @@ def predict_response(
         # a count of the unconverged entries used, each weighted 1/2 or 1 (by FFT: not exact)
         flags = _trapezoid_convolution(unconverged, used, 0.5) < 0.25
         prediction = prediction.assign_coords(converged=(("time", "i"), flags))
-    if stderr is None:
+    sigma = None if stderr is None else _stderr_values(stderr, response)[:n]
+    prediction.attrs["quadrature_error"] = _warn_quadrature(k[:n], dt, sigma, float(times[0]))
+    if sigma is None:
         return prediction
-    sigma = _stderr_values(stderr, response)[:n]
     if errors == "bound":
         propagated = dt * _trapezoid_convolution(sigma, np.abs(f), 0.5)
     else:
@@ -377,6 +393,47 @@ def predict_response(
         propagated = dt * np.sqrt(np.maximum(variance, 0.0))
     prediction.attrs["errors"] = errors
     return prediction.assign_coords(stderr=(("time", "i"), propagated))
+
+
+def _quadrature_error(k: np.ndarray, dt: float) -> np.ndarray:
+    """Richardson's estimate ``|I_h - I_2h| / 3`` of the trapezoid rule's error in the step
+    response ``I(t) = ∫_0^t k(s) ds`` at the even lags, ``(⌈S/2⌉, q, d)`` from ``k (S, q, d)``;
+    ``I_2h`` is the same sum on every second lag (the error of a rule of order ``h²``)."""
+    fine = dt * _cumulative_trapezoid(k)[::2]
+    coarse = 2.0 * dt * _cumulative_trapezoid(k[::2])
+    return np.abs(fine - coarse) / 3.0
+
+
+def _cumulative_trapezoid(values: np.ndarray) -> np.ndarray:
+    """The trapezoid rule on a unit grid from index 0 to every index along axis 0."""
+    out = np.zeros_like(values)
+    out[1:] = np.cumsum(0.5 * (values[1:] + values[:-1]), axis=0)
+    return out
+
+
+def _warn_quadrature(k: np.ndarray, dt: float, sigma: np.ndarray | None, start: float) -> float:
+    """The largest quadrature error estimate of the step response over the lags ``k`` a
+    prediction uses; a one-line :class:`QuadratureWarning` where it exceeds the step response's
+    error bars (their bound, from ``sigma``) or, without them, 1% of its size."""
+    error = _quadrature_error(k, dt)
+    if sigma is None:
+        size = np.max(np.abs(dt * _cumulative_trapezoid(k)), axis=0)
+        tolerance = np.broadcast_to(QUADRATURE_TOLERANCE * size, error.shape)
+    else:
+        tolerance = dt * _cumulative_trapezoid(sigma)[::2]
+    beyond = error > tolerance
+    if beyond.any():
+        lag, i, j = (int(v) for v in np.argwhere(beyond)[0])
+        warnings.warn(
+            f"the response changes too fast for its lag grid (dt = {dt:.6g}): the trapezoid sum "
+            f"over lags of the step response ({i}, {j}) may be off by {error[lag, i, j]:.3g} "
+            f"at time {start + 2 * lag * dt:.6g}, more than its error bars (or 1% of its size "
+            "without them), and a prediction inherits that; estimate from a store with a finer "
+            "dt, or read the prediction as approximate there",
+            QuadratureWarning,
+            stacklevel=3,
+        )
+    return float(np.max(error, initial=0.0))
 
 
 def susceptibility(
