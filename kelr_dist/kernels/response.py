@@ -52,6 +52,7 @@ from kelr_dist.kernels.blocking import (
 from kelr_dist.kernels.density import KernelDensity, Order, evaluate_on_basis
 from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.score_matching import ScoreModel
 from kelr_dist.kernels.stein_correction import (
     affine_fit,
     augmented,
@@ -547,12 +548,15 @@ def _evaluate_scores(
     keyed: Sequence[tuple[str, Score, bool]], x: np.ndarray
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each score's ``(∇ log p, kept)`` at ``x (n, d)``; the kernel-embedding scores together
-    (:meth:`DensityScore.many`: an estimate and its refits share the basis tables)."""
+    (:meth:`DensityScore.many`: an estimate and its refits share the basis tables), and the
+    score-matching models together (:meth:`ScoreModel.many`: they share the feature values)."""
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(keyed)
-    density = [k for k, (_, score, _) in enumerate(keyed) if isinstance(score, DensityScore)]
-    scores = [keyed[k][1] for k in density]
-    for k, value in zip(density, DensityScore.many(scores, x), strict=True):  # type: ignore[arg-type]
-        out[k] = value
+    for kind, many in ((DensityScore, DensityScore.many), (ScoreModel, ScoreModel.many)):
+        members = [k for k, (_, score, _) in enumerate(keyed) if isinstance(score, kind)]
+        if members:
+            values = many([keyed[k][1] for k in members], x)  # type: ignore[misc]
+            for k, value in zip(members, values, strict=True):
+                out[k] = value
     for k, (_, score, _) in enumerate(keyed):
         if out[k] is None:
             out[k] = score(x)

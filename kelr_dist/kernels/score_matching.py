@@ -39,6 +39,7 @@ J. Mach. Learn. Res. 6 (2005) 695–709.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -398,10 +399,42 @@ class ScoreModel:
     weights: np.ndarray  # (d, P)
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        score = np.empty(x.shape)
-        for rows in row_blocks(x.shape[0], FEATURE_ROWS):
-            score[rows] = self.features.values(x[rows]) @ self.weights.T
-        return score, np.ones(x.shape[0], dtype=bool)
+        return ScoreModel.many([self], x)[0]
+
+    def on(self, wide: PolynomialFeatures) -> np.ndarray | None:
+        """The weights ``(d, P_wide)`` of this model on the features ``wide`` (zero on those it
+        does not use), or None when ``wide`` lacks one of its features."""
+        if wide.coordinates != self.features.coordinates:
+            return None
+        position = {tuple(int(v) for v in m): i for i, m in enumerate(wide.indices)}
+        keys = [tuple(int(v) for v in m) for m in self.features.indices]
+        if any(key not in position for key in keys):
+            return None
+        weights = np.zeros((self.weights.shape[0], wide.size))
+        weights[:, [position[key] for key in keys]] = self.weights
+        return weights
+
+    @staticmethod
+    def many(models: Sequence[ScoreModel], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each model at ``x (n, d)``, as its call gives it; the models whose features lie in
+        the widest one's (an estimate, its refits without each fold, its richer neighbours)
+        share its feature values: one product with their weights side by side."""
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(models)
+        left = list(range(len(models)))
+        while left:
+            wide = max((models[k].features for k in left), key=lambda f: f.size)
+            placed = [(k, models[k].on(wide)) for k in left]
+            group = [(k, w) for k, w in placed if w is not None]
+            left = [k for k, w in placed if w is None]
+            stacked = np.vstack([w for _, w in group])
+            values = np.empty((x.shape[0], stacked.shape[0]))
+            for rows in row_blocks(x.shape[0], FEATURE_ROWS):
+                values[rows] = wide.values(x[rows]) @ stacked.T
+            d = x.shape[1]
+            kept = np.ones(x.shape[0], dtype=bool)
+            for slot, (k, _) in enumerate(group):
+                out[k] = (values[:, slot * d : (slot + 1) * d], kept)
+        return out  # type: ignore[return-value]
 
 
 def fit_score(
