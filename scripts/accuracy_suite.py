@@ -238,9 +238,9 @@ def write_markdown(rows: list[dict], samples: int, path: Path) -> None:
         "lag-0 Stein residual in its standard errors (its sampling noise: the corrected "
         "estimate meets the Stein target at lag 0, so its lag-0 difference from the reference "
         "is this residual); shift/tse: the largest move of the response, in total standard "
-        "errors, from the chosen model to its neighbours one and two steps richer (attribute "
-        "model_sensitivity); warnings: T truncation, B bias, D disagreement, S sensitivity, "
-        "C convergence, N non-finite."
+        "errors, from the chosen model to its neighbours (two steps richer; with random "
+        "Fourier features; attribute model_sensitivity); warnings: T truncation, B bias, "
+        "D disagreement, S sensitivity, C convergence, N non-finite."
     )
     write_table(path, header, body, note)
 

@@ -281,7 +281,7 @@ class ResponseResult:
     #: rows where the score was not finite (a kernel-embedding ``p_M`` that is NaN or inf there),
     #: set to ``B = 0`` like the rejected rows but counted apart from them
     nonfinite: int = 0
-    #: ``(S+1, q, d)``: the response of a neighbouring model (one or two steps richer, or with
+    #: ``(S+1, q, d)``: the response of a neighbouring model (two steps richer, say, or with
     #: more features) minus this one, on the same samples, per entry the largest of the
     #: neighbours'; ``None`` without any
     model_shift: np.ndarray | None = None
@@ -714,7 +714,7 @@ def response_reduction(
     their responses are more columns of the same lagged sums (the response is linear in ``B``),
     corrected as the score is, and give the estimate's jackknife standard error
     (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). ``neighbours`` maps
-    some score names to neighbouring models (one and two steps richer, say): their responses, on
+    some score names to neighbouring models (a richer one, say): their responses, on
     more columns, give :attr:`ResponseResult.model_shift`. Finalizes to ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:

@@ -127,7 +127,7 @@ RAW_STEIN_FRACTION = 0.1
 DISAGREEMENT_TOLERANCE = 5.0
 LOSS_TIE = 2.0
 #: the response moving by more than this many of its total standard errors when the fitted
-#: model gets one or two steps richer (or random Fourier features are added) is reported: the
+#: model gets two steps richer (or random Fourier features are added) is reported: the
 #: estimate depends on the model more than its error bars say. One error bar is the scale a user
 #: reads off the band; a model that follows the score moves by its fit noise only, a small part
 #: of it (the accuracy suite's shift/tse column, docs/benchmarks.md 'Tuning constants')
@@ -514,7 +514,7 @@ def estimate_response(
         was still falling there.
     SensitivityWarning
         when the response moves by more than one total standard error as the chosen model gets
-        one or two steps richer, or (score matching) is refitted with random Fourier features
+        two steps richer, or (score matching) is refitted with random Fourier features
         (:func:`~kelr_dist.pipeline.steps.extend_score`; ``response_model_shift``, attributes
         ``model_sensitivity``, ``model_neighbour``).
     ConvergenceWarning

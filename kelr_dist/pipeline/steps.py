@@ -508,30 +508,23 @@ class KernelEmbeddingChoice:
 
     @cached_property
     def neighbours(self) -> tuple[tuple[DensityScore, ...], str] | None:
-        """The scores one and two orders higher, as far as the fit holds them (a box order: its
-        nonzero entries that can, up by one and two), each at its order's threshold by the same
-        rule (a given ``δ`` stays), with what they are (``None``: the fit holds no higher
-        order); see :attr:`ScoreMatchingChoice.neighbours`."""
+        """The score two orders higher, or one at the edge of the fit (a box order: its nonzero
+        entries that can, up by as much), at its order's threshold by the same rule (a given
+        ``δ`` stays), with what it is (``None``: the fit holds no higher order); see
+        :attr:`ScoreMatchingChoice.neighbours`."""
         basis = self.density.basis
-        deltas = {"auto": self.deltas, "paper": self.criteria.delta_paper}.get(self.delta_rule)
-        scores: list[DensityScore] = []
-        orders: list[Order] = []
-        for step in (1, 2):
-            level = self.level + step
-            order: Order = level
-            if isinstance(self.order, tuple):
-                order = tuple(
-                    min(o + step, t) if o > 0 else 0
-                    for o, t in zip(self.order, basis.max_orders, strict=True)
-                )
-            if level > basis.max_level or order in (self.order, *orders):
-                break
-            delta = self.delta if deltas is None else float(deltas[level])
-            scores.append(DensityScore(self.density, order, delta))
-            orders.append(order)
-        if not scores:
+        level = min(self.level + 2, basis.max_level)
+        order: Order = level
+        if isinstance(self.order, tuple):
+            order = tuple(
+                min(o + level - self.level, t) if o > 0 else 0
+                for o, t in zip(self.order, basis.max_orders, strict=True)
+            )
+        if level <= self.level or order == self.order:
             return None
-        return tuple(scores), f"order {self.order} -> {', '.join(map(str, orders))}"
+        deltas = {"auto": self.deltas, "paper": self.criteria.delta_paper}.get(self.delta_rule)
+        delta = self.delta if deltas is None else float(deltas[level])
+        return (DensityScore(self.density, order, delta),), f"order {self.order} -> {order}"
 
     def refits(self) -> tuple[DensityScore, ...]:
         """The score with ``p_M`` refitted without each held-out fold (eq. 39 over the other
@@ -627,27 +620,28 @@ class ScoreMatchingChoice:
 
     @cached_property
     def neighbours(self) -> tuple[tuple[ScoreModel, ...], str] | None:
-        """The chosen model one and two steps richer, as far as the fitted features hold them,
-        at the same ridge, with what they are: the next total degrees (two: a score of a
-        symmetric density gains only from every other degree), or the next steps of the
-        adaptive growth (``None``: no richer model). The response's change to them
+        """The chosen model two steps richer, or one at the edge of the fitted features, at the
+        same ridge, with what it is: a higher total degree (two: a score of a symmetric density
+        gains only from every other degree), or a later step of the adaptive growth (``None``:
+        no richer model). The response's change to it
         (:attr:`~kelr_dist.kernels.response.ResponseResult.model_shift`) is how much the
         estimate still depends on the model, which its error bars do not measure."""
         if self.path is None:
-            degrees = range(self.degree + 1, min(self.degree + 2, self.sums.features.degree) + 1)
-            if not degrees:
+            richer = min(self.degree + 2, self.sums.features.degree)
+            if richer <= self.degree:
                 return None
-            models = tuple(fit_score(self.sums, q, self.ridge) for q in degrees)
-            return models, f"degree {self.degree} -> {', '.join(map(str, degrees))}"
+            model = fit_score(self.sums, richer, self.ridge)
+            return (model,), f"degree {self.degree} -> {richer}"
         chosen = self.path.chosen_step()
-        steps = range(chosen + 1, min(chosen + 2, len(self.path.losses) - 1) + 1)
-        if not steps:
+        step = min(chosen + 2, len(self.path.losses) - 1)
+        if step <= chosen:
             return None
-        sets = [self.path.members(step) for step in steps]
-        models = tuple(fit_score(self.sums, self.degree, self.ridge, members=m) for m in sets)
-        sizes = ", ".join(str(int(m.sum())) for m in sets)
+        members = self.path.members(step)
+        model = fit_score(self.sums, self.degree, self.ridge, members=members)
         start = int(self.pick.keep(self.sums.features).sum())
-        return models, f"adaptive step {chosen} -> {steps[-1]} ({start} -> {sizes} features)"
+        return (
+            model,
+        ), f"adaptive step {chosen} -> {step} ({start} -> {int(members.sum())} features)"
 
     @property
     def degree(self) -> int:
