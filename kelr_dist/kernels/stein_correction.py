@@ -51,8 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from kelr_dist.kernels.density import row_blocks
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.score_matching import RCOND
+from kelr_dist.kernels.score_matching import FEATURE_ROWS, RCOND
 
 
 def _periodic(periods: np.ndarray | None, d: int) -> np.ndarray:
@@ -206,22 +207,36 @@ class FourierFeatures:
         """``φ(x)`` at ``x (n, d)``: ``(n, K)``."""
         return np.cos(self._argument(x))
 
-    def divergence_sums(self, x: np.ndarray) -> np.ndarray:
-        """``Σ_n ∂_j φ_k(x_n)``: ``(d, K)``, as :func:`divergence_sums` for ``z̃``."""
-        sines = np.sin(self._argument(x)).sum(axis=0)
-        return -(self.frequencies * sines[:, None]).T / self.scale[:, None]
+    def values_and_divergence_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``φ(x)`` ``(n, K)`` and ``Σ_n ∂_j φ_k(x_n)`` ``(d, K)`` (as :func:`divergence_sums`
+        for ``z̃``), from one evaluation of the arguments."""
+        argument = self._argument(x)
+        sines = np.sin(argument).sum(axis=0)
+        divergence = -(self.frequencies * sines[:, None]).T / self.scale[:, None]
+        return np.cos(argument, out=argument), divergence
 
 
-def extended_moments(
-    score: np.ndarray, kept: np.ndarray, x: np.ndarray, features: FourierFeatures
-) -> dict[str, np.ndarray | int]:
+def extended_moments(base: Any, x: np.ndarray, features: FourierFeatures) -> dict[str, Any]:
     """The sums that fit ``ŝ + V [z̃, φ]`` by eq. (1) on the rows ``x (n, d)`` with the score
-    ``score (n, d)`` (0 where not ``kept``): ``Σ ŝ [z̃, φ]ᵀ``, ``Σ [z̃, φ][z̃, φ]ᵀ``, the divergence
-    sums and ``n``."""
-    z = np.hstack([augmented(x, features.origin, features.scale), features(x)])
-    divergence = np.hstack([divergence_sums(x, features.scale), features.divergence_sums(x)])
-    s = np.where(kept[:, None], score, 0.0)
-    return {"moment": s.T @ z, "second": z.T @ z, "divergence": divergence, "n": x.shape[0]}
+    ``base`` (0 where it keeps no row): ``Σ ŝ [z̃, φ]ᵀ``, ``Σ [z̃, φ][z̃, φ]ᵀ``, the divergence
+    sums and ``n``, by blocks of :data:`FEATURE_ROWS` rows."""
+    width = x.shape[1] + 1 + features.phases.size
+    out: dict[str, Any] = {
+        "moment": np.zeros((x.shape[1], width)),
+        "second": np.zeros((width, width)),
+        "divergence": np.zeros((x.shape[1], width)),
+        "n": x.shape[0],
+    }
+    for rows in row_blocks(x.shape[0], FEATURE_ROWS):
+        block = x[rows]
+        phi, fourier_divergence = features.values_and_divergence_sums(block)
+        z = np.hstack([augmented(block, features.origin, features.scale), phi])
+        score, kept = base(block)
+        s = np.where(kept[:, None], score, 0.0)
+        out["moment"] += s.T @ z
+        out["second"] += z.T @ z
+        out["divergence"] += np.hstack([divergence_sums(block, features.scale), fourier_divergence])
+    return out
 
 
 @dataclass(frozen=True)
@@ -251,17 +266,17 @@ class ExtendedScore:
 
 
 def _extended_chunk(
-    base: Any, features: FourierFeatures, x: np.ndarray, _info: BlockInfo, _halo: None
+    base: Any, features: FourierFeatures, stride: int, x: np.ndarray, info: BlockInfo, _halo: None
 ) -> dict[str, Any]:
-    score, kept = base(x)
-    return extended_moments(score, kept, x, features)
+    return extended_moments(base, x[-info.start % stride :: stride], features)
 
 
-def extended_score_reduction(base: Any, features: FourierFeatures) -> Reduction:
-    """The pass that fits :class:`ExtendedScore` to ``base``: chunk = ``base`` evaluated and
+def extended_score_reduction(base: Any, features: FourierFeatures, stride: int = 1) -> Reduction:
+    """The pass that fits :class:`ExtendedScore` to ``base`` on the rows whose time index is a
+    multiple of ``stride`` (those of the score-matching Gram pass): chunk =
     :func:`extended_moments`, combine = ``+``, finalize = :meth:`ExtendedScore.fit`."""
     return Reduction(
         name="fourier moments",
-        chunk=partial(_extended_chunk, base, features),
+        chunk=partial(_extended_chunk, base, features, stride),
         finalize=partial(ExtendedScore.fit, base, features),
     )

@@ -555,11 +555,11 @@ def estimate_response(
             else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
-        extended = (
-            extend_score(passes, sm.model, setting.survey.moments)
-            if sm is not None and setting.periods is None
-            else None
-        )
+        extended = None
+        if sm is not None and plan.features is not None and setting.periods is None:
+            n_samples = math.prod(inputs.trajectory.shape[:2])
+            stride = gram_stride(n_samples, plan.features.size, plan.correlation)
+            extended = extend_score(passes, sm.model, setting.survey.moments, stride)
         scores, replicates, neighbours = plan.scores(ke, sm, fits, extended)
         response = response_reduction(
             scores,

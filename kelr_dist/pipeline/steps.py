@@ -811,13 +811,13 @@ class Responses:
     density_loss: FoldLosses | None = None
 
 
-def extend_score(passes: Passes, score: Any, moments: Moments) -> ExtendedScore:
+def extend_score(passes: Passes, score: Any, moments: Moments, stride: int = 1) -> ExtendedScore:
     """Read 3f: ``score`` refitted with random Fourier features beside the affine ones
     (:class:`~kelr_dist.kernels.stein_correction.ExtendedScore`, features scaled by the data's
     ``moments``): the neighbour outside a polynomial span that the sensitivity check compares
-    the response with."""
+    the response with; on every ``stride``-th row, as the Gram pass (:func:`gram_stride`)."""
     features = FourierFeatures.draw(moments.mean, moments.std)
-    return passes(extended_score_reduction(score, features))[0]
+    return passes(extended_score_reduction(score, features, stride))[0]
 
 
 def respond(
