@@ -50,9 +50,9 @@ from numpy.typing import ArrayLike
 ErrorModel = Literal["bound", "independent"]
 ERROR_MODELS: tuple[str, ...] = ("bound", "independent")
 RESPONSE_DIMS = ("lag", "i", "j")
-#: suffixes of the companions of a response variable ``<name>``: its standard error and the
-#: block averaging behind it (not estimates themselves)
-COMPANION_SUFFIXES = ("_stderr", "_block_size", "_converged")
+#: suffixes of the companions of a response variable ``<name>``: its standard error, the
+#: block averaging behind it and its move to a neighbouring model (not estimates themselves)
+COMPANION_SUFFIXES = ("_stderr", "_block_size", "_converged", "_model_shift")
 _GRID_RTOL = 1e-6  # relative tolerance when matching a forcing's time step to the response's dt
 ForcedComponents = Hashable | Sequence[Hashable] | None
 """The ``j`` of a forcing history: the forced component's name, the names of several, or None."""
@@ -501,9 +501,9 @@ def normalized(dataset: xr.Dataset) -> xr.Dataset:
     Every variable with dims ``(lag, i, j)`` (``response``, ``response_exact``,
     ``response_kde``, ...) has its diagonal entries ``k_pp(t)`` (positions ``p`` of ``i``
     and ``j``) divided by its own ``k_pp(0)``; off-diagonal entries are unchanged. A
-    ``<name>_stderr`` variable (and ``_total_stderr``, ``_estimator_stderr``) is divided by the
-    same factor as ``<name>`` (the uncertainty
-    of ``k_pp(0)`` itself is not propagated).
+    ``<name>_stderr`` variable (and ``_total_stderr``, ``_estimator_stderr``,
+    ``_model_shift``) is divided by the same factor as ``<name>`` (the uncertainty of
+    ``k_pp(0)`` itself is not propagated).
 
     Returns
     -------
@@ -521,7 +521,7 @@ def normalized(dataset: xr.Dataset) -> xr.Dataset:
             coords={"i": dataset["i"].values, "j": dataset["j"].values},
         )
         scaled[name] = dataset[name] / scale
-        for suffix in ("_stderr", "_total_stderr", "_estimator_stderr"):
+        for suffix in ("_stderr", "_total_stderr", "_estimator_stderr", "_model_shift"):
             if f"{name}{suffix}" in dataset:
                 scaled[f"{name}{suffix}"] = dataset[f"{name}{suffix}"] / scale
     result = dataset.assign(scaled)

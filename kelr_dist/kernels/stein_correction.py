@@ -201,22 +201,19 @@ class FourierFeatures:
         return cls(frequencies, phases, np.asarray(origin, float), np.asarray(scale, float))
 
     def _argument(self, x: np.ndarray) -> np.ndarray:
-        """``ω_k · (x - x̄) / σ + b_k`` ``(n, K)`` in single precision: the features are test
-        functions, and their cosines and sines cost a sixth of double precision's."""
-        z = ((x - self.origin) / self.scale).astype(np.float32)
-        return z @ self.frequencies.T.astype(np.float32) + self.phases.astype(np.float32)
+        return ((x - self.origin) / self.scale) @ self.frequencies.T + self.phases
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """``φ(x)`` at ``x (n, d)``: ``(n, K)``."""
-        return np.cos(self._argument(x)).astype(np.float64)
+        return np.cos(self._argument(x))
 
     def values_and_divergence_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``φ(x)`` ``(n, K)`` and ``Σ_n ∂_j φ_k(x_n)`` ``(d, K)`` (as :func:`divergence_sums`
         for ``z̃``), from one evaluation of the arguments."""
         argument = self._argument(x)
-        sines = np.sin(argument).sum(axis=0, dtype=np.float64)
+        sines = np.sin(argument).sum(axis=0)
         divergence = -(self.frequencies * sines[:, None]).T / self.scale[:, None]
-        return np.cos(argument).astype(np.float64), divergence
+        return np.cos(argument, out=argument), divergence
 
 
 def extended_moments(base: Any, x: np.ndarray, features: FourierFeatures) -> dict[str, Any]:
