@@ -549,7 +549,8 @@ def _evaluate_scores(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each score's ``(∇ log p, kept)`` at ``x (n, d)``; the kernel-embedding scores together
     (:meth:`DensityScore.many`: an estimate and its refits share the basis tables), and the
-    score-matching models together (:meth:`ScoreModel.many`: they share the feature values)."""
+    score-matching models together (:meth:`ScoreModel.many`: they share the feature values),
+    and a refit of one of them with more features from its values."""
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(keyed)
     for kind, many in ((DensityScore, DensityScore.many), (ScoreModel, ScoreModel.many)):
         members = [k for k, (_, score, _) in enumerate(keyed) if isinstance(score, kind)]
@@ -559,7 +560,13 @@ def _evaluate_scores(
                 out[k] = value
     for k, (_, score, _) in enumerate(keyed):
         if out[k] is None:
-            out[k] = score(x)
+            # a refit on a score of this read (ExtendedScore) starts from that score's values
+            base = next(
+                (j for j, (_, s, _) in enumerate(keyed) if s is getattr(score, "base", None)),
+                None,
+            )
+            known = None if base is None else out[base]
+            out[k] = score(x) if known is None else score.on_base(x, *known)  # type: ignore[attr-defined]
     return out  # type: ignore[return-value]
 
 

@@ -260,7 +260,12 @@ class ExtendedScore:
         return cls(base, features, weights)
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        score, kept = self.base(x)
+        return self.on_base(x, *self.base(x))
+
+    def on_base(
+        self, x: np.ndarray, score: np.ndarray, kept: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """This score at ``x (n, d)`` from its base's values there (``score``, ``kept``)."""
         z = np.hstack([augmented(x, self.features.origin, self.features.scale), self.features(x)])
         return np.where(kept[:, None], score + z @ self.weights.T, 0.0), kept
 
