@@ -288,7 +288,7 @@ def main() -> None:
             warnings.simplefilter("always")
             results[kind] = kelr_dist.estimate_response(
                 x, observable=observable, max_time=span, score=model.score,
-                estimator=args.estimator, client="synchronous",
+                estimator=args.estimator,
             )  # fmt: skip
         for w in caught:
             print(f"  [{observable}] {w.category.__name__}: {str(w.message)[:150]}")

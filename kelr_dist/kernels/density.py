@@ -346,13 +346,14 @@ def evaluate_on_basis(
         (np.empty(x.shape[0]), np.empty(x.shape), np.empty(x.shape) if second else None)
         for _ in densities
     ]
-    coef_ts = [np.ascontiguousarray(d.matrix().T) for d in densities]  # tail-major (|R|, M_1+1)
+    # tail-major (|R|, M_1+1) each, stacked: one GEMM reads a block's tables for all of them
+    coef_t = np.vstack([d.matrix().T for d in densities])
     # the tables and products of every row block in the same memory (see Workspace)
     spaces = [Workspace() for _ in range(basis.dim + 1)]
     for rows in row_blocks(x.shape[0], basis.row_block()):
         tables = _block_tables(basis, x[rows], second, spaces)
-        for coef_t, (density, gradient, hessian) in zip(coef_ts, outputs, strict=True):
-            out = _contract_block(basis, tables, coef_t, second, spaces[-1])
+        contracted = _contract_block(basis, tables, coef_t, len(densities), second, spaces[-1])
+        for out, (density, gradient, hessian) in zip(contracted, outputs, strict=True):
             density[rows], gradient[rows] = out[0], out[1]
             if hessian is not None:
                 hessian[rows] = out[2]
@@ -410,40 +411,53 @@ def _block_tables(
 
 
 def _contract_block(
-    basis: TensorBasis, tables: _Tables, coef_t: np.ndarray, second: bool, products: Workspace
-) -> tuple[np.ndarray, ...]:
-    """``p``, ``∇p`` (and the Hessian's diagonal) of one estimate on a row block from its
-    shared ``tables``; ``products`` holds the two GEMMs' outputs."""
+    basis: TensorBasis,
+    tables: _Tables,
+    coef_t: np.ndarray,
+    count: int,
+    second: bool,
+    products: Workspace,
+) -> list[tuple[np.ndarray, ...]]:
+    """``p``, ``∇p`` (and the Hessian's diagonal) of ``count`` estimates on a row block from
+    their shared ``tables``; ``coef_t`` stacks their tail-major coefficients
+    ``(count |R|, M_1+1)``, so each of the two GEMMs reads the tables once for all of them
+    (the tables, not the coefficients, are the memory traffic); ``products`` holds the GEMMs'
+    outputs."""
     values, derivs = tables.values, tables.derivs
-    n, r = values[0].shape[0], coef_t.shape[0]
+    n, r = values[0].shape[0], coef_t.shape[0] // count
     if tables.fused is not None:
         tails_f, grads_f = tables.fused
-        density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((basis.dim - 1, n))
-        _contract(
-            coef_t, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
-            density, slope, tail_slopes,
-        )  # fmt: skip
-        return density, np.column_stack([slope, tail_slopes.T])
+        out: list[tuple[np.ndarray, ...]] = []
+        for own in np.split(coef_t, count):
+            density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((basis.dim - 1, n))
+            _contract(
+                np.ascontiguousarray(own), basis.first_stops, values[0].T, derivs[0].T,
+                tails_f, grads_f, density, slope, tail_slopes,
+            )  # fmt: skip
+            out.append((density, np.column_stack([slope, tail_slopes.T])))
+        return out
     assert tables.tails is not None
     tails, tail_grads = tables.tails
-    # function-major (r, n) views: contiguous rows for the GEMM and the row sums
-    first = np.matmul(coef_t, values[0].T, out=products.take("first", r, n))
+    # function-major (count, r, n) views: contiguous rows for the GEMM and the row sums
+    firsts = np.matmul(coef_t, values[0].T, out=products.take("first", count * r, n))
+    slopes = np.matmul(coef_t, derivs[0].T, out=products.take("slope", count * r, n))
+    firsts, slopes = firsts.reshape(count, r, n), slopes.reshape(count, r, n)
     tails_t = tails.T
-    density = np.einsum("rn,rn->n", first, tails_t)
-    gradient = np.empty((n, basis.dim))
-    slope = np.matmul(coef_t, derivs[0].T, out=products.take("slope", r, n))
-    gradient[:, 0] = np.einsum("rn,rn->n", slope, tails_t)
+    densities = np.einsum("krn,rn->kn", firsts, tails_t)
+    gradients = np.empty((count, n, basis.dim))
+    gradients[:, :, 0] = np.einsum("krn,rn->kn", slopes, tails_t)
     for k, g in enumerate(tail_grads, start=1):
-        gradient[:, k] = np.einsum("rn,rn->n", first, g.T)
+        gradients[:, :, k] = np.einsum("krn,rn->kn", firsts, g.T)
     if not second:
-        return density, gradient
+        return list(zip(densities, gradients, strict=True))
     assert tables.seconds is not None
     seconds, tail_seconds = tables.seconds
-    hessian = np.empty((n, basis.dim))
-    hessian[:, 0] = np.einsum("rn,rn->n", coef_t @ seconds[0].T, tails_t)
+    hessians = np.empty((count, n, basis.dim))
+    curvature = (coef_t @ seconds[0].T).reshape(count, r, n)
+    hessians[:, :, 0] = np.einsum("krn,rn->kn", curvature, tails_t)
     for k, g in enumerate(tail_seconds, start=1):
-        hessian[:, k] = np.einsum("rn,rn->n", first, g.T)
-    return density, gradient, hessian
+        hessians[:, :, k] = np.einsum("krn,rn->kn", firsts, g.T)
+    return list(zip(densities, gradients, hessians, strict=True))
 
 
 def _coefficient_chunk(

@@ -49,6 +49,7 @@ from kelr_dist.kernels.blocking import (
     response_block_partial,
     segment_length,
 )
+from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.density import KernelDensity, Order, evaluate_on_basis
 from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
@@ -67,6 +68,24 @@ class Score(Protocol):
     """``x (n, d) -> (∇ log p (n, d), kept (n,) bool)``; rows not kept get ``B = 0``."""
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@compiled
+def _score_on_support(p, grad, delta, scales, score, kept):  # pragma: no cover - compiled
+    """``score = ∇p / p / scales`` where ``p ≥ δ`` (``kept``), 0 below; a non-finite ``p`` or
+    gradient is not a low density: NaN, and not kept (counted apart). One pass over the rows."""
+    for i in range(p.shape[0]):
+        finite = np.isfinite(p[i])
+        for k in range(grad.shape[1]):
+            finite = finite and np.isfinite(grad[i, k])
+        kept[i] = finite and p[i] >= delta
+        for k in range(grad.shape[1]):
+            if not finite:
+                score[i, k] = np.nan
+            elif kept[i]:
+                score[i, k] = grad[i, k] / p[i] / scales[k]
+            else:
+                score[i, k] = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,13 +129,9 @@ class DensityScore:
 
     def from_density(self, p: np.ndarray, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The score and the rows kept from ``p_M`` and ``∇p_M`` in the mapped coordinates."""
-        kept = p >= self.delta
-        score = np.zeros_like(grad)
-        np.divide(grad, p[:, None], out=score, where=kept[:, None])
-        # a non-finite p_M (or gradient) is not a low density: NaN, counted apart (not kept)
-        broken = ~(np.isfinite(p) & np.isfinite(grad).all(axis=1))
-        score[broken] = np.nan
-        return score / self.density.scales, kept & ~broken
+        score, kept = np.empty_like(grad), np.empty(p.shape, dtype=np.bool_)
+        _score_on_support(p, grad, self.delta, self.density.scales, score, kept)
+        return score, kept
 
 
 def function_reference(function: Any) -> str:
