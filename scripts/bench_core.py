@@ -5,6 +5,7 @@ Usage::
 
     python scripts/bench_core.py             # N = 1e6 and 1e7
     python scripts/bench_core.py --quick     # N = 1e6 only
+    python scripts/bench_core.py --base-blocks  # the error bars' base block: default vs fitted
 
 Data: the paper's triple-well (eq. 59), simulated with ``make_model("triple-well").advance``
 (every stored sample, after the model's burn-in); ``--iid`` uses i.i.d. samples of a
@@ -41,6 +42,7 @@ from kelr_dist.kernels.bases import TensorBasis, Workspace  # noqa: E402
 from kelr_dist.kernels.blocking import (  # noqa: E402
     combine_block_partials,
     default_base_block,
+    fitted_base_block,
     response_block_partial,
 )
 from kelr_dist.kernels.coordinates import fit_basis  # noqa: E402
@@ -447,6 +449,35 @@ def bench(n: int, args: argparse.Namespace, rates: dict[str, float]) -> None:
     )
 
 
+def base_blocks(repeats: int, seed: int) -> None:
+    """The error bars' partial (:func:`response_block_partial`) of one chunk on one thread,
+    at the default base block (``>= max(S, 256)``) and at the fitted one (``>= 4 S``, see
+    :func:`fitted_base_block`), alternated; medians of ``repeats`` (3 by default)."""
+    rng = np.random.default_rng(seed)
+    repeats = repeats or 3
+    print(
+        "\n| S | q x columns | rows | default K0 | fitted K0 | default (s) | fitted (s) | ratio |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    cases = ((200, 2, 5, 10**6), (2000, 2, 5, 10**6), (600, 80, 5, 2 * 10**5))
+    for lags, q, columns, rows in cases:
+        a = rng.standard_normal((rows + lags, q))
+        b = rng.standard_normal((rows, columns))
+        info = BlockInfo(0, 0, rows, rows + lags)
+        sizes = (default_base_block(lags), fitted_base_block(lags, 1, 10**7))
+        times: dict[int, list[float]] = {k0: [] for k0 in sizes}
+        for _ in range(repeats):
+            for k0 in sizes:
+                start = time.perf_counter()
+                response_block_partial(a, b, lags, info, base_block=k0)
+                times[k0].append(time.perf_counter() - start)
+        old, new = (statistics.median(times[k0]) for k0 in sizes)
+        print(
+            f"| {lags} | {q} x {columns} | {rows:.0e} | {sizes[0]} | {sizes[1]} | {old:.3f} | "
+            f"{new:.3f} | {new / old:.2f} |"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=float, nargs="+", default=[1e6, 1e7])
@@ -457,7 +488,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--loop-rows", type=int, default=20_000)
     parser.add_argument("--loop-lags", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--base-blocks", action="store_true", help="only the error bars' base block comparison"
+    )
     args = parser.parse_args(argv)
+    if args.base_blocks:
+        print(f"one thread, load average: {os.getloadavg()}")
+        base_blocks(args.repeats, args.seed)
+        return
     sizes = [1e6] if args.quick else args.n
     print(f"cores: {os.cpu_count()}, threads: {args.threads}, load average: {os.getloadavg()}")
     k0 = default_base_block(MAX_LAG)

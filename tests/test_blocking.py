@@ -10,6 +10,7 @@ from kelr_dist.kernels.blocking import (
     block_standard_error,
     combine_block_partials,
     default_base_block,
+    fitted_base_block,
     response_block_partial,
 )
 from kelr_dist.kernels.lagged import lagged_sums
@@ -198,6 +199,33 @@ def test_default_base_block():
     assert default_base_block(0) == 256
     assert default_base_block(2000) == 2048
     assert default_base_block(2048) == 2048
+
+
+def test_fitted_base_block_spans_the_lags_and_leaves_blocks_in_every_chain():
+    # long data: four largest lags per block
+    assert fitted_base_block(200, 1, 10**7) == 1024
+    assert fitted_base_block(2000, 1, 10**7) == 8192
+    assert fitted_base_block(10, 1, 10**7) == 256  # never below the default
+    # too few blocks in all (256), or in one chain (4): halved down to the default
+    assert fitted_base_block(200, 1, 200_000) == 512
+    assert fitted_base_block(200, 1, 50_000) == 256
+    assert fitted_base_block(200, 1000, 2_000) == 256
+    for lag, chains, rows in ((200, 1, 10**7), (2000, 3, 10**6), (600, 50, 30_000)):
+        k0 = fitted_base_block(lag, chains, rows)
+        assert k0 >= default_base_block(lag) and k0 & (k0 - 1) == 0
+
+
+def test_a_longer_base_block_keeps_the_levels_it_shares():
+    """The levels are aligned to the time index: a base block twice as long gives the same
+    means and the same statistics on every level the two share."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((20_000, 2)), rng.standard_normal((20_000, 1))
+    info = BlockInfo(0, 0, 20_000 - 30, 20_000)
+    short = response_block_partial(a, b[: info.stop], 30, info, base_block=256)
+    long = response_block_partial(a, b[: info.stop], 30, info, base_block=1024)
+    assert np.allclose(short["sums"], long["sums"], rtol=1e-12)
+    assert np.array_equal(short["n_blocks"][2:], long["n_blocks"])
+    assert np.allclose(short["block_m2"][2:], long["block_m2"], rtol=1e-10)
 
 
 def test_rejects_bad_input():

@@ -9,7 +9,8 @@ the variance of the mean. ``sigma_K`` grows with ``K`` up to a plateau, the stan
 
 Levels and blocks
     ``K = 1`` (the unblocked series) and ``K_j = K0 2^j``, ``j = 0, 1, ...``, with ``K0`` a power
-    of two ``>= max(S, 256)`` by default (:func:`default_base_block`). Blocks are aligned to the
+    of two ``>= max(S, 256)`` by default (:func:`default_base_block`; the pipeline fits a longer
+    one to the lags and the data, :func:`fitted_base_block`). Blocks are aligned to the
     time index within the chain (block ``k`` of level ``j`` holds rows ``[k K_j, (k+1) K_j)``),
     and only blocks whose rows all satisfy ``n + S < N_c`` count, so every block has all
     ``S + 1`` lags; the at most ``K_j + S - 1`` rows left at the end of a chain are ignored by the
@@ -93,6 +94,35 @@ def aligned_segments(info: BlockInfo, size: int, max_lag: int) -> Iterator[tuple
 def default_base_block(max_lag: int) -> int:
     """Base block length ``K0``: the smallest power of two ``>= max(S, 256)``."""
     return 1 << int(np.ceil(np.log2(max(max_lag, 256))))
+
+
+#: the fitted base block spans at least this many largest lags: a block's transform of
+#: ``K0 + S`` rows then spends at most a fifth on its look-ahead, and its block sums (``S + 1``
+#: lags per block) hold at most a quarter of a value per row (see docs/benchmarks.md, section
+#: 'Tuning constants')
+BASE_BLOCK_LAGS = 4
+#: base blocks the fitted base block leaves at least, pooled over the chains (their standard
+#: error has a relative error ``1 / sqrt(2 (n_b - 1))``, 4.4% at 256) ...
+BASE_BLOCKS = 256
+#: ... and in each chain (the rows after a chain's last whole block are left out of the levels)
+CHAIN_BLOCKS = 4
+
+
+def fitted_base_block(max_lag: int, chains: int, chain_length: int) -> int:
+    """Base block ``K0`` fitted to the lags and to the data: the smallest power of two
+    ``>= BASE_BLOCK_LAGS S`` (and ``>= 256``), halved while fewer than :data:`BASE_BLOCKS`
+    blocks fit in the ``chains`` chains of ``chain_length`` rows (or fewer than
+    :data:`CHAIN_BLOCKS` in one), never below :func:`default_base_block`.
+
+    The levels ``K0 2^j`` are aligned to the time index, so a longer ``K0`` only leaves out the
+    levels below it, whose blocks are short against the lags asked for; the FFT work per row
+    and the block sums shrink (see docs/benchmarks.md, section 'Tuning constants')."""
+    floor = default_base_block(max_lag)
+    valid = max(chain_length - max_lag, 0)  # rows n with n + S < N_c, as in the levels
+    k0 = default_base_block(BASE_BLOCK_LAGS * max_lag)
+    while k0 > floor and (chains * (valid // k0) < BASE_BLOCKS or valid // k0 < CHAIN_BLOCKS):
+        k0 //= 2
+    return k0
 
 
 def _level_stats(block_sums: np.ndarray, size: int) -> tuple[int, np.ndarray, np.ndarray]:

@@ -58,6 +58,7 @@ from kelr_dist.engine.cluster import client_for
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.bases import Coordinate, TensorBasis
 from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
+from kelr_dist.kernels.blocking import fitted_base_block
 from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.density import KernelDensity
 from kelr_dist.kernels.distribution import PendingDistribution
@@ -573,6 +574,7 @@ def estimate_response(
             replicates=replicates,
             periods=setting.periods,
             neighbours=neighbours,
+            base_block=fitted_base_block(inputs.max_lag, *inputs.trajectory.shape[:2]),
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
