@@ -14,6 +14,7 @@ from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.selection import (
+    ERROR_WINDOW,
     N_BINS,
     Criteria,
     bin_edges,
@@ -112,6 +113,24 @@ def test_sweep_statistics_equal_brute_force_at_every_order(case):
     # the rejection is a non-decreasing function of the threshold
     rates = np.stack([criteria.rejection(e) for e in edges[::10]])
     assert np.all(np.diff(rates, axis=0) >= 0)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_sweep_from_a_given_order_on_keeps_its_statistics_and_threshold(case):
+    """A given order needs the sweep only from ERROR_WINDOW orders below it: the statistics
+    from there on, and the threshold of the order, are the full sweep's; below, NaN."""
+    density, x = fitted(case)
+    full = Criteria.from_sums(density, sweep_sums(density, x))
+    given = int(full.orders[-1]) - 1
+    lowest = max(given - ERROR_WINDOW, 0)
+    part = Criteria.from_sums(density, sweep_sums(density, x, lowest), lowest=lowest)
+    kept = full.orders >= lowest
+    assert np.array_equal(part.pos[kept], full.pos[kept])
+    assert np.array_equal(part.negative_excursion[kept], full.negative_excursion[kept])
+    assert np.isnan(part.negative_excursion[~kept]).all()
+    assert choose_delta(part)[given] == choose_delta(full)[given]
+    assert np.isnan(choose_delta(part)[~kept]).all()
+    assert np.isnan(part.rejection(1e-3)[~kept]).all()
 
 
 def test_sweep_over_the_fitting_sample_has_no_zero_order_rejection():

@@ -117,8 +117,9 @@ def _block(first, tails, coef_t, block, acc, lo, hi):  # pragma: no cover - comp
 
 
 @compiled
-def _sweep(first, tails, coef_t, blocks, singles, pos, neg, zeros, min_pos, min_val, acc):
-    """Shell sums of one row block, then per-order statistics of the running sums.
+def _sweep(first, tails, coef_t, blocks, singles, pos, neg, zeros, min_pos, min_val, acc, low):
+    """Shell sums of one row block, then per-order statistics of the running sums of the orders
+    from ``low`` on.
 
     first (M1+1, n), tails (R, n): Ψ_1 table and tail products, function-major (each row
     contiguous over samples, so the inner loops run in SIMD); coef_t (R, M1+1). The terms
@@ -146,7 +147,7 @@ def _sweep(first, tails, coef_t, blocks, singles, pos, neg, zeros, min_pos, min_
             row = acc[level]
             for i in range(width):
                 row[i] += prev[i]
-        for level in range(n_levels):
+        for level in range(low, n_levels):
             for i in range(width):
                 v = acc[level, i]
                 if v > 0.0:
@@ -203,8 +204,10 @@ def _layout(basis: TensorBasis) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return shift.astype(np.int64), floor.astype(np.int64), stop
 
 
-def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, Any]:
-    """Partial statistics of ``p_M(X_n)`` for every order ``M = 0..max_level`` over ``x (n, d)``.
+def sweep_sums(density: KernelDensity, x: np.ndarray, lowest: int = 0) -> dict[str, Any]:
+    """Partial statistics of ``p_M(X_n)`` for every order ``M = lowest..max_level`` over
+    ``x (n, d)`` (the orders below ``lowest`` keep empty statistics: a given order needs only
+    its own and its neighbours', and the statistics, not the running sums, are the sweep's cost).
 
     Returns counts ``pos``/``neg`` ``(levels, N_BINS)``, ``zeros`` ``(levels,)``, ``n``, and the
     minima ``min_pos`` and ``min_val`` ``(levels,)`` (combine with :func:`combine_sweeps`).
@@ -247,6 +250,7 @@ def sweep_sums(density: KernelDensity, x: np.ndarray) -> dict[str, Any]:
             out["min_pos"],
             out["min_val"],
             acc,
+            lowest,
         )
     return out
 
@@ -271,6 +275,8 @@ class Criteria:
     held_out_loss, held_out_loss_stderr : the held-out L² loss of each order and its standard
         error over folds (:meth:`~kelr_dist.kernels.density.KernelDensity.held_out_l2`);
         ``None`` when the estimate was not fitted by fold.
+    lowest : the lowest order swept (:func:`sweep_sums`); the statistics of the orders below it
+        are NaN.
     """
 
     orders: np.ndarray
@@ -284,9 +290,12 @@ class Criteria:
     zeros: np.ndarray
     held_out_loss: np.ndarray | None = None
     held_out_loss_stderr: np.ndarray | None = None
+    lowest: int = 0
 
     @classmethod
-    def from_sums(cls, density: KernelDensity, sums: dict[str, np.ndarray]) -> Criteria:
+    def from_sums(
+        cls, density: KernelDensity, sums: dict[str, np.ndarray], lowest: int = 0
+    ) -> Criteria:
         levels = density.basis.max_level + 1
         eta = np.full(levels, np.nan)
         noise = np.full(levels, np.nan)
@@ -296,7 +305,9 @@ class Criteria:
         return cls(
             orders=np.arange(levels),
             delta_paper=np.where(np.isfinite(sums["min_pos"]), sums["min_pos"], np.nan),
-            negative_excursion=np.maximum(-sums["min_val"], 0.0),
+            negative_excursion=np.where(
+                np.arange(levels) >= lowest, np.maximum(-sums["min_val"], 0.0), np.nan
+            ),
             eta=eta,
             eta_noise=noise,
             n=int(sums["n"]),
@@ -305,6 +316,7 @@ class Criteria:
             zeros=sums["zeros"],
             held_out_loss=loss,
             held_out_loss_stderr=loss_se,
+            lowest=lowest,
         )
 
     def rejection(self, delta: float | np.ndarray) -> np.ndarray:
@@ -321,11 +333,15 @@ class Criteria:
         cum = np.concatenate(
             [np.zeros((len(self.orders), 1), dtype=np.int64), np.cumsum(self.pos, axis=1)], axis=1
         )
-        return (below + cum[np.arange(len(self.orders)), cut]) / self.n
+        return self.swept((below + cum[np.arange(len(self.orders)), cut]) / self.n)
 
     def rejection_paper(self) -> np.ndarray:
         """``R_M`` at the paper's threshold ``δ_M``: the fraction with ``p_M(X_n) ≤ 0``."""
-        return (self.neg.sum(axis=1) + self.zeros) / self.n
+        return self.swept((self.neg.sum(axis=1) + self.zeros) / self.n)
+
+    def swept(self, values: np.ndarray) -> np.ndarray:
+        """``values`` per order, NaN below :attr:`lowest`."""
+        return np.where(self.orders >= self.lowest, values, np.nan)
 
 
 def round_up_to_edge(delta: np.ndarray) -> np.ndarray:
@@ -363,7 +379,7 @@ def typical_error(criteria: Criteria, window: int = ERROR_WINDOW) -> np.ndarray:
     median_bin = np.argmax(above >= 0.5 * total[:, None], axis=1)
     upper = 2.0 ** ((np.arange(T_MIN, T_MAX + 1) + 1) / 4.0)
     median = np.where(total > 0, upper[median_bin], 0.0)
-    return np.where(total > 0, median, windowed_max(median, window))
+    return criteria.swept(np.where(total > 0, median, windowed_max(median, window)))
 
 
 def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray:
@@ -371,7 +387,7 @@ def choose_delta(criteria: Criteria, factor: float = DELTA_FACTOR) -> np.ndarray
     ``δ_M`` (see the module docstring and :func:`typical_error`)."""
     raw = np.fmax(factor * typical_error(criteria), criteria.delta_paper)
     raw = np.where(np.isfinite(raw) & (raw > 0), raw, bin_edges()[0])
-    return round_up_to_edge(raw)
+    return criteria.swept(round_up_to_edge(raw))
 
 
 def least_adequate_order(criteria: Criteria) -> int:
@@ -456,17 +472,21 @@ def active_coordinates(density: KernelDensity) -> np.ndarray:
 
 
 def _sweep_chunk(
-    density: KernelDensity, x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None
+    density: KernelDensity,
+    lowest: int,
+    x: np.ndarray,
+    _info: BlockInfo,
+    _halo: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
-    return sweep_sums(density, x)
+    return sweep_sums(density, x, lowest)
 
 
-def criteria_reduction(density: KernelDensity) -> Reduction:
-    """The order-selection pass: chunk = :func:`sweep_sums`, combine = :func:`combine_sweeps`,
-    finalize = :meth:`Criteria.from_sums`."""
+def criteria_reduction(density: KernelDensity, lowest: int = 0) -> Reduction:
+    """The order-selection pass: chunk = :func:`sweep_sums` (orders from ``lowest`` on),
+    combine = :func:`combine_sweeps`, finalize = :meth:`Criteria.from_sums`."""
     return Reduction(
         name="criteria",
-        chunk=partial(_sweep_chunk, density),
+        chunk=partial(_sweep_chunk, density, lowest),
         combine=combine_sweeps,
-        finalize=partial(Criteria.from_sums, density),
+        finalize=partial(Criteria.from_sums, density, lowest=lowest),
     )

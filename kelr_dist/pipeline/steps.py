@@ -89,6 +89,7 @@ from kelr_dist.kernels.score_matching import (
     held_out_losses,
 )
 from kelr_dist.kernels.selection import (
+    ERROR_WINDOW,
     Criteria,
     active_coordinates,
     choose_delta,
@@ -569,8 +570,11 @@ def choose_kernel_embedding(
     order: Order | None = None,
     delta: str | float = "auto",
 ) -> KernelEmbeddingChoice:
-    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4)."""
-    criteria: Criteria = passes(criteria_reduction(density))[0]
+    """Read 3: the δ/R/η sweep over every order, then the order (unless given) and δ (§4). A
+    given order is swept from ``ERROR_WINDOW`` orders below it on: all its threshold needs."""
+    given = None if order is None else (max(order) if isinstance(order, tuple) else int(order))
+    lowest = 0 if given is None else max(given - ERROR_WINDOW, 0)
+    criteria: Criteria = passes(criteria_reduction(density, lowest))[0]
     chosen = choose_order(criteria) if order is None else order
     level = max(chosen) if isinstance(chosen, tuple) else int(chosen)
     deltas = choose_delta(criteria)
