@@ -12,7 +12,7 @@ coordinates ``coupled-3d``), on one equilibrium trajectory of ``--samples`` samp
    Printed: the largest error of the estimated PDF response ``k_b(t) / h`` against the exact one
    as a fraction of the PDF's peak (with its time, bin and forcing, and the largest residual of
    the lag-0 identity ``k_b(0) = E[A_b']`` of estimate and exact reference, which says which of
-   the two is off), and the variance response's largest error in its standard errors.
+   the two is off), and the variance response's largest error in its total standard errors.
 2. *Direct perturbation experiment* (needs no score). ``--members`` equilibrium states (from an
    independent trajectory, ``--spacing`` samples apart) are integrated by the model's own scheme
    with the constant forcing ``+ε`` and ``-ε`` on the forced component, with common random numbers
@@ -331,10 +331,10 @@ def main() -> None:
         mom = kelr_dist.distribution_response(moments, component)
         mom_exact = kelr_dist.distribution_response(moments, component, name="response_exact")
         diff = (mom["response"] - mom_exact["response"]).sel(moment=2.0)
-        z = np.abs(diff) / mom["response_stderr"].sel(moment=2.0)
+        z = np.abs(diff) / mom["response_total_stderr"].sel(moment=2.0)
         size = float(np.abs(mom_exact["response"].sel(moment=2.0)).max())
         print(f"  variance response of {component}: max |k̂ - k_exact| = "
-              f"{float(np.abs(diff).max()):.4f}, max {float(z.max()):.2f} s.e. "
+              f"{float(np.abs(diff).max()):.4f}, max {float(z.max()):.2f} total s.e. "
               f"(|k_exact| up to {size:.3f})")  # fmt: skip
 
     # 2. direct perturbation experiment

@@ -116,6 +116,9 @@ def test_ou_pdf_response_is_the_shifted_gaussian(ou, tmp_path):
     # the equilibrium PDF on the grid is the Gaussian's, smoothed by the bins
     labelled = kelr_dist.distribution_response(ds, "x1")
     assert labelled["bin"].values[0] >= x[:, 0].min() and labelled.sizes["bin"] == 20
+    # the estimate's total error bars come with it, per bin
+    assert labelled["response_total_stderr"].dims == ("lag", "bin", "j")
+    assert (labelled["response_total_stderr"] >= labelled["response_stderr"]).all()
     np.testing.assert_allclose((labelled["equilibrium"] * record["bin_width"][0]).sum(), 1.0)
 
     # the predicted PDF integrates to 1; a forcing far beyond the linear regime goes negative

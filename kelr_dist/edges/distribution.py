@@ -71,6 +71,10 @@ def _component(record: dict[str, Any], component: Hashable | None) -> int:
     return components.index(component)
 
 
+#: the error variables of a response that are labelled with it, per bin, moment or quantile
+ERROR_SUFFIXES = ("_stderr", "_total_stderr", "_estimator_stderr", "_model_shift")
+
+
 def distribution_response(
     result: xr.Dataset, component: Hashable | None = None, name: str = "response"
 ) -> xr.Dataset:
@@ -84,12 +88,13 @@ def distribution_response(
 
     Returns
     -------
-    Dataset with ``response`` and ``response_stderr`` ``(lag, <dim>, j)`` and ``equilibrium``
-    ``(<dim>,)``, where ``<dim>`` is ``bin`` (coordinate: bin centres in data units; response and
-    equilibrium in density per unit: ``k_b / h``, ``p0_b = Ā_b / h``), ``moment`` (1..4; the
-    centred moments ``E[(x - μ)^k]``, ``μ`` in ``attrs["mean"]``) or ``quantile`` (levels;
-    coordinate ``threshold`` in data units; the smoothed ``P(x > threshold)``, smoothing width
-    ``attrs["width"]`` in data units).
+    Dataset with ``response`` and its error bars ``(lag, <dim>, j)`` (``response_stderr``, and
+    where the result has them ``response_total_stderr``, ``response_estimator_stderr`` and
+    ``response_model_shift``), and ``equilibrium`` ``(<dim>,)``, where ``<dim>`` is ``bin``
+    (coordinate: bin centres in data units; response and equilibrium in density per unit:
+    ``k_b / h``, ``p0_b = Ā_b / h``), ``moment`` (1..4; the centred moments ``E[(x - μ)^k]``,
+    ``μ`` in ``attrs["mean"]``) or ``quantile`` (levels; coordinate ``threshold`` in data units;
+    the smoothed ``P(x > threshold)``, smoothing width ``attrs["width"]`` in data units).
     """
     record = distribution_record(result)
     c = _component(record, component)
@@ -104,7 +109,10 @@ def distribution_response(
         coords["threshold"] = (dim, record["coordinates"][c])
         extra["width"] = record["scale"][c]  # the steps' smoothing width in data units
     data: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
-    for key in (name, f"{name}_stderr"):
+    for suffix in ("", *ERROR_SUFFIXES):
+        key = name + suffix
+        if key not in result:  # the estimator's and the total error exist for estimated scores
+            continue
         values = result[key].transpose("lag", "i", "j").isel(i=rows).values * scale
         data["response" + key[len(name) :]] = (("lag", dim, "j"), values)
     data["equilibrium"] = ((dim,), np.asarray(record["equilibrium"][c]) * scale)
