@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ def main() -> None:
         help="programs: numpy and package in turn, per environment (default); environments: "
         "the package alone, with and without the thread variables in turn",
     )
+    parser.add_argument("--output", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -130,6 +132,30 @@ def main() -> None:
         for label, medians, ratio in summary:
             print(f"{label:<36}{medians['numpy']:>8.2f}s{medians['package']:>8.2f}s{ratio:>8.2f}")
         print("target: ratio <= 0.33 (goal 0.2)")
+        if args.output is not None:
+            args.output.write_text(markdown(summary, int(args.samples), args.repeats, cores))
+            print(f"wrote {args.output}")
+
+
+def markdown(
+    summary: list[tuple[str, dict[str, float], float]], samples: int, repeats: int, cores: int
+) -> str:
+    """The comparison as a Markdown table, with the command, the date and the machine."""
+    rows = [
+        "| environment | numpy script | package | package / numpy |",
+        "|---|---|---|---|",
+        *(
+            f"| {label} | {m['numpy']:.1f} s | {m['package']:.1f} s | {ratio:.2f} |"
+            for label, m, ratio in summary
+        ),
+    ]
+    command = f"python scripts/bench_vs_numpy.py --samples {samples:.0e} --repeats {repeats}"
+    return (
+        "\n".join(rows)
+        + f"\n\nMedians of {repeats} alternations, N = {samples:.0e}. Written by `{command} "
+        f"--output docs/benchmarks/vs_numpy.md` on {time.strftime('%Y-%m-%d')} ({cores} cores, "
+        f"{platform.machine()}, load {os.getloadavg()[0]:.1f} at the end).\n"
+    )
 
 
 if __name__ == "__main__":
