@@ -49,6 +49,7 @@ import argparse
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -496,21 +497,26 @@ PILOT_SYSTEMS = ("coupled-3d", "coupled-4d", "coupled-6d")
 PILOT_REPEATS = 3
 
 
-def pilot_cost(cache: Path, quick: bool) -> None:
+def pilot_cost(
+    cache: Path,
+    quick: bool,
+    repeats: int = PILOT_REPEATS,
+    systems: Sequence[str] = PILOT_SYSTEMS,
+) -> None:
     """On each d >= 3 system: the automatic estimate (pilot on), the family it chose alone, and
-    the automatic estimate with every family fitted, alternated ``PILOT_REPEATS`` times after a
+    the automatic estimate with every family fitted, alternated ``repeats`` times after a
     warm-up run; medians and ratios (target: automatic / chosen alone <= 1.3), and whether the
     pilot changed the choice."""
     n = 10**6 if quick else 10**7
     print(f"\n== the pilot (estimator='auto' against the chosen family alone), N = {n:.0e}")
     client = get_client(n_workers=2, quiet=True)
-    for model in PILOT_SYSTEMS:
+    for model in systems:
         path = cached_store(cache, model, n, client=client)
         warm = estimate_response(path, client=client, progress=False)
         chosen = warm.attrs["estimator"]
         seconds: dict[str, list[float]] = {"auto": [], "alone": [], "every": []}
         picks = set()
-        for _ in range(PILOT_REPEATS):
+        for _ in range(repeats):
             for label, estimator in (("auto", "auto"), ("alone", chosen), ("every", "auto")):
                 start = time.perf_counter()
                 ds = estimate_response(
@@ -521,7 +527,7 @@ def pilot_cost(cache: Path, quick: bool) -> None:
                     picks.add(ds.attrs["estimator"])
         auto, alone, every = (float(np.median(seconds[k])) for k in ("auto", "alone", "every"))
         say(
-            f"  {model}: median of {PILOT_REPEATS}: auto {auto:.1f} s, {chosen} alone "
+            f"  {model}: median of {repeats}: auto {auto:.1f} s, {chosen} alone "
             f"{alone:.1f} s, every family {every:.1f} s; auto / alone {auto / alone:.2f} "
             f"(target <= 1.3), every family / alone {every / alone:.2f}; chosen with every "
             f"family: {', '.join(sorted(picks))}"
@@ -550,6 +556,12 @@ def main() -> None:
     )
     parser.add_argument("--large-n", type=float, help="N of the large run (default 1e9)")
     parser.add_argument(
+        "--pilot-repeats", type=int, default=PILOT_REPEATS, help="alternations of the pilot runs"
+    )
+    parser.add_argument(
+        "--pilot-systems", nargs="+", default=list(PILOT_SYSTEMS), help="systems of the pilot runs"
+    )
+    parser.add_argument(
         "--output", type=Path, help="also write the speed table as Markdown to this file"
     )
     args = parser.parse_args()
@@ -562,6 +574,8 @@ def main() -> None:
             speed(cache, args.quick, sizes, args.output)
         elif name == "large" and args.large_n:
             large(cache, args.quick, int(args.large_n))
+        elif name == "pilot":
+            pilot_cost(cache, args.quick, args.pilot_repeats, args.pilot_systems)
         else:
             SECTIONS[name](cache, args.quick)
     close_embedded_cluster()
