@@ -400,7 +400,10 @@ def stein_target(
     observable: Observable, forcing: Forcing, x: np.ndarray, a: np.ndarray, steps: np.ndarray
 ) -> np.ndarray:
     """``∂_j(c_j (A_i - Ā_i)) = c_j ∂_j A_i + (A_i - Ā_i) ∂_j c_j`` at ``x (n, d)``, ``(n, q, d)``;
-    ``a (n, q)`` is the centred observable on the same rows."""
+    ``a (n, q)`` is the centred observable on the same rows (for a constant forcing, ``c = 1``,
+    the target is ``∂_j A_i``, as the Jacobian gives it: a broadcast view for the identity)."""
+    if forcing.function is None:
+        return observable.jacobian(x, steps)
     c, dc = forcing.profile(x)
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
