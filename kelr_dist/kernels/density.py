@@ -428,11 +428,11 @@ def _contract_block(
     if tables.fused is not None:
         tails_f, grads_f = tables.fused
         out: list[tuple[np.ndarray, ...]] = []
-        for own in np.split(coef_t, count):
+        for own in np.split(coef_t, count):  # row blocks of a C-ordered array: contiguous
             density, slope, tail_slopes = np.empty(n), np.empty(n), np.empty((basis.dim - 1, n))
             _contract(
-                np.ascontiguousarray(own), basis.first_stops, values[0].T, derivs[0].T,
-                tails_f, grads_f, density, slope, tail_slopes,
+                own, basis.first_stops, values[0].T, derivs[0].T, tails_f, grads_f,
+                density, slope, tail_slopes,
             )  # fmt: skip
             out.append((density, np.column_stack([slope, tail_slopes.T])))
         return out
