@@ -236,12 +236,12 @@ def step_response(
     return out.values, out["stderr"].values
 
 
-def stein_misfit(ds: xr.Dataset, component: str, suffix: str) -> str:
-    """The largest lag-0 Stein residual of ``component``'s observables in its total standard
+def stein_misfit(ds: xr.Dataset, component: str, suffix: str, stderr: str = "total_stderr") -> str:
+    """The largest lag-0 Stein residual of ``component``'s observables in its (total) standard
     errors, with its value and entry."""
     rows = [str(i).startswith(f"{component}:") for i in ds["i"].values]
     residual = ds[f"stein_residual{suffix}"].isel(i=rows)
-    z = np.abs(residual) / ds[f"stein_residual{suffix}_total_stderr"].isel(i=rows)
+    z = np.abs(residual) / ds[f"stein_residual{suffix}_{stderr}"].isel(i=rows)
     at = np.unravel_index(int(np.argmax(z.values)), z.shape)
     entry, forcing = residual["i"].values[at[0]], residual["j"].values[at[1]]
     return (f"{float(z.values[at]):.1f} s.e. ({float(residual.values[at]):+.4f} at {entry}, "
@@ -328,6 +328,9 @@ def main() -> None:
         print(f"    lag-0 identity k_b(0) = E[A_b'] (Stein residual), {component}'s bins: "
               f"{stein_misfit(pdf, component, '')} estimated, "
               f"{stein_misfit(pdf, component, '_exact')} exact")  # fmt: skip
+        if "stein_residual_uncorrected" in pdf:
+            print(f"    before the Stein correction: "
+                  f"{stein_misfit(pdf, component, '_uncorrected', 'stderr')}")  # fmt: skip
         mom = kelr_dist.distribution_response(moments, component)
         mom_exact = kelr_dist.distribution_response(moments, component, name="response_exact")
         diff = (mom["response"] - mom_exact["response"]).sel(moment=2.0)

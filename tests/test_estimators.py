@@ -83,7 +83,7 @@ def test_a_poor_kernel_embedding_warns_by_its_uncorrected_stein_residual(systems
     messages = [str(w.message) for w in caught if isinstance(w.message, BiasWarning)]
     assert bool(messages) == warns, messages
     if warns:
-        assert "before the affine Stein correction" in messages[0]
+        assert "before the Stein correction" in messages[0]
         assert "of k(0)" in messages[0]
 
 

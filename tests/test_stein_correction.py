@@ -6,6 +6,7 @@ import pytest
 
 from kelr_dist.kernels.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.refit import refit_reduction
 from kelr_dist.kernels.response import (
     Forcing,
     FunctionScore,
@@ -18,7 +19,6 @@ from kelr_dist.kernels.stein_correction import (
     affine_fit,
     augmented,
     corrected_response,
-    extended_score_reduction,
 )
 from kelr_dist.models.registry import make_model
 
@@ -207,7 +207,7 @@ def test_fourier_extension_finds_what_a_polynomial_score_misses():
 
     features = FourierFeatures.draw(x.mean(axis=0), x.std(axis=0))
     for base, shrink in ((FunctionScore(lambda y: -y), 0.5), (FunctionScore(true), None)):
-        fitted = reduce_in_memory(extended_score_reduction(base, features), x, 50_000)
+        (fitted,) = reduce_in_memory(refit_reduction([(base, features)]), x, 50_000)
         before = np.mean((base(x)[0] - true(x)) ** 2)
         after = np.mean((fitted(x)[0] - true(x)) ** 2)
         if shrink is None:

@@ -230,7 +230,7 @@ class SteinFigures(NamedTuple):
 
     residual: float  #: the largest |lag-0 Stein residual|
     ratio: float  #: the largest |residual| / stderr over the entries
-    raw_ratio: float  #: that ratio before the affine Stein correction (NaN: not corrected)
+    raw_ratio: float  #: that ratio before the Stein correction (NaN: not corrected)
     raw_share: float  #: the largest uncorrected |residual| as a fraction of k(0) in its row
     #: (over the rows whose k(0) is away from 0, :func:`relative_to_lag0`; NaN when there is none)
 
@@ -336,7 +336,7 @@ def headline(ds: xr.Dataset, name: str) -> str:
             f"{_number(stein.ratio)} (the largest lag-0 Stein residual in standard errors: the "
             "estimator's bias at lag 0"
             + (
-                f"; {_number(stein.raw_ratio)} before the affine Stein correction"
+                f"; {_number(stein.raw_ratio)} before the Stein correction"
                 if math.isfinite(stein.raw_ratio)
                 else ""
             )
@@ -404,7 +404,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     if stein:
         lines.append(
             "lag-0 Stein residual k(0) - E[d_j(c_j A_i)] (estimator bias; 0 for the true score;"
-            " 'uncorrected': before the affine Stein correction, in stderr and in % of k(0)):"
+            " 'uncorrected': before the Stein correction, in stderr and in % of k(0)):"
         )
         cells = []
         for variable, figures in stein.items():
@@ -614,7 +614,7 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
             else f"up to {stein.residual:.2g} = {stein.ratio:.1f} stderr"
         )
         + (
-            f"\n(before the affine Stein correction: {stein.raw_ratio:.1f} stderr"
+            f"\n(before the Stein correction: {stein.raw_ratio:.1f} stderr"
             f"{_share_text(stein.raw_share).replace(' =', ',')})"
             if np.isfinite(stein.raw_ratio)
             else ""

@@ -55,6 +55,7 @@ from kelr_dist.kernels.lagged import lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.score_matching import ScoreModel
 from kelr_dist.kernels.stein_correction import (
+    ExtendedScore,
     affine_fit,
     augmented,
     corrected_response,
@@ -320,7 +321,7 @@ class ResponseResult:
 
     @property
     def uncorrected_stein_total_stderr(self) -> np.ndarray | None:
-        """``(q, d)`` the same before the affine correction (``None`` if not corrected)."""
+        """``(q, d)`` the same before the Stein correction (``None`` if not corrected)."""
         raw = self.uncorrected_stein_residual_stderr
         if raw is None or self.uncorrected_estimator_stderr is None:
             return raw
@@ -338,7 +339,7 @@ class ResponseResult:
 
     @property
     def uncorrected_stein_residual(self) -> np.ndarray | None:
-        """``(q, d)`` lag-0 Stein residual before the affine correction (``None`` if none)."""
+        """``(q, d)`` lag-0 Stein residual before the Stein correction (``None`` if none)."""
         if self.uncorrected_stein is None:
             return None
         return self.uncorrected_stein.mean.reshape(self.mean.shape[1:])
@@ -418,6 +419,11 @@ def replicate_key(name: str, fold: int) -> str:
     return f"{name} without fold {fold}"
 
 
+def unrefitted_key(name: str) -> str:
+    """Key of score ``name`` before its refit on the observable's functions (has spaces)."""
+    return f"{name} before the refit"
+
+
 def neighbour_key(name: str, step: int) -> str:
     """Key of the partials of score ``name``'s neighbouring model ``step`` (has spaces: never a
     score's name)."""
@@ -451,6 +457,9 @@ class _ResponseKernel:
     periods: np.ndarray | None = None  # (d,) periods of the components on a circle (0: line)
     #: per score name, its neighbouring models (the model's sensitivity, same read)
     neighbours: Mapping[str, Sequence[Score]] = field(default_factory=dict)
+    #: per score name, the estimate before a refit on the observable's functions: only its
+    #: lag-0 Stein residual is read (the uncorrected one)
+    unrefitted: Mapping[str, Score] = field(default_factory=dict)
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
@@ -513,7 +522,10 @@ class _ResponseKernel:
             for name, models in self.neighbours.items()
             for step, score in enumerate(models)
         ]
-        values = dict(zip([k for k, _, _ in keyed], _evaluate_scores(keyed, x), strict=True))
+        keyed += [(unrefitted_key(name), score, False) for name, score in self.unrefitted.items()]
+        values = dict(
+            zip([k for k, _, _ in keyed], evaluate_scores([s for _, s, _ in keyed], x), strict=True)
+        )
 
         def add(key: str, score: Score, corrected: bool) -> None:
             s, kept = values.pop(key)
@@ -537,12 +549,15 @@ class _ResponseKernel:
 
         for key, score, corrected in keyed[: len(self.scores)]:
             add(key, score, corrected)
+        unrefitted = [
+            self.forcing.conjugate(x, *values.pop(unrefitted_key(name))) for name in self.unrefitted
+        ]
         target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
         residuals = np.stack(
-            [a[:, :, None] * b[:, None, :] - target for b in columns], axis=1
+            [a[:, :, None] * b[:, None, :] - target for b in columns + unrefitted], axis=1
         ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
         averaged = len(columns)
-        for key, score, corrected in keyed[len(self.scores) :]:
+        for key, score, corrected in keyed[len(self.scores) : len(keyed) - len(unrefitted)]:
             add(key, score, corrected)
         refits = columns[averaged:]
         del columns[averaged:]
@@ -562,30 +577,35 @@ class _ResponseKernel:
         }
 
 
-def _evaluate_scores(
-    keyed: Sequence[tuple[str, Score, bool]], x: np.ndarray
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each score's ``(∇ log p, kept)`` at ``x (n, d)``; the kernel-embedding scores together
-    (:meth:`DensityScore.many`: an estimate and its refits share the basis tables), and the
-    score-matching models together (:meth:`ScoreModel.many`: they share the feature values),
-    and a refit of one of them with more features from its values."""
-    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(keyed)
+def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each score's ``(∇ log p, kept)`` at ``x (n, d)``, sharing work: a refit
+    (:class:`~kelr_dist.kernels.stein_correction.ExtendedScore`) starts from its base's values,
+    every base once; the kernel-embedding scores together (:meth:`DensityScore.many`: an
+    estimate and its refits share the basis tables), and the score-matching models together
+    (:meth:`ScoreModel.many`: they share the feature values)."""
+    roots = [score.base if isinstance(score, ExtendedScore) else score for score in scores]
+    index: dict[int, int] = {}
+    unique: list[Score] = []
+    for root in roots:
+        if id(root) not in index:
+            index[id(root)] = len(unique)
+            unique.append(root)
+    values: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(unique)
     for kind, many in ((DensityScore, DensityScore.many), (ScoreModel, ScoreModel.many)):
-        members = [k for k, (_, score, _) in enumerate(keyed) if isinstance(score, kind)]
+        members = [k for k, root in enumerate(unique) if isinstance(root, kind)]
         if members:
-            values = many([keyed[k][1] for k in members], x)  # type: ignore[misc]
-            for k, value in zip(members, values, strict=True):
-                out[k] = value
-    for k, (_, score, _) in enumerate(keyed):
-        if out[k] is None:
-            # a refit on a score of this read (ExtendedScore) starts from that score's values
-            base = next(
-                (j for j, (_, s, _) in enumerate(keyed) if s is getattr(score, "base", None)),
-                None,
-            )
-            known = None if base is None else out[base]
-            out[k] = score(x) if known is None else score.on_base(x, *known)  # type: ignore[attr-defined]
-    return out  # type: ignore[return-value]
+            group: list[Any] = [unique[k] for k in members]
+            for k, value in zip(members, many(group, x), strict=True):
+                values[k] = value
+    for k, root in enumerate(unique):
+        if values[k] is None:
+            values[k] = root(x)
+    out = []
+    for score, root in zip(scores, roots, strict=True):
+        known = values[index[id(root)]]
+        assert known is not None
+        out.append(score.on_base(x, *known) if isinstance(score, ExtendedScore) else known)
+    return out
 
 
 def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -607,13 +627,16 @@ def _finalize(
     names: tuple[str, ...],
     replicates: dict[str, int],
     neighbours: dict[str, int],
+    unrefitted: tuple[str, ...],
     partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
     """Each score's ``width`` columns of the shared lagged sums (in the chunk's order: the
     scores ``names``, then the correction's); a score with ``replicates[name]`` refits gets
     their jackknife standard error, and a score with ``neighbours[name]`` neighbouring models
     its :attr:`~ResponseResult.model_shift`, from the means of their columns (the plain lagged
-    sums: the refits in the order of ``replicates``, then the neighbours)."""
+    sums: the refits in the order of ``replicates``, then the neighbours). A score named in
+    ``unrefitted`` gets the lag-0 Stein residual before its refit on the observable's functions
+    as its uncorrected one (the residual columns after the scores')."""
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = partials["parts"]
@@ -676,6 +699,16 @@ def _finalize(
                 jackknife_stderr(np.stack(raw)) if results[name].correction is not None else None
             ),
         )
+    for u, name in enumerate(unrefitted):
+        k = len(names) + u
+        raw = results[name]
+        results[name] = replace(
+            raw,
+            uncorrected_stein=stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2),
+            uncorrected_estimator_stderr=(
+                None if raw.estimator_stderr is None else raw.estimator_stderr[0]
+            ),
+        )
     for name, count in neighbours.items():
         shifts = np.stack(
             [refitted(name, neighbour_key(name, m))[1] - results[name].mean for m in range(count)]
@@ -724,6 +757,7 @@ def response_reduction(
     replicates: Mapping[str, Sequence[Score]] | None = None,
     periods: np.ndarray | None = None,
     neighbours: Mapping[str, Sequence[Score]] | None = None,
+    unrefitted: Mapping[str, Score] | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -740,7 +774,10 @@ def response_reduction(
     corrected as the score is, and give the estimate's jackknife standard error
     (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). ``neighbours`` maps
     some score names to neighbouring models (a richer one, say): their responses, on
-    more columns, give :attr:`ResponseResult.model_shift`. Finalizes to ``{name: ResponseResult}``.
+    more columns, give :attr:`ResponseResult.model_shift`. ``unrefitted`` maps some score names
+    to the estimate before its refit on the observable's functions
+    (:func:`~kelr_dist.kernels.refit.refit_reduction`): its lag-0 Stein residual becomes the
+    score's uncorrected one. Finalizes to ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
@@ -759,6 +796,12 @@ def response_reduction(
     unknown = set(neighbours) - set(scores)
     if unknown:
         raise ValueError(f"neighbour names {sorted(unknown)} are not among the scores")
+    unrefitted = dict(unrefitted or {})
+    unknown = set(unrefitted) - set(scores) | set(unrefitted) & set(corrected)
+    if unknown:
+        raise ValueError(
+            f"unrefitted names {sorted(unknown)} are not among the scores or are corrected"
+        )
     kernel = _ResponseKernel(
         dict(scores),
         observable,
@@ -772,6 +815,7 @@ def response_reduction(
         replicates,
         None if periods is None else np.asarray(periods, dtype=np.float64),
         neighbours,
+        unrefitted,
     )
     counts = {name: len(refits) for name, refits in replicates.items()}
     return Reduction(
@@ -779,7 +823,12 @@ def response_reduction(
         chunk=kernel.chunk,
         combine=_combine,
         finalize=partial(
-            _finalize, d, tuple(scores), counts, {n: len(m) for n, m in neighbours.items()}
+            _finalize,
+            d,
+            tuple(scores),
+            counts,
+            {n: len(m) for n, m in neighbours.items()},
+            tuple(unrefitted),
         ),
         halo=int(max_lag),
     )

@@ -46,14 +46,11 @@ longer forces one for the wrapped angle, whose true lag-0 response is ``1 - P_j 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from kelr_dist.kernels.density import row_blocks
-from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.score_matching import FEATURE_ROWS, RCOND
+from kelr_dist.kernels.score_matching import RCOND
 
 
 def _periodic(periods: np.ndarray | None, d: int) -> np.ndarray:
@@ -171,6 +168,25 @@ FOURIER_COUNT = 64
 FOURIER_LENGTH = 0.5
 
 
+class Features(Protocol):
+    """Test functions ``φ (n, K)`` beside the affine ``z̃`` of a refit (:class:`ExtendedScore`):
+    ``origin`` ``x̄ (d,)``, ``scale`` ``σ (d,)`` and ``periods`` ``(d,)`` (or ``None``) place
+    ``z̃`` (:func:`augmented`)."""
+
+    @property
+    def origin(self) -> np.ndarray: ...
+
+    @property
+    def scale(self) -> np.ndarray: ...
+
+    @property
+    def periods(self) -> np.ndarray | None: ...
+
+    def __call__(self, x: np.ndarray) -> np.ndarray: ...
+
+    def values_and_divergence_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 @dataclass(frozen=True)
 class FourierFeatures:
     """Random Fourier features ``φ_k(x) = cos(ω_k · (x - x̄) / σ + b_k)``, ``k = 1..K``, with
@@ -183,6 +199,7 @@ class FourierFeatures:
     phases: np.ndarray
     origin: np.ndarray
     scale: np.ndarray
+    periods: np.ndarray | None = None
 
     @classmethod
     def draw(
@@ -216,46 +233,91 @@ class FourierFeatures:
         return np.cos(argument, out=argument), divergence
 
 
-def extended_moments(base: Any, x: np.ndarray, features: FourierFeatures) -> dict[str, Any]:
-    """The sums that fit ``ŝ + V [z̃, φ]`` by eq. (1) on the rows ``x (n, d)`` with the score
-    ``base`` (0 where it keeps no row): ``Σ ŝ [z̃, φ]ᵀ``, ``Σ [z̃, φ][z̃, φ]ᵀ``, the divergence
-    sums and ``n``, by blocks of :data:`FEATURE_ROWS` rows."""
-    width = x.shape[1] + 1 + features.phases.size
-    out: dict[str, Any] = {
-        "moment": np.zeros((x.shape[1], width)),
-        "second": np.zeros((width, width)),
-        "divergence": np.zeros((x.shape[1], width)),
-        "n": x.shape[0],
-    }
-    for rows in row_blocks(x.shape[0], FEATURE_ROWS):
-        block = x[rows]
-        phi, fourier_divergence = features.values_and_divergence_sums(block)
-        z = np.hstack([augmented(block, features.origin, features.scale), phi])
-        score, kept = base(block)
-        s = np.where(kept[:, None], score, 0.0)
-        out["moment"] += s.T @ z
-        out["second"] += z.T @ z
-        out["divergence"] += np.hstack([divergence_sums(block, features.scale), fourier_divergence])
-    return out
+@dataclass(frozen=True)
+class ObservableFeatures:
+    """The observable's own functions ``φ = A (n, q)`` as test functions: a refit on them makes
+    the sample Stein identity ``Ê[s A_i] = -Ê[∂A_i]`` hold for every ``A_i``, so the response
+    of ``A`` to a constant forcing has its exact value at lag 0 (``k(0) = Ê[∂_j A_i]``).
+
+    ``observable``: ``x (n, d) -> (n, q)`` with ``jacobian(x, steps) -> (n, q, d)``
+    (:class:`~kelr_dist.kernels.response.Observable`); ``steps`` ``(d,)`` its central
+    differences when it has no derivative."""
+
+    observable: Any
+    origin: np.ndarray
+    scale: np.ndarray
+    steps: np.ndarray
+    periods: np.ndarray | None = None
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """``A(x)`` at ``x (n, d)``: ``(n, q)``."""
+        return np.asarray(self.observable(x), dtype=np.float64)
+
+    def values_and_divergence_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``A(x)`` ``(n, q)`` and ``Σ_n ∂_j A_i(x_n)`` ``(d, q)``."""
+        return self(x), self.observable.jacobian(x, self.steps).sum(axis=0).T
+
+
+@dataclass(frozen=True)
+class StackedFeatures:
+    """Several feature sets side by side (placed by the first's ``z̃``)."""
+
+    parts: tuple[Any, ...]  # Features
+
+    @property
+    def origin(self) -> np.ndarray:
+        return self.parts[0].origin
+
+    @property
+    def scale(self) -> np.ndarray:
+        return self.parts[0].scale
+
+    @property
+    def periods(self) -> np.ndarray | None:
+        return self.parts[0].periods
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.hstack([part(x) for part in self.parts])
+
+    def values_and_divergence_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        values, divergence = zip(
+            *(part.values_and_divergence_sums(x) for part in self.parts), strict=True
+        )
+        return np.hstack(values), np.hstack(divergence)
+
+
+def refit_design(x: np.ndarray, features: Features) -> tuple[np.ndarray, np.ndarray]:
+    """``[z̃, φ]`` at ``x (n, d)`` ``(n, w)`` and its divergence sums ``Σ_n ∂_j [z̃, φ]``
+    ``(d, w)``: the design of a refit by eq. (1)."""
+    phi, divergence = features.values_and_divergence_sums(x)
+    z = augmented(x, features.origin, features.scale, features.periods)
+    affine = divergence_sums(x, features.scale, features.periods)
+    return np.hstack([z, phi]), np.hstack([affine, divergence])
 
 
 @dataclass(frozen=True)
 class ExtendedScore:
-    """A score ``ŝ`` refitted as ``ŝ + V [z̃, φ]`` (eq. 1 with the affine features and the
-    random Fourier features ``φ`` of ``features``): the nearest score outside the span of a
-    polynomial estimate, fitted by the same Hyvärinen loss. ``weights`` ``V (d, d + 1 + K)``."""
+    """A score ``ŝ`` refitted as ``ŝ + V [z̃, φ]`` (eq. 1 with the affine features and the test
+    functions ``φ`` of ``features``: random Fourier features, the observable's own functions):
+    the nearest score to ``∇ log p`` in Fisher divergence in that family, which contains ``ŝ``.
+    ``weights`` ``V (d, w)``."""
 
     base: Any  # a score: x (n, d) -> (∇ log p (n, d), kept (n,))
-    features: FourierFeatures
+    features: Any  # Features
     weights: np.ndarray
 
     @classmethod
-    def fit(cls, base: Any, features: FourierFeatures, sums: dict[str, Any]) -> ExtendedScore:
-        """From the :func:`extended_moments` of ``base`` summed over the trajectory."""
+    def fit(
+        cls, base: Any, features: Any, moment: np.ndarray, sums: dict[str, Any]
+    ) -> ExtendedScore:
+        """From ``Σ ŝ [z̃, φ]ᵀ`` (``moment``, ``(d, w)``, 0 on the rows ``base`` keeps not) and
+        the design's sums ``Σ [z̃, φ][z̃, φ]ᵀ`` (``second``), ``Σ ∂[z̃, φ]`` (``divergence``) and
+        ``n`` over the trajectory (:func:`refit_design`)."""
         n = sums["n"]
-        second, target = sums["second"] / n, (sums["moment"] + sums["divergence"]) / n
-        # random features in few dimensions are nearly collinear: the minimum-norm solve over
-        # the directions above RCOND of the largest (as score matching's Gram solve)
+        second, target = sums["second"] / n, (moment + sums["divergence"]) / n
+        # features in few dimensions are nearly collinear (random ones; bins that partition
+        # unity with the constant): the minimum-norm solve over the directions above RCOND of
+        # the largest (as score matching's Gram solve)
         weights = -target @ np.linalg.pinv(second, rcond=RCOND, hermitian=True)
         return cls(base, features, weights)
 
@@ -266,22 +328,6 @@ class ExtendedScore:
         self, x: np.ndarray, score: np.ndarray, kept: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """This score at ``x (n, d)`` from its base's values there (``score``, ``kept``)."""
-        z = np.hstack([augmented(x, self.features.origin, self.features.scale), self.features(x)])
+        f = self.features
+        z = np.hstack([augmented(x, f.origin, f.scale, f.periods), f(x)])
         return np.where(kept[:, None], score + z @ self.weights.T, 0.0), kept
-
-
-def _extended_chunk(
-    base: Any, features: FourierFeatures, stride: int, x: np.ndarray, info: BlockInfo, _halo: None
-) -> dict[str, Any]:
-    return extended_moments(base, x[-info.start % stride :: stride], features)
-
-
-def extended_score_reduction(base: Any, features: FourierFeatures, stride: int = 1) -> Reduction:
-    """The pass that fits :class:`ExtendedScore` to ``base`` on the rows whose time index is a
-    multiple of ``stride`` (those of the score-matching Gram pass): chunk =
-    :func:`extended_moments`, combine = ``+``, finalize = :meth:`ExtendedScore.fit`."""
-    return Reduction(
-        name="fourier moments",
-        chunk=partial(_extended_chunk, base, features, stride),
-        finalize=partial(ExtendedScore.fit, base, features),
-    )

@@ -61,11 +61,12 @@ from kelr_dist.kernels.basis_spec import format_basis, parse_basis_spec
 from kelr_dist.kernels.blocking import fitted_base_block
 from kelr_dist.kernels.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.density import KernelDensity
-from kelr_dist.kernels.distribution import PendingDistribution
+from kelr_dist.kernels.distribution import DistributionObservable, PendingDistribution
 from kelr_dist.kernels.folds import DEFAULT_FOLDS, Folds
 from kelr_dist.kernels.heldout import Choice, candidate_table, used_estimator
 from kelr_dist.kernels.quasi_gaussian import SampleMoments, gaussian_score
 from kelr_dist.kernels.response import (
+    DIFFERENCE_STEP,
     Forcing,
     FunctionScore,
     KDEScore,
@@ -77,7 +78,12 @@ from kelr_dist.kernels.response import (
     response_reduction,
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
-from kelr_dist.kernels.stein_correction import FOURIER_COUNT
+from kelr_dist.kernels.stein_correction import (
+    FOURIER_COUNT,
+    FourierFeatures,
+    ObservableFeatures,
+    StackedFeatures,
+)
 from kelr_dist.pipeline.distribution import distribution_attrs, survey_for
 from kelr_dist.pipeline.options import Circle, EstimateOptions, Name, checked
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
@@ -103,6 +109,7 @@ from kelr_dist.pipeline.steps import (
     kernel_embedding_truncation,
     pilot_kernel_embedding,
     pilot_stride,
+    refit_scores,
     respond,
     score_matching_features,
     score_matching_truncation,
@@ -479,8 +486,10 @@ def estimate_response(
     kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
     stein_correction : refit the estimated scores (kernel embedding, score matching; not the
         baselines) by the affine Stein correction
-        (:mod:`kelr_dist.kernels.stein_correction`), in the response read; ``False`` gives
-        the uncorrected estimators (the paper's own ``B̂``).
+        (:mod:`kelr_dist.kernels.stein_correction`), in the response read, or, for a
+        distribution observable, on the observable's own functions too, in one read before it
+        (:func:`refit_on_observable`); ``False`` gives the uncorrected estimators (the paper's
+        own ``B̂``).
     pilot : with ``estimator="auto"`` on at least 250 000 samples, fit the kernel embedding to
         a strided subsample first, and to all samples only when its held-out loss there can
         still win (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`); ``False`` fits
@@ -557,11 +566,21 @@ def estimate_response(
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
         extended = None
-        if sm is not None and plan.features is not None and setting.periods is None:
+        fourier = sm is not None and plan.features is not None and setting.periods is None
+        if fourier and not plan.refit:
+            assert sm is not None and plan.features is not None
             n_samples = math.prod(inputs.trajectory.shape[:2])
             stride = gram_stride(n_samples, plan.features.size, plan.correlation)
             extended = extend_score(passes, sm.model, setting.survey.moments, stride)
         scores, replicates, neighbours = plan.scores(ke, sm, fits, extended)
+        unrefitted: dict[str, Score] = {}
+        if plan.refit:
+            scores, replicates, neighbours, unrefitted = refit_on_observable(
+                passes,
+                setting,
+                (scores, replicates, neighbours),
+                sm.model if fourier and sm is not None else None,
+            )
         response = response_reduction(
             scores,
             setting.observable,
@@ -569,12 +588,17 @@ def estimate_response(
             inputs.max_lag,
             centre=setting.centre,
             scales=setting.survey.moments.std,
-            corrected=[name for name in ESTIMATED if name in scores] if plan.corrected else (),
+            corrected=(
+                [name for name in ESTIMATED if name in scores]
+                if plan.corrected and not plan.refit
+                else ()
+            ),
             origin=setting.survey.moments.mean,
             replicates=replicates,
             periods=setting.periods,
             neighbours=neighbours,
             base_block=fitted_base_block(inputs.max_lag, *inputs.trajectory.shape[:2]),
+            unrefitted=unrefitted,
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
@@ -623,6 +647,9 @@ class Plan:
     gaussian: SampleMoments | None
     corrected: bool
     pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
+    #: the Stein correction is a refit on the observable's own functions (a distribution's
+    #: bins, powers or exceedances, outside the affine span): :func:`refit_on_observable`
+    refit: bool = False
 
     def scores(
         self,
@@ -662,6 +689,58 @@ class Plan:
         return scores, replicates, neighbours
 
 
+#: the scores of a response read by response variable, their refits without each fold, their
+#: neighbouring models (:meth:`Plan.scores`)
+Scores = tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]
+
+
+def refit_on_observable(
+    passes: Passes, setting: Setting, fitted: Scores, fourier_base: Score | None = None
+) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
+    """Read 3r: every estimated score of ``fitted`` (scores, their refits without each fold,
+    their neighbouring models) refitted on the affine features and the observable's own
+    functions (:class:`~kelr_dist.kernels.stein_correction.ObservableFeatures`), so that for a
+    constant forcing the response of each column of ``A`` has its exact lag-0 value; with
+    ``fourier_base`` (score matching), that score refitted on random Fourier features beside
+    them becomes one more neighbour of it (the sensitivity check outside a polynomial span).
+    Returns the refitted scores, refits and neighbours, and the estimates before the refit,
+    whose lag-0 Stein residuals stay the evidence of their bias."""
+    scores, replicates, neighbours = fitted
+    moments = setting.survey.moments
+    features = ObservableFeatures(
+        setting.observable,
+        moments.mean,
+        moments.std,
+        DIFFERENCE_STEP * moments.std,
+        setting.periods,
+    )
+    names = [name for name in ESTIMATED if name in scores]
+    groups = [
+        (name, kind, members)
+        for name in names
+        for kind, members in (
+            ("score", (scores[name],)),
+            ("replicates", replicates.get(name, ())),
+            ("neighbours", neighbours.get(name, ())),
+        )
+    ]
+    requests: list[tuple[Score, Any]] = [(s, features) for _, _, m in groups for s in m]
+    if fourier_base is not None:
+        fourier = FourierFeatures.draw(moments.mean, moments.std)
+        requests.append((fourier_base, StackedFeatures((fourier, features))))
+    refitted = iter(refit_scores(passes, requests))
+    out: dict[str, dict[str, Any]] = {"score": dict(scores), "replicates": dict(replicates)}
+    out["neighbours"] = dict(neighbours)
+    for name, kind, members in groups:
+        if members:
+            new = tuple(next(refitted) for _ in members)
+            out[kind][name] = new[0] if kind == "score" else new
+    if fourier_base is not None:
+        name = "response_score_matching"
+        out["neighbours"][name] = (*out["neighbours"].get(name, ()), next(refitted))
+    return out["score"], out["replicates"], out["neighbours"], {n: scores[n] for n in names}
+
+
 def plan_estimate(
     passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
 ) -> Plan:
@@ -690,6 +769,7 @@ def plan_estimate(
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
         corrected=options.stein_correction,
+        refit=options.stein_correction and isinstance(setting.observable, DistributionObservable),
         pilot=options.pilot
         and options.estimator == "auto"
         and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
@@ -809,7 +889,9 @@ def conclude(
         "rejection": main.rejection,
         "nonfinite_rejection": main.nonfinite_rejection,
         "warnings": "\n".join(raised),
-        "stein_correction": "affine" if options.stein_correction else "none",
+        "stein_correction": (
+            "observable" if plan.refit else "affine" if options.stein_correction else "none"
+        ),
         **options.function_names(),
         **distribution_attrs(setting.observable),
         "passes": passes.reads,
@@ -968,7 +1050,7 @@ def _warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
         entry = tuple(int(v) for v in worst)
         _emit(
             BiasWarning,
-            f"before the affine Stein correction the lag-0 Stein residual at (i, j) = "
+            f"before the Stein correction the lag-0 Stein residual at (i, j) = "
             f"{entry} was {shares[entry]:.0%} of k(0) "
             f"({ratios[entry]:.1f} total standard errors): the score estimate is "
             "poor; the correction removes that bias at lag 0 only, later lags may keep part of "
