@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, polygamma
 
+from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
 SUB_BLOCK = 1 << 16
@@ -346,15 +347,27 @@ def _wrap_chunk(x: np.ndarray, _info: BlockInfo, halo: np.ndarray | None) -> dic
 
 
 def _add_steps(out: dict, rows: np.ndarray, periods: np.ndarray) -> None:
-    """Add the step sums of consecutive ``rows (L, d)`` to ``out``, by sub-blocks."""
-    for lo in range(0, rows.shape[0] - 1, SUB_BLOCK):
-        step = np.abs(np.diff(rows[lo : lo + SUB_BLOCK + 1], axis=0))[:, :, None]  # (L, d, 1)
-        jump = step > periods / 2.0
-        circular = np.where(jump, periods - step, step) ** 2
-        out["steps"] += step.shape[0]
-        out["jumps"] += jump.sum(axis=0)
-        out["circular"] += circular.sum(axis=0)
-        out["jump_circular"] += np.where(jump, circular, 0.0).sum(axis=0)
+    """Add the step sums of consecutive ``rows (L, d)`` to ``out`` (one compiled pass)."""
+    out["steps"] += max(rows.shape[0] - 1, 0)
+    _step_sums(rows, periods, out["jumps"], out["circular"], out["jump_circular"])
+
+
+@compiled
+def _step_sums(rows, periods, jumps, circular, jump_circular):  # pragma: no cover - compiled
+    """Per component ``k`` and period ``P``: steps ``|x_{n+1,k} - x_{n,k}|`` beyond ``P / 2``
+    (``jumps``), and the sums of the squared circular steps ``min(step, P - step)²`` over all
+    steps (``circular``) and over the jumps (``jump_circular``); NaN and inf propagate as in
+    numpy."""
+    for n in range(rows.shape[0] - 1):
+        for k in range(rows.shape[1]):
+            step = abs(rows[n + 1, k] - rows[n, k])
+            for c in range(periods.shape[0]):
+                jump = step > periods[c] / 2.0
+                arc = (periods[c] - step if jump else step) ** 2
+                circular[k, c] += arc
+                if jump:
+                    jumps[k, c] += 1
+                    jump_circular[k, c] += arc
 
 
 def _finalize_wraps(p: dict) -> WrapStatistics:
