@@ -169,18 +169,15 @@ FOURIER_LENGTH = 0.5
 
 
 class Features(Protocol):
-    """Test functions ``φ (n, K)`` beside the affine ``z̃`` of a refit (:class:`ExtendedScore`):
-    ``origin`` ``x̄ (d,)``, ``scale`` ``σ (d,)`` and ``periods`` ``(d,)`` (or ``None``) place
-    ``z̃`` (:func:`augmented`)."""
+    """Test functions ``φ (n, K)`` beside the affine ``z̃`` of a refit (:class:`ExtendedScore`),
+    for components on the line: ``origin`` ``x̄ (d,)`` and ``scale`` ``σ (d,)`` place ``z̃``
+    (:func:`augmented`)."""
 
     @property
     def origin(self) -> np.ndarray: ...
 
     @property
     def scale(self) -> np.ndarray: ...
-
-    @property
-    def periods(self) -> np.ndarray | None: ...
 
     def __call__(self, x: np.ndarray) -> np.ndarray: ...
 
@@ -199,7 +196,6 @@ class FourierFeatures:
     phases: np.ndarray
     origin: np.ndarray
     scale: np.ndarray
-    periods: np.ndarray | None = None
 
     @classmethod
     def draw(
@@ -247,7 +243,6 @@ class ObservableFeatures:
     origin: np.ndarray
     scale: np.ndarray
     steps: np.ndarray
-    periods: np.ndarray | None = None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """``A(x)`` at ``x (n, d)``: ``(n, q)``."""
@@ -272,10 +267,6 @@ class StackedFeatures:
     def scale(self) -> np.ndarray:
         return self.parts[0].scale
 
-    @property
-    def periods(self) -> np.ndarray | None:
-        return self.parts[0].periods
-
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.hstack([part(x) for part in self.parts])
 
@@ -290,8 +281,8 @@ def refit_design(x: np.ndarray, features: Features) -> tuple[np.ndarray, np.ndar
     """``[z̃, φ]`` at ``x (n, d)`` ``(n, w)`` and its divergence sums ``Σ_n ∂_j [z̃, φ]``
     ``(d, w)``: the design of a refit by eq. (1)."""
     phi, divergence = features.values_and_divergence_sums(x)
-    z = augmented(x, features.origin, features.scale, features.periods)
-    affine = divergence_sums(x, features.scale, features.periods)
+    z = augmented(x, features.origin, features.scale)
+    affine = divergence_sums(x, features.scale)
     return np.hstack([z, phi]), np.hstack([affine, divergence])
 
 
@@ -329,5 +320,5 @@ class ExtendedScore:
     ) -> tuple[np.ndarray, np.ndarray]:
         """This score at ``x (n, d)`` from its base's values there (``score``, ``kept``)."""
         f = self.features
-        z = np.hstack([augmented(x, f.origin, f.scale, f.periods), f(x)])
+        z = np.hstack([augmented(x, f.origin, f.scale), f(x)])
         return np.where(kept[:, None], score + z @ self.weights.T, 0.0), kept

@@ -708,11 +708,7 @@ def refit_on_observable(
     scores, replicates, neighbours = fitted
     moments = setting.survey.moments
     features = ObservableFeatures(
-        setting.observable,
-        moments.mean,
-        moments.std,
-        DIFFERENCE_STEP * moments.std,
-        setting.periods,
+        setting.observable, moments.mean, moments.std, DIFFERENCE_STEP * moments.std
     )
     names = [name for name in ESTIMATED if name in scores]
     groups = [
@@ -769,7 +765,10 @@ def plan_estimate(
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
         corrected=options.stein_correction,
-        refit=options.stein_correction and isinstance(setting.observable, DistributionObservable),
+        # on a circle the bins at the wrap are not periodic: no Stein identity to enforce
+        refit=options.stein_correction
+        and isinstance(setting.observable, DistributionObservable)
+        and setting.periods is None,
         pilot=options.pilot
         and options.estimator == "auto"
         and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
