@@ -580,9 +580,10 @@ class _ResponseKernel:
 def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each score's ``(∇ log p, kept)`` at ``x (n, d)``, sharing work: a refit
     (:class:`~kelr_dist.kernels.stein_correction.ExtendedScore`) starts from its base's values,
-    every base once; the kernel-embedding scores together (:meth:`DensityScore.many`: an
-    estimate and its refits share the basis tables), and the score-matching models together
-    (:meth:`ScoreModel.many`: they share the feature values)."""
+    every base once, and the refits on one feature set share its values; the kernel-embedding
+    scores together (:meth:`DensityScore.many`: an estimate and its refits share the basis
+    tables), and the score-matching models together (:meth:`ScoreModel.many`: they share the
+    feature values)."""
     roots = [score.base if isinstance(score, ExtendedScore) else score for score in scores]
     index: dict[int, int] = {}
     unique: list[Score] = []
@@ -600,11 +601,17 @@ def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.nda
     for k, root in enumerate(unique):
         if values[k] is None:
             values[k] = root(x)
+    designs: dict[int, np.ndarray] = {}  # per feature set, shared by its refits
     out = []
     for score, root in zip(scores, roots, strict=True):
         known = values[index[id(root)]]
         assert known is not None
-        out.append(score.on_base(x, *known) if isinstance(score, ExtendedScore) else known)
+        if isinstance(score, ExtendedScore):
+            key = id(score.features)
+            if key not in designs:
+                designs[key] = score.design(x)
+            known = score.on_base(designs[key], *known)
+        out.append(known)
     return out
 
 

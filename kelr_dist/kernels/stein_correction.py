@@ -313,12 +313,16 @@ class ExtendedScore:
         return cls(base, features, weights)
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.on_base(x, *self.base(x))
+        return self.on_base(self.design(x), *self.base(x))
+
+    def design(self, x: np.ndarray) -> np.ndarray:
+        """``[z̃, φ]`` at ``x (n, d)``: ``(n, w)``, shared by the refits on the same features."""
+        f = self.features
+        return np.hstack([augmented(x, f.origin, f.scale), f(x)])
 
     def on_base(
-        self, x: np.ndarray, score: np.ndarray, kept: np.ndarray
+        self, design: np.ndarray, score: np.ndarray, kept: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """This score at ``x (n, d)`` from its base's values there (``score``, ``kept``)."""
-        f = self.features
-        z = np.hstack([augmented(x, f.origin, f.scale), f(x)])
-        return np.where(kept[:, None], score + z @ self.weights.T, 0.0), kept
+        """This score from its :meth:`design` and its base's values (``score``, ``kept``) at the
+        same rows."""
+        return np.where(kept[:, None], score + design @ self.weights.T, 0.0), kept
