@@ -324,5 +324,5 @@ class ExtendedScore:
         self, design: np.ndarray, score: np.ndarray, kept: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """This score from its :meth:`design` and its base's values (``score``, ``kept``) at the
-        same rows."""
-        return np.where(kept[:, None], score + design @ self.weights.T, 0.0), kept
+        same rows; on the rows not kept, the base's value (0, or NaN where it is not finite)."""
+        return np.where(kept[:, None], score + design @ self.weights.T, score), kept
