@@ -520,8 +520,8 @@ class EstimateOptions(_Options):
     )
     stein_correction: Annotated[bool, _checks(_boolean)] = option(
         True,
-        "refit the estimated scores by the affine Stein correction (false: the paper's "
-        "uncorrected estimators)",
+        "refit the estimated scores by the Stein correction: affine, and on a distribution "
+        "observable's own functions (false: the paper's uncorrected estimators)",
     )
     pilot: Annotated[bool, _checks(_boolean)] = option(
         True,
