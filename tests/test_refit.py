@@ -5,6 +5,7 @@ chunking invariance, and the shared evaluation of the bases."""
 import numpy as np
 
 from kelr_dist.kernels.distribution import KERNELS, bin_functions
+from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.refit import refit_reduction
 from kelr_dist.kernels.response import FunctionScore, Observable, evaluate_scores
@@ -54,7 +55,7 @@ def test_refit_on_the_bins_makes_their_stein_identity_exact():
     x = bimodal_samples(200_000, 0)
     base = FunctionScore(lambda y: -(y - x.mean()) / x.var())
     features = features_for(x)
-    (refit,) = reduce_in_memory(refit_reduction([(base, features)]), x, 40_000)
+    (refit,) = reduce_in_memory(refit_reduction([(base, features, None)]), x, 40_000)
     s = refit(x)[0][:, 0]
     a, slopes = features.observable(x), features.observable.jacobian(x, features.steps)[:, :, 0]
     identity = (s[:, None] * a).mean(axis=0) + slopes.mean(axis=0)
@@ -70,7 +71,7 @@ def test_refit_of_the_true_score_moves_it_by_noise_only():
     noise (its Fisher divergence is a small fraction of the Gaussian's)."""
     x = bimodal_samples(200_000, 1)
     (refit,) = reduce_in_memory(
-        refit_reduction([(FunctionScore(true_score), features_for(x))]), x, 50_000
+        refit_reduction([(FunctionScore(true_score), features_for(x), None)]), x, 50_000
     )
     gaussian = np.mean((-(x - x.mean()) / x.var() - true_score(x)) ** 2)
     assert np.mean((refit(x)[0] - true_score(x)) ** 2) < 5e-3 * gaussian
@@ -89,7 +90,11 @@ def test_refits_are_the_same_over_any_chunking_and_share_their_bases():
     first, second = FunctionScore(counted), FunctionScore(true_score)
     bins = features_for(x)
     fourier = FourierFeatures.draw(x.mean(axis=0), x.std(axis=0), count=8)
-    requests = [(first, bins), (second, bins), (first, StackedFeatures((fourier, bins)))]
+    requests = [
+        (first, bins, None),
+        (second, bins, None),
+        (first, StackedFeatures((fourier, bins)), None),
+    ]
     whole = reduce_in_memory(refit_reduction(requests), x, len(x))
     assert sum(calls) == len(x)  # the first base once per row, though two requests use it
     pieces = reduce_in_memory(refit_reduction(requests), x, 7_001)
@@ -101,3 +106,15 @@ def test_refits_are_the_same_over_any_chunking_and_share_their_bases():
     values = evaluate_scores([first, whole[0], whole[2]], x[:100])
     assert calls == [100]
     np.testing.assert_allclose(values[1][0], whole[0](x[:100])[0], rtol=1e-12)
+
+
+def test_a_fold_refit_leaves_its_fold_out():
+    """A request that leaves out held-out fold ``f`` is the refit on the other folds' rows, in
+    any chunking: a fold refit's jackknife then includes the refit's own variance."""
+    x = bimodal_samples(40_000, 3)
+    base, bins = FunctionScore(lambda y: -(y - 0.1)), features_for(x)
+    folds = Folds(4, 1, len(x))
+    (left_out,) = reduce_in_memory(refit_reduction([(base, bins, 2)], folds), x, 7_001)
+    rest = np.delete(x, np.arange(folds.edge(2), folds.edge(3)), axis=0)
+    (on_rest,) = reduce_in_memory(refit_reduction([(base, bins, None)]), rest, len(rest))
+    np.testing.assert_allclose(left_out(x)[0], on_rest(x)[0], rtol=1e-7, atol=1e-7)

@@ -207,7 +207,7 @@ def test_fourier_extension_finds_what_a_polynomial_score_misses():
 
     features = FourierFeatures.draw(x.mean(axis=0), x.std(axis=0))
     for base, shrink in ((FunctionScore(lambda y: -y), 0.5), (FunctionScore(true), None)):
-        (fitted,) = reduce_in_memory(refit_reduction([(base, features)]), x, 50_000)
+        (fitted,) = reduce_in_memory(refit_reduction([(base, features, None)]), x, 50_000)
         before = np.mean((base(x)[0] - true(x)) ** 2)
         after = np.mean((fitted(x)[0] - true(x)) ** 2)
         if shrink is None:

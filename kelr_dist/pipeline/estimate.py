@@ -579,6 +579,7 @@ def estimate_response(
                 passes,
                 setting,
                 (scores, replicates, neighbours),
+                inputs.folds,
                 sm.model if fourier and sm is not None else None,
             )
         response = response_reduction(
@@ -695,12 +696,17 @@ Scores = tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[S
 
 
 def refit_on_observable(
-    passes: Passes, setting: Setting, fitted: Scores, fourier_base: Score | None = None
+    passes: Passes,
+    setting: Setting,
+    fitted: Scores,
+    folds: Folds,
+    fourier_base: Score | None = None,
 ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
     """Read 3r: every estimated score of ``fitted`` (scores, their refits without each fold,
     their neighbouring models) refitted on the affine features and the observable's own
-    functions (:class:`~kelr_dist.kernels.stein_correction.ObservableFeatures`), so that for a
-    constant forcing the response of each column of ``A`` has its exact lag-0 value; with
+    functions (:class:`~kelr_dist.kernels.stein_correction.ObservableFeatures`; a refit without
+    fold ``f`` of ``folds`` on the other folds' rows), so that for a constant forcing the
+    response of each column of ``A`` has its exact lag-0 value; with
     ``fourier_base`` (score matching), that score refitted on random Fourier features beside
     them becomes one more neighbour of it (the sensitivity check outside a polynomial span).
     Returns the refitted scores, refits and neighbours, and the estimates before the refit,
@@ -720,11 +726,16 @@ def refit_on_observable(
             ("neighbours", neighbours.get(name, ())),
         )
     ]
-    requests: list[tuple[Score, Any]] = [(s, features) for _, _, m in groups for s in m]
+    # a fold refit is refitted without its fold: the jackknife then sees the refit's variance
+    requests: list[tuple[Score, Any, int | None]] = [
+        (s, features, fold if kind == "replicates" else None)
+        for _, kind, members in groups
+        for fold, s in enumerate(members)
+    ]
     if fourier_base is not None:
         fourier = FourierFeatures.draw(moments.mean, moments.std)
-        requests.append((fourier_base, StackedFeatures((fourier, features))))
-    refitted = iter(refit_scores(passes, requests))
+        requests.append((fourier_base, StackedFeatures((fourier, features)), None))
+    refitted = iter(refit_scores(passes, requests, folds))
     out: dict[str, dict[str, Any]] = {"score": dict(scores), "replicates": dict(replicates)}
     out["neighbours"] = dict(neighbours)
     for name, kind, members in groups:

@@ -68,7 +68,7 @@ from kelr_dist.kernels.moments import (
 )
 from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
 from kelr_dist.kernels.reduction import Reduction
-from kelr_dist.kernels.refit import refit_reduction
+from kelr_dist.kernels.refit import Request, refit_reduction
 from kelr_dist.kernels.response import (
     DensityScore,
     Observable,
@@ -97,7 +97,7 @@ from kelr_dist.kernels.selection import (
     choose_order,
     criteria_reduction,
 )
-from kelr_dist.kernels.stein_correction import ExtendedScore, Features, FourierFeatures
+from kelr_dist.kernels.stein_correction import ExtendedScore, FourierFeatures
 from kelr_dist.kernels.subsample import strided_rows_reduction
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
@@ -818,19 +818,21 @@ def extend_score(passes: Passes, score: Any, moments: Moments, stride: int = 1) 
     ``moments``): the neighbour outside a polynomial span that the sensitivity check compares
     the response with; on every ``stride``-th row, as the Gram pass (:func:`gram_stride`)."""
     features = FourierFeatures.draw(moments.mean, moments.std)
-    return refit_scores(passes, [(score, features)], stride, "fourier moments")[0]
+    return refit_scores(passes, [(score, features, None)], stride=stride, name="fourier moments")[0]
 
 
 def refit_scores(
     passes: Passes,
-    requests: Sequence[tuple[Any, Features]],
+    requests: Sequence[Request],
+    folds: Folds | None = None,
     stride: int = 1,
     name: str = "score refits",
 ) -> list[ExtendedScore]:
-    """One read that refits each ``(score, features)`` as ``score + V [z̃, φ]`` (eq. 1 of
+    """One read that refits each ``(score, features, fold)`` as ``score + V [z̃, φ]`` (eq. 1 of
     :mod:`~kelr_dist.kernels.stein_correction`; :func:`~kelr_dist.kernels.refit.refit_reduction`)
-    on every ``stride``-th row, every score evaluated once per block."""
-    return passes(refit_reduction(requests, stride, name))[0]
+    on every ``stride``-th row, without held-out ``fold`` of ``folds`` when it is given, every
+    score evaluated once per block."""
+    return passes(refit_reduction(requests, folds, stride, name))[0]
 
 
 def respond(
