@@ -709,6 +709,9 @@ def _finalize(
     for u, name in enumerate(unrefitted):
         k = len(names) + u
         raw = results[name]
+        # the estimator's part of the residual's error bar is the refitted estimate's lag-0
+        # jackknife (its fold refits' values at lag 0, Ê[∂A] over the other folds' rows): the
+        # unrefitted fold refits are not read
         results[name] = replace(
             raw,
             uncorrected_stein=stein.columns(slice(k * q * width, (k + 1) * q * width), axis=-2),
