@@ -565,23 +565,9 @@ def estimate_response(
             else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
-        extended = None
-        fourier = sm is not None and plan.features is not None and setting.periods is None
-        if fourier and not plan.refit:
-            assert sm is not None and plan.features is not None
-            n_samples = math.prod(inputs.trajectory.shape[:2])
-            stride = gram_stride(n_samples, plan.features.size, plan.correlation)
-            extended = extend_score(passes, sm.model, setting.survey.moments, stride)
-        scores, replicates, neighbours = plan.scores(ke, sm, fits, extended)
-        unrefitted: dict[str, Score] = {}
-        if plan.refit:
-            scores, replicates, neighbours, unrefitted = refit_on_observable(
-                passes,
-                setting,
-                (scores, replicates, neighbours),
-                inputs.folds,
-                sm.model if fourier and sm is not None else None,
-            )
+        scores, replicates, neighbours, unrefitted = response_scores(
+            passes, inputs, setting, plan, (ke, sm, fits)
+        )
         response = response_reduction(
             scores,
             setting.observable,
@@ -589,11 +575,7 @@ def estimate_response(
             inputs.max_lag,
             centre=setting.centre,
             scales=setting.survey.moments.std,
-            corrected=(
-                [name for name in ESTIMATED if name in scores]
-                if plan.corrected and not plan.refit
-                else ()
-            ),
+            corrected=[name for name in ESTIMATED if name in scores] if plan.affine else (),
             origin=setting.survey.moments.mean,
             replicates=replicates,
             periods=setting.periods,
@@ -652,6 +634,11 @@ class Plan:
     #: bins, powers or exceedances, outside the affine span): :func:`refit_on_observable`
     refit: bool = False
 
+    @property
+    def affine(self) -> bool:
+        """Whether the estimated scores get the affine Stein correction in the response read."""
+        return self.corrected and not self.refit
+
     def scores(
         self,
         ke: KernelEmbeddingChoice | None,
@@ -693,6 +680,32 @@ class Plan:
 #: the scores of a response read by response variable, their refits without each fold, their
 #: neighbouring models (:meth:`Plan.scores`)
 Scores = tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]
+
+
+def response_scores(
+    passes: Passes,
+    inputs: Inputs,
+    setting: Setting,
+    plan: Plan,
+    fitted: tuple[KernelEmbeddingChoice | None, ScoreMatchingChoice | None, Fits],
+) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
+    """The scores of the response read (:meth:`Plan.scores`), after read 3f (score matching
+    refitted with random Fourier features, its neighbour outside a polynomial span) or, for a
+    distribution observable, read 3r (:func:`refit_on_observable`, which fits that neighbour
+    too); with the estimates before read 3r (empty without it)."""
+    ke, sm, fits = fitted
+    extended = None
+    fourier = sm is not None and plan.features is not None and setting.periods is None
+    if fourier and not plan.refit:
+        assert sm is not None and plan.features is not None
+        n_samples = math.prod(inputs.trajectory.shape[:2])
+        stride = gram_stride(n_samples, plan.features.size, plan.correlation)
+        extended = extend_score(passes, sm.model, setting.survey.moments, stride)
+    found = plan.scores(ke, sm, fits, extended)
+    if not plan.refit:
+        return (*found, {})
+    fourier_base = sm.model if fourier and sm is not None else None
+    return refit_on_observable(passes, setting, found, inputs.folds, fourier_base)
 
 
 def refit_on_observable(
