@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.kernels.lagged import blockwise_lagged_sums, lagged_sums
+from kelr_dist.kernels.lagged import blockwise_lagged_sums, lagged_sums, strided_lagged_sums
 from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
 from kelr_dist.testing import lag_counts
 
@@ -43,6 +43,31 @@ def test_lagged_sums_matches_brute_force(len_a, len_b, max_lag, block_rows):
     out = lagged_sums(a, b, max_lag, block_rows=block_rows)
     assert out.shape == (max_lag + 1, 3, 2)
     assert_close(out, brute_lagged_sums(a, b, max_lag))
+
+
+@pytest.mark.parametrize(
+    ("length", "halo", "max_lag", "origins"),
+    [
+        (100, 20, 20, slice(3, None, 4)),  # S + 1 > 16 strides: by the transforms
+        (100, 20, 20, slice(0, None, 2)),
+        (100, 20, 20, slice(1, None, 32)),  # directly
+        (100, 5, 20, slice(2, None, 8)),  # short halo (end of chain): directly
+        (100, 5, 40, slice(2, None, 3)),  # short halo: by the transforms
+        (100, 0, 7, slice(0, None, 1)),  # every row, directly
+        (10, 0, 4, slice(9, None, 16)),  # one origin
+    ],
+)
+def test_strided_lagged_sums_are_the_sums_of_b_spread_on_its_origins(
+    length, halo, max_lag, origins
+):
+    rng = np.random.default_rng(length + halo + max_lag)
+    rows = range(length)[origins]
+    a, b = rng.normal(size=(length + halo, 3)), rng.normal(size=(len(rows), 2))
+    spread = np.zeros((length, 2))
+    spread[origins] = b
+    out = strided_lagged_sums(a, b, max_lag, origins, length)
+    assert out.shape == (max_lag + 1, 3, 2)
+    assert_close(out, brute_lagged_sums(a, spread, max_lag))
 
 
 @pytest.mark.parametrize("max_lag", [6, 0])  # S = 0: block sums of products, no transform

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kelr_dist import estimate_response
+from kelr_dist.kernels import response as response_module
 from kelr_dist.kernels.reduction import reduce_in_memory
 from kelr_dist.kernels.response import (
     FunctionScore,
@@ -90,6 +91,50 @@ def test_neighbours_are_extra_columns_of_the_same_read(corrected):
     np.testing.assert_allclose(together.model_shift, larger, rtol=1e-8, atol=1e-12)
 
 
+def test_replicate_origins_read_the_replicates_and_neighbours_differences():
+    """With ``replicate_stride = m``, a refit's (and a neighbour's) response is the score's plus the
+    mean over the origins ``n = 0 mod m`` of ``(A(X_{n+s}) - Ā) (B_f - B)(X_n)``, in any
+    chunking; the score's own response is the same as with every origin."""
+    rng = np.random.default_rng(5)
+    x = np.cumsum(rng.normal(size=(3001, 2)), axis=0) * 0.05
+    x -= x.mean(axis=0)
+    names = ("a", "b")
+    obs, force = identity_observable(names), constant_forcing(names)
+
+    def cubic(factor):
+        return FunctionScore(lambda y: -y - factor * y**3)
+
+    main, refits, neighbour = cubic(0.2), [cubic(f) for f in (0.1, 0.25, 0.4)], cubic(0.6)
+    centre, lags, stride = x.mean(axis=0), 7, 4
+
+    def run(chunks, m):
+        reduction = response_reduction(
+            {"s": main}, obs, force, lags, centre=centre, replicates={"s": refits},
+            neighbours={"s": [neighbour]}, replicate_stride=m,
+        )  # fmt: skip
+        return reduce_in_memory(reduction, x, chunks)["s"]
+
+    def difference(score):
+        origins = np.arange(0, len(x), stride)
+        delta = -(score.function(x) - main.function(x))  # B = -score
+        out = np.empty((lags + 1, 2, 2))
+        for s in range(lags + 1):
+            n = origins[origins + s < len(x)]
+            out[s] = (x[n + s] - centre).T @ delta[n] / len(n)
+        return out
+
+    full = run([3001], 1)
+    for chunks in ([3001], [1000, 2001], [777, 1000, 1224]):
+        sided = run(chunks, stride)
+        np.testing.assert_allclose(sided.mean, full.mean, rtol=1e-12, atol=1e-14)
+        replicas = np.stack([full.mean + difference(r) for r in refits])
+        np.testing.assert_allclose(
+            sided.estimator_stderr, jackknife_stderr(replicas), rtol=1e-9, atol=1e-13
+        )
+        np.testing.assert_allclose(sided.model_shift, difference(neighbour), rtol=1e-9, atol=1e-13)
+    assert not np.allclose(run([3001], stride).estimator_stderr, full.estimator_stderr)
+
+
 def _estimate(model, seed, n, thin, **options):
     rng = np.random.default_rng(seed)
     state = model.initial_state(rng)
@@ -108,17 +153,21 @@ def _estimate(model, seed, n, thin, **options):
         )
 
 
-def test_total_error_bars_cover_the_error_over_seeds():
+@pytest.mark.parametrize("stride", [1, 4])
+def test_total_error_bars_cover_the_error_over_seeds(stride, monkeypatch):
     """20 seeds of a non-Gaussian 2-D system (curved valleys, exact score), score matching of
     degree 4 on 1e4 nearly independent samples: the jackknife's estimator error matches the
     spread over seeds of ``k̂ - k_exact`` (same samples, so the sampling error cancels and the
-    fit's remains), and at most 10% of the entries lie beyond 2 total standard errors."""
+    fit's remains), and at most 10% of the entries lie beyond 2 total standard errors; also
+    with the replicates read on every fourth origin."""
+    monkeypatch.setattr(response_module, "REPLICATE_ROWS", 10_000 // stride)
     model = make_model("curved-wells")
     results = [
         _estimate(model, seed, 10_000, 10, estimator="score-matching", degree=4,
                   stein_correction=False)
         for seed in range(20)
     ]  # fmt: skip
+    assert {ds.attrs["replicate_stride"] for ds in results} == {stride}
     error = np.stack([(ds["response"] - ds["response_exact"]).values for ds in results])
     jackknife = np.stack([ds["response_estimator_stderr"].values for ds in results])
     total = np.stack([ds["response_total_stderr"].values for ds in results])
@@ -135,17 +184,23 @@ def test_total_error_bars_cover_the_error_over_seeds():
         np.testing.assert_array_equal(exact, ds["response_exact_stderr"])
 
 
-def test_total_error_bars_cover_where_the_fit_dominates_and_sampling_bars_do_not():
+@pytest.mark.parametrize("stride", [1, 4])
+def test_total_error_bars_cover_where_the_fit_dominates_and_sampling_bars_do_not(
+    stride, monkeypatch
+):
     """20 seeds of a 2-D Ornstein-Uhlenbeck process (exact score), score matching of degree 8
     (45 features) on 1000 samples: the fitted score's variance dominates the error of the
     response, so the sampling error bars alone leave far more than 10% of the entries beyond 2
-    of them, while the total error bars leave at most 10%."""
+    of them, while the total error bars leave at most 10%; also with the replicates read on
+    every fourth origin."""
+    monkeypatch.setattr(response_module, "REPLICATE_ROWS", 1000 // stride)
     model = make_model("ou")
     results = [
         _estimate(model, seed, 1000, 1, estimator="score-matching", degree=8,
                   stein_correction=False)
         for seed in range(20)
     ]  # fmt: skip
+    assert {ds.attrs["replicate_stride"] for ds in results} == {stride}
     error = np.abs(np.stack([(ds["response"] - ds["response_exact"]).values for ds in results]))
     total = np.stack([ds["response_total_stderr"].values for ds in results])
     sampling = np.stack([ds["response_stderr"].values for ds in results])

@@ -208,3 +208,52 @@ def blockwise_lagged_sums(
         out[first : first + count] = _to_lags(products, spec.length, max_lag)
         first += count
     return out
+
+
+
+
+#: :func:`strided_lagged_sums` sums directly while ``S + 1`` is at most this many strides, and
+#: by the transforms of :func:`lagged_sums` beyond (see docs/benchmarks.md, section 'Tuning
+#: constants')
+STRIDED_LAGS = 16
+
+
+def strided_lagged_sums(
+    a: np.ndarray, b: np.ndarray, max_lag: int, origins: slice, length: int
+) -> np.ndarray:
+    """Lagged sums over every ``stride``-th origin:
+    ``out[s, i, j] = sum_k a[start + k stride + s, i] b[k, j]`` over ``start + k stride + s
+    < len(a)``, for the origins ``range(length)[origins]`` (``origins.step`` is the stride).
+
+    This is :func:`lagged_sums` of ``b`` spread on the origins' rows of ``length`` rows (zeros
+    elsewhere), by those transforms when ``S + 1`` exceeds :data:`STRIDED_LAGS` strides, and
+    otherwise directly in ``O(len(b) S q d)``: one matrix product per component of ``a`` on a
+    strided view of its windows.
+
+    Parameters
+    ----------
+    a : ``(L_a, q)`` observable on the rows and the halo (``L_a >= length``).
+    b : ``(n, d)`` values at the origins.
+    max_lag : ``S >= 0``.
+    origins : a slice of the ``length`` rows of ``b``'s block with a positive step.
+    length : the block's rows.
+
+    Returns
+    -------
+    ``(S+1, q, d)`` float64.
+    """
+    start, _, stride = origins.indices(length)
+    if max_lag + 1 > STRIDED_LAGS * stride:
+        spread = np.zeros((length, b.shape[1]))
+        spread[origins] = b
+        return lagged_sums(a, spread, max_lag)
+    n = b.shape[0]
+    # one contiguous row per component, zeros past the end of the chain
+    rows = max(a.shape[0], start + (n - 1) * stride + max_lag + 1)
+    columns = np.zeros((a.shape[1], rows))
+    columns[:, : a.shape[0]] = np.asarray(a, dtype=np.float64).T
+    out = np.empty((max_lag + 1, a.shape[1], b.shape[1]))
+    for i, column in enumerate(columns):
+        windows = sliding_window_view(column, max_lag + 1)[start::stride][:n]  # (n, S+1)
+        out[:, i, :] = windows.T @ b
+    return out

@@ -51,7 +51,7 @@ from kelr_dist.kernels.blocking import (
 )
 from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.density import KernelDensity, Order, evaluate_on_basis
-from kelr_dist.kernels.lagged import lagged_sums
+from kelr_dist.kernels.lagged import strided_lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.score_matching import ScoreModel
 from kelr_dist.kernels.stein_correction import (
@@ -460,6 +460,9 @@ class _ResponseKernel:
     #: per score name, the estimate before a refit on the observable's functions: only its
     #: lag-0 Stein residual is read (the uncorrected one)
     unrefitted: Mapping[str, Score] = field(default_factory=dict)
+    #: the replicates and the neighbours are read on every ``replicate_stride``-th origin
+    #: (:func:`replicate_stride`)
+    replicate_stride: int = 1
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
@@ -496,8 +499,9 @@ class _ResponseKernel:
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
         """Every score's ``B`` side by side (then the correction's columns), so one transform
         of ``A`` serves them all: ``blocks`` holds their lagged sums with the block-averaging
-        partials, ``replicates`` the plain lagged sums of the jackknife replicates' and the
-        neighbouring models' columns (only their means are used), ``stein`` every score's lag-0
+        partials, ``shifts`` the plain lagged sums of the jackknife replicates' and the
+        neighbouring models' differences from their score's ``B`` on the origins of
+        :func:`replicate_origins` (only their means are used), ``stein`` every score's lag-0
         residual products, ``parts`` per score (and refit) what is not lagged; ``x_ext`` holds
         the segment's rows followed by its halo."""
         x = x_ext[: info.length]
@@ -505,62 +509,61 @@ class _ResponseKernel:
         a = a_ext[: info.length]
         # the correction's features (only a corrected estimate uses them)
         z = augmented(x, self.origin, self.scales, self.periods) if self.corrected else None
-        columns, parts = [], {}
         if self.observable.function is not None:
             check_finite("observable", self.observable.function, a_ext, info)
         if self.forcing.function is not None:
             check_finite("forcing", self.forcing.function, np.hstack(self.forcing.profile(x)), info)
 
-        keyed = [(name, score, name in self.corrected) for name, score in self.scores.items()]
-        keyed += [
-            (replicate_key(name, fold), score, name in self.corrected)
+        # the scores and the estimates before their refit on every row; the replicates and the
+        # neighbours, which enter as differences from their score, on the replicates' origins
+        own = list(self.scores.items()) + [
+            (unrefitted_key(name), score) for name, score in self.unrefitted.items()
+        ]
+        values = dict(
+            zip([k for k, _ in own], evaluate_scores([s for _, s in own], x), strict=True)
+        )
+        others = [
+            (replicate_key(name, fold), name, score)
             for name, refits in self.replicates.items()
             for fold, score in enumerate(refits)
-        ]
-        keyed += [
-            (neighbour_key(name, step), score, name in self.corrected)
+        ] + [
+            (neighbour_key(name, step), name, score)
             for name, models in self.neighbours.items()
             for step, score in enumerate(models)
         ]
-        keyed += [(unrefitted_key(name), score, False) for name, score in self.unrefitted.items()]
-        values = dict(
-            zip([k for k, _, _ in keyed], evaluate_scores([s for _, s, _ in keyed], x), strict=True)
-        )
+        origins = replicate_origins(info, self.replicate_stride)
+        x_replicas = x[origins]
+        replicate_values = evaluate_scores([s for _, _, s in others], x_replicas) if others else []
 
-        def add(key: str, score: Score, corrected: bool) -> None:
-            s, kept = values.pop(key)
-            finite = np.isfinite(s).all(axis=1)
-            if isinstance(score, FunctionScore):
-                check_finite("score function", score.function, s, info)
-            elif not finite[kept].all():  # an estimated score: only where it is used
-                row = int(np.flatnonzero(kept & ~finite)[0])
-                raise ValueError(
-                    f"the estimated score {key!r} is not finite at time index "
-                    f"{info.start + row} of chain {info.chain}"
-                )
-            columns.append(self.forcing.conjugate(x, s, kept))
-            parts[key] = {
-                "kept": int(kept.sum()),
-                "n": x.shape[0],
-                "nonfinite": int((~finite).sum()),
-            }
-            if z is not None and corrected:
-                parts[key]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
-
-        for key, score, corrected in keyed[: len(self.scores)]:
-            add(key, score, corrected)
+        columns: list[np.ndarray] = []
+        parts: dict[str, dict[str, Any]] = {}
+        for name, score in self.scores.items():
+            s, kept = values[name]
+            columns.append(self._conjugate(name, score, x, s, kept, info, parts))
+            if z is not None and name in self.corrected:
+                parts[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
         unrefitted = [
-            self.forcing.conjugate(x, *values.pop(unrefitted_key(name))) for name in self.unrefitted
+            self.forcing.conjugate(x, *values[unrefitted_key(name)]) for name in self.unrefitted
         ]
         target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
         residuals = np.stack(
             [a[:, :, None] * b[:, None, :] - target for b in columns + unrefitted], axis=1
         ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
-        averaged = len(columns)
-        for key, score, corrected in keyed[len(self.scores) : len(keyed) - len(unrefitted)]:
-            add(key, score, corrected)
-        refits = columns[averaged:]
-        del columns[averaged:]
+        names = list(self.scores)
+        d = len(self.forcing.names)
+        shifts = np.empty((x_replicas.shape[0], len(others) * d)) if others else None
+        for k, ((key, name, score), (s, kept)) in enumerate(
+            zip(others, replicate_values, strict=True)
+        ):
+            b = self._conjugate(key, score, x_replicas, s, kept, info, parts, origins)
+            assert shifts is not None
+            shifts[:, k * d : (k + 1) * d] = b - columns[names.index(name)][origins]
+            if z is not None and name in self.corrected:
+                own_s, own_kept = values[name]
+                difference = np.where(kept[:, None], s, 0.0) - np.where(
+                    own_kept[origins, None], own_s[origins], 0.0
+                )
+                parts[key]["moment"] = difference.T @ z[origins]
         if z is not None:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
             profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
@@ -571,10 +574,69 @@ class _ResponseKernel:
             "blocks": response_block_partial(
                 a_ext, np.hstack(columns), self.max_lag, info, self.base_block
             ),
-            "replicates": lagged_sums(a_ext, np.hstack(refits), self.max_lag) if refits else None,
+            "shifts": (
+                None
+                if shifts is None
+                else strided_lagged_sums(a_ext, shifts, self.max_lag, origins, info.length)
+            ),
+            "replicate_counts": replicate_counts(info, self.replicate_stride, self.max_lag),
             "stein": response_block_partial(residuals, np.ones((x.shape[0], 1)), 0, info),
             "parts": parts,
         }
+
+    def _conjugate(
+        self,
+        key: str,
+        score: Score,
+        x: np.ndarray,
+        s: np.ndarray,
+        kept: np.ndarray,
+        info: BlockInfo,
+        parts: dict[str, Any],
+        rows: slice = slice(None),
+    ) -> np.ndarray:
+        """``B`` of score ``key`` from its values ``s``, ``kept`` at ``x``, the segment's
+        ``rows``: an estimated score must be finite where it is used; its counts go to
+        ``parts[key]``."""
+        finite = np.isfinite(s).all(axis=1)
+        if isinstance(score, FunctionScore):
+            check_finite("score function", score.function, s, info)
+        elif not finite[kept].all():  # an estimated score: only where it is used
+            row = range(info.length)[rows][int(np.flatnonzero(kept & ~finite)[0])]
+            raise ValueError(
+                f"the estimated score {key!r} is not finite at time index "
+                f"{info.start + row} of chain {info.chain}"
+            )
+        parts[key] = {"kept": int(kept.sum()), "n": x.shape[0], "nonfinite": int((~finite).sum())}
+        return self.forcing.conjugate(x, s, kept)
+
+
+#: origins the replicates' and the neighbours' responses are read on, at least (about 1e6):
+#: their differences from the score's response are smooth in the data, and on a subsample of
+#: this size their sampling noise is a small share of the jackknife's spread (see
+#: docs/benchmarks.md, section 'Tuning constants')
+REPLICATE_ROWS = 2**20
+
+
+def replicate_stride(rows: int) -> int:
+    """Every ``m``-th origin (of the time index) carries the replicates' and the neighbouring
+    models' differences from their score: ``m`` is the largest power of two that leaves at
+    least :data:`REPLICATE_ROWS` of the ``rows`` (1 below ``2 REPLICATE_ROWS``)."""
+    return 1 << max(int(rows // REPLICATE_ROWS).bit_length() - 1, 0)
+
+
+def replicate_origins(info: BlockInfo, stride: int) -> slice:
+    """The rows of a block whose time index is a multiple of ``stride``: the same origins in
+    any chunking."""
+    return slice((-info.start) % stride, info.length, stride)
+
+
+def replicate_counts(info: BlockInfo, stride: int, max_lag: int) -> np.ndarray:
+    """``(S+1,)`` pairs per lag of the replicates' origins of a block: origins ``n`` with
+    ``n + s`` in the chain."""
+    first = info.start + (-info.start) % stride
+    stops = np.minimum(info.stop, info.chain_length - np.arange(max_lag + 1))
+    return np.maximum(-(-(stops - first) // stride), 0)
 
 
 def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -620,10 +682,11 @@ def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         name: {key: value + b["parts"][name][key] for key, value in part.items()}
         for name, part in a["parts"].items()
     }
-    replicates = a["replicates"]
+    shifts = a["shifts"]
     return {
         "blocks": combine_block_partials(a["blocks"], b["blocks"]),
-        "replicates": None if replicates is None else replicates + b["replicates"],
+        "shifts": None if shifts is None else shifts + b["shifts"],
+        "replicate_counts": a["replicate_counts"] + b["replicate_counts"],
         "stein": combine_block_partials(a["stein"], b["stein"]),
         "parts": parts,
     }
@@ -649,10 +712,10 @@ def _finalize(
     parts = partials["parts"]
     shared = parts.get(AFFINE)  # present exactly when some score is corrected
     lagged = blocks.columns(slice(len(names) * width, None))
-    refit_means = (
+    shift_means = (
         None
-        if partials["replicates"] is None
-        else lagged_means(partials["replicates"], partials["blocks"]["counts"])
+        if partials["shifts"] is None
+        else lagged_means(partials["shifts"], partials["replicate_counts"])
     )
     keys = [replicate_key(n, f) for n, k in replicates.items() for f in range(k)]
     keys += [neighbour_key(n, m) for n, k in neighbours.items() for m in range(k)]
@@ -661,31 +724,38 @@ def _finalize(
     def lagged_mean(column: int) -> BlockingResult:
         return blocks.columns(slice(column * width, (column + 1) * width))
 
-    def corrected(result: ResponseResult, p: dict[str, Any]) -> ResponseResult:
-        if "moment" not in p:
+    def corrected(result: ResponseResult, moment: np.ndarray | None) -> ResponseResult:
+        """``result`` with the affine correction fitted to its ``Ê[ŝ z̃ᵀ]`` ``moment``."""
+        if moment is None:
             return result
         weights = affine_fit(
-            p["moment"] / p["n"],
+            moment,
             shared["moment"] / shared["n"],
             divergence=shared["divergence"] / shared["n"],
         )
         return _corrected(result, weights, lagged)
 
+    def own_moment(key: str) -> np.ndarray | None:
+        p = parts[key]
+        return p["moment"] / p["n"] if "moment" in p else None
+
     def refitted(name: str, key: str) -> tuple[np.ndarray, np.ndarray]:
         """The lag-0 response before the affine correction ``(q, d)`` and the response after it
-        ``(S+1, q, d)`` of the refit ``key`` of score ``name``."""
-        main, p = results[name], parts[key]
+        ``(S+1, q, d)`` of the refit ``key`` of score ``name``: the score's plus the difference
+        read on the replicates' origins (its moment likewise)."""
+        main = results[name]
         # the refits' own lag-0 residuals are not kept: the score's stand in for them
         stein_raw = main.stein if main.uncorrected_stein is None else main.uncorrected_stein
-        assert refit_means is not None
+        assert shift_means is not None
         column = keys.index(key)
+        own = lagged_mean(names.index(name))
         # the refit's mean; its error bars (never used) are the score's
         blocking = replace(
-            lagged_mean(names.index(name)),
-            mean=refit_means[..., column * width : (column + 1) * width],
+            own, mean=own.mean + shift_means[..., column * width : (column + 1) * width]
         )
-        result = ResponseResult(blocking, p["kept"], p["n"], stein_raw)
-        return result.mean[0], corrected(result, p).mean
+        result = ResponseResult(blocking, parts[name]["kept"], parts[name]["n"], stein_raw)
+        moment, shift = own_moment(name), own_moment(key)
+        return result.mean[0], corrected(result, None if moment is None else moment + shift).mean
 
     results = {}
     for k, name in enumerate(names):
@@ -694,7 +764,7 @@ def _finalize(
         result = ResponseResult(
             lagged_mean(k), p["kept"], p["n"], stein_k, nonfinite=p["nonfinite"]
         )
-        results[name] = corrected(result, p)
+        results[name] = corrected(result, own_moment(name))
     for name, count in replicates.items():
         raw, final = zip(
             *(refitted(name, replicate_key(name, f)) for f in range(count)), strict=True
@@ -768,6 +838,7 @@ def response_reduction(
     periods: np.ndarray | None = None,
     neighbours: Mapping[str, Sequence[Score]] | None = None,
     unrefitted: Mapping[str, Score] | None = None,
+    replicate_stride: int = 1,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -787,10 +858,15 @@ def response_reduction(
     more columns, give :attr:`ResponseResult.model_shift`. ``unrefitted`` maps some score names
     to the estimate before its refit on the observable's functions
     (:func:`~kelr_dist.kernels.refit.refit_reduction`): its lag-0 Stein residual becomes the
-    score's uncorrected one. Finalizes to ``{name: ResponseResult}``.
+    score's uncorrected one. The replicates' and the neighbours' responses are the score's plus
+    their difference from it, read on every ``replicate_stride``-th origin
+    (:func:`replicate_stride`; 1, the default, reads them on every row). Finalizes to
+    ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
+    if int(replicate_stride) != replicate_stride or replicate_stride < 1:
+        raise ValueError(f"replicate_stride must be a positive integer, got {replicate_stride!r}")
     q, d = len(observable.names), len(forcing.names)
     centre = np.zeros(q) if centre is None else np.asarray(centre, dtype=np.float64)
     scales = np.ones(d) if scales is None else np.asarray(scales, dtype=np.float64)
@@ -826,6 +902,7 @@ def response_reduction(
         None if periods is None else np.asarray(periods, dtype=np.float64),
         neighbours,
         unrefitted,
+        int(replicate_stride),
     )
     counts = {name: len(refits) for name, refits in replicates.items()}
     return Reduction(

@@ -75,6 +75,7 @@ from kelr_dist.kernels.response import (
     Score,
     observable_mean_reduction,
     relative_to_lag0,
+    replicate_stride,
     response_reduction,
 )
 from kelr_dist.kernels.score_matching import Candidate, PolynomialFeatures, feature_count
@@ -582,6 +583,7 @@ def estimate_response(
             neighbours=neighbours,
             base_block=fitted_base_block(inputs.max_lag, *inputs.trajectory.shape[:2]),
             unrefitted=unrefitted,
+            replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
@@ -903,6 +905,7 @@ def conclude(
         "estimator": used,
         "estimator_selection": options.estimator,
         "folds": int(options.folds),
+        "replicate_stride": replicate_stride(chains * n),
         "n_samples": int(chains * n),
         "chains": int(chains),
         "chain_length": int(n),
