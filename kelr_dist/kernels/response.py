@@ -566,8 +566,13 @@ class _ResponseKernel:
                 parts[key]["moment"] = difference.T @ z[origins]
         if z is not None:
             # a constant forcing shares the columns z̃ between all j: d + 1 lagged sums
-            profile = None if self.forcing.function is None else self.forcing.profile(x)[0]
-            columns.append(correction_columns(x, self.origin, profile, self.scales, self.periods))
+            if self.forcing.function is None:
+                columns.append(z)
+            else:
+                profile = self.forcing.profile(x)[0]
+                columns.append(
+                    correction_columns(x, self.origin, profile, self.scales, self.periods)
+                )
             divergence = divergence_sums(x, self.scales, self.periods)
             parts[AFFINE] = {"moment": z.T @ z, "divergence": divergence, "n": x.shape[0]}
         return {
