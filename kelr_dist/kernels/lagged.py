@@ -210,8 +210,6 @@ def blockwise_lagged_sums(
     return out
 
 
-
-
 #: :func:`strided_lagged_sums` sums directly while ``S + 1`` is at most this many strides, and
 #: by the transforms of :func:`lagged_sums` beyond (see docs/benchmarks.md, section 'Tuning
 #: constants')
