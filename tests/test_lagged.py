@@ -55,6 +55,7 @@ def test_lagged_sums_matches_brute_force(len_a, len_b, max_lag, block_rows):
         (100, 5, 40, slice(2, None, 3)),  # short halo: by the transforms
         (100, 0, 7, slice(0, None, 1)),  # every row, directly
         (10, 0, 4, slice(9, None, 16)),  # one origin
+        (3, 0, 40, slice(5, None, 64)),  # a chain's last rows, no origin, shorter than S
     ],
 )
 def test_strided_lagged_sums_are_the_sums_of_b_spread_on_its_origins(

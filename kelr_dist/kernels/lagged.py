@@ -246,6 +246,8 @@ def strided_lagged_sums(
         spread[origins] = b
         return lagged_sums(a, spread, max_lag)
     n = b.shape[0]
+    if n == 0:  # a short block with no origin: its a may be shorter than a window
+        return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
     # one contiguous row per component, zeros past the end of the chain
     rows = max(a.shape[0], start + (n - 1) * stride + max_lag + 1)
     columns = np.zeros((a.shape[1], rows))
