@@ -1,11 +1,13 @@
 """The allocator tuning takes effect on glibc (Linux), is harmless to repeat, and scales its
-heap retention with a worker's memory limit."""
+heap retention with a worker's memory limit; free heap memory goes back only from a worker that
+is filling up."""
 
 import platform
 
 from kelr_dist.engine.allocator import (
     TRIM_THRESHOLD,
     release_free_memory,
+    release_when_full,
     thresholds,
     tune_allocator,
 )
@@ -29,3 +31,10 @@ def test_release_free_memory_on_glibc():
     released = release_free_memory()
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert released is True
+
+
+def test_free_memory_goes_back_only_above_a_share_of_the_memory_limit():
+    assert release_when_full(None) is False  # no limit: the heap is kept for the next task
+    assert release_when_full(2**60) is False  # far below the limit
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert release_when_full(2**20) is True  # every Python process holds more than 0.5 MiB

@@ -12,7 +12,9 @@ reused from the heap (the kernels size their blocks for it: basis tables within
 threshold). The heap
 then keeps up to the trim threshold of freed memory, which a Dask worker with a small memory
 limit cannot spare, so the threshold scales with the limit, ``min(64 MiB, limit / 16)``, and the
-engine returns all free heap memory after every task (:func:`release_free_memory`).
+engine returns all free heap memory after a task once the worker holds more than
+:data:`RELEASE_SHARE` of its limit (:func:`release_when_full`). Below that the next task reuses
+the heap: returning it after every task made every task fault all its pages in again.
 
 Only the engine calls these, in its tasks on Dask workers: importing :mod:`kelr_dist` changes
 nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. The thresholds are glibc's
@@ -28,10 +30,17 @@ import ctypes.util
 import functools
 from typing import Any
 
+import psutil
+
 #: largest trim threshold (bytes): one block's working set at order 70 is about 40 MiB
 TRIM_THRESHOLD = 64 * 2**20
 #: the trim threshold is at most this share of a worker's memory limit
 LIMIT_SHARE = 16
+#: a worker gives its free heap memory back after a task once its resident memory is above this
+#: share of its memory limit (dask's own target for spilling is 0.6 of it: "Worker Memory
+#: Management", distributed.worker.memory.target); below it, keeping the heap saves the page
+#: faults of the next task (see docs/benchmarks.md, section 'Tuning constants')
+RELEASE_SHARE = 0.5
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
@@ -71,3 +80,16 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+@functools.cache
+def _this_process() -> psutil.Process:
+    return psutil.Process()
+
+
+def release_when_full(memory_limit: int | None) -> bool:
+    """:func:`release_free_memory` when this process's resident memory is above
+    :data:`RELEASE_SHARE` of ``memory_limit`` (never without a limit); ``True`` if it did."""
+    if not memory_limit or _this_process().memory_info().rss <= RELEASE_SHARE * memory_limit:
+        return False
+    return release_free_memory()

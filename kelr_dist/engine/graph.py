@@ -42,7 +42,7 @@ import xarray as xr
 from dask.delayed import Delayed
 from distributed import get_worker
 
-from kelr_dist.engine.allocator import release_free_memory, tune_allocator
+from kelr_dist.engine.allocator import release_when_full, tune_allocator
 from kelr_dist.engine.cluster import thread_share
 from kelr_dist.engine.reading import StoreRows, store_rows
 from kelr_dist.kernels.checks import is_whole
@@ -141,7 +141,8 @@ def _partials(
         reduction.chunk(x, info, halo[: reduction.halo] if reduction.halo else None)
         for reduction in reductions
     )
-    release_free_memory()  # nothing retained between tasks (see kelr_dist.engine.allocator)
+    if worker is not None:  # free heap kept for the next task unless the worker is filling up
+        release_when_full(worker.memory_manager.memory_limit)
     return partials
 
 
