@@ -295,6 +295,10 @@ def build_graph(
     block_name, head_name = f"{prefix}-block", f"{prefix}-head"
     reader = store_rows(trajectory)
     chunks = None if reader is not None else data.to_delayed()  # [chain, time chunk, 0]
+    # the reductions (and the store reader) enter the graph once, as data every task depends
+    # on: not walked, tokenized and serialized again for every task
+    shared = dask.delayed(reductions, name=f"{prefix}-reductions", traverse=False)
+    source = dask.delayed(reader, name=f"{prefix}-reader", traverse=False)
     blocks = []
     for c in range(chains):
         heads: dict[int, Delayed] = {}
@@ -305,7 +309,7 @@ def build_graph(
             key = (block_name, c, g)
             if reader is not None:
                 task = dask.delayed(_read_and_reduce, pure=False)(
-                    reader, where, halo_rows, reductions, dask_key_name=key
+                    source, where, halo_rows, shared, dask_key_name=key
                 )
             else:
                 assert chunks is not None  # no store reader: the array's own chunks
@@ -321,20 +325,21 @@ def build_graph(
                     [heads[k] for k in range(k1, last)],
                     where,
                     halo_rows,
-                    reductions,
+                    shared,
                     dask_key_name=key,
                 )
             blocks.append(task)
-    total = combine_tree(blocks, reductions, split_every, f"{prefix}-combine")
+    total = combine_tree(blocks, shared, split_every, f"{prefix}-combine")
     return ReductionGraph(
         tuple(blocks), total, reductions, tuple(edges[k0] for k0, _ in groups) + (n,)
     )
 
 
 def combine_tree(
-    parts: list[Delayed], reductions: tuple[Reduction, ...], split_every: int, name: str
+    parts: list[Delayed], reductions: Delayed, split_every: int, name: str
 ) -> Delayed:
-    """A ``split_every``-ary tree of :func:`_combine` over ``parts`` (in order); its root."""
+    """A ``split_every``-ary tree of :func:`_combine` over ``parts`` (in order); its root.
+    ``reductions`` is the graph's node of the tuple of reductions."""
     level = 0
     while len(parts) > 1:
         runs = [parts[j : j + split_every] for j in range(0, len(parts), split_every)]
