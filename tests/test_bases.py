@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
+from kelr_dist.kernels.bases import Coordinate, Fourier, Hermite, Laguerre, TensorBasis
 
 
 def scipy_hermite(x, order, beta):
@@ -166,3 +166,30 @@ def test_tail_products_and_columns_equal_the_products_of_gathered_factors(order,
         [t[:, basis.indices[:, k]] for k, t in enumerate(tables) if k > 0], axis=0
     )
     np.testing.assert_allclose(columns, expected, rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("family", "points"),
+    [
+        (Hermite(), np.r_[np.linspace(-8.0, 8.0, 401), -30.0, 30.5, -45.0]),
+        (Hermite(beta=0.5), np.r_[np.linspace(-12.0, 12.0, 401), -31.0, 40.0]),
+        (Laguerre(theta=1.0, beta=0.5), np.r_[np.linspace(1e-3, 60.0, 401), 0.0, 1e-300, 301.0]),
+        (Laguerre(theta=2.5), np.r_[np.linspace(1e-3, 40.0, 401), -1.0, 350.0]),
+        (Fourier(), np.linspace(-np.pi, 3 * np.pi, 401)),
+    ],
+)
+@pytest.mark.parametrize("count", [1, 3])
+def test_series_is_the_contraction_of_the_tables(family, points, count):
+    """``Family.series`` (the recurrence summed as it goes, the far samples by the tables) is
+    each coefficient row times the tables of ``evaluate``, values and derivatives, to rounding;
+    where the tables are not finite the series is not either."""
+    order = 9 if isinstance(family, Fourier) else 60
+    coefficients = np.random.default_rng(count).standard_normal((count, order + 1))
+    values, derivs = family.evaluate(points, order)
+    sums, slopes = family.series(points, coefficients)
+    for got, table in ((sums, values), (slopes, derivs)):
+        want = coefficients @ table.T
+        finite = np.isfinite(want)
+        assert np.array_equal(np.isfinite(got), finite)
+        scale = np.abs(want[finite]).max()
+        assert np.allclose(got[finite], want[finite], rtol=0, atol=1e-12 * scale)

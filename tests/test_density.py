@@ -436,3 +436,25 @@ def test_estimates_on_one_basis_share_its_tables_with_the_same_values(families, 
     )
     with pytest.raises(ValueError, match="one basis"):
         evaluate_on_basis([density, other], x)
+
+
+@pytest.mark.parametrize(
+    ("families", "order", "index_set"),
+    [("lh", (40, 0), "box"), ("h", 30, "total"), ("l", 25, "total"), ("hhh", (10, 0, 0), "box")],
+)
+def test_bases_of_one_varying_coordinate_give_the_brute_force_values(families, order, index_set):
+    """A basis whose functions vary in the first coordinate only is summed by its recurrence
+    for up to ``SERIES_ESTIMATES`` estimates at once, by the tables beyond: both give the
+    explicit sum over the basis, p and ∇p."""
+    from kelr_dist.kernels.density import SERIES_ESTIMATES, evaluate_on_basis
+
+    rng = np.random.default_rng(11)
+    basis = make_basis(families, order, index_set)
+    x = samples(families, 3000, rng)
+    for count in (1, SERIES_ESTIMATES, SERIES_ESTIMATES + 1):
+        coefficients = rng.standard_normal((count, basis.size)) / basis.size
+        densities = [KernelDensity(basis, c, np.ones(basis.size), 3000) for c in coefficients]
+        for density, (p, grad, _) in zip(densities, evaluate_on_basis(densities, x), strict=True):
+            want_p, want_grad = brute_force(density, x)
+            assert np.allclose(p, want_p, rtol=0, atol=1e-12 * np.abs(want_p).max())
+            assert np.allclose(grad, want_grad, rtol=0, atol=1e-12 * np.abs(want_grad).max())

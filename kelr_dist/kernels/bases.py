@@ -31,7 +31,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from kelr_dist.kernels.compiled import compiled
+from kelr_dist.kernels.compiled import compiled, contracted
 
 IndexSet = Literal["total", "box"]
 
@@ -251,6 +251,90 @@ def _laguerre_columns(x, order, theta, beta, values, derivs):  # pragma: no cove
                 dout[i] += cur[i] * beta * slope[i]
 
 
+#: rows of a block of :func:`_hermite_series` / :func:`_laguerre_series`: the recurrence's
+#: running rows stay in the first-level cache
+SERIES_ROWS = 512
+
+
+@contracted
+def _hermite_series(x, order, beta, coef, sums, slopes):  # pragma: no cover - compiled
+    """``Σ_m c_km Ψ_m(x)`` into ``sums (count, n)`` and its derivative into ``slopes``: the
+    recurrence of :func:`_hermite_columns` on running rows instead of tables, with
+    ``Ψ_m' = √m Ψ_{m-1} - β x Ψ_m`` summed as ``Σ c_m √m Ψ_{m-1} - β x Σ c_m Ψ_m``."""
+    n = x.shape[0]
+    cur = np.empty(SERIES_ROWS)
+    prev = np.empty(SERIES_ROWS)
+    acc = np.empty(SERIES_ROWS)
+    dacc = np.empty(SERIES_ROWS)
+    for k in range(coef.shape[0]):
+        for start in range(0, n, SERIES_ROWS):
+            xs = x[start : min(start + SERIES_ROWS, n)]
+            rows = xs.shape[0]
+            for i in range(rows):
+                cur[i] = math.exp(-beta * (0.5 * xs[i] * xs[i] + _LOG_SQRT_2PI))
+                prev[i] = cur[i]
+                acc[i] = coef[k, 0] * cur[i]
+                dacc[i] = 0.0
+            for m in range(1, order + 1):
+                a = 1.0 / math.sqrt(float(m))
+                b = math.sqrt((m - 1.0) / m)
+                c = coef[k, m]
+                root = c * math.sqrt(float(m))
+                for i in range(rows):
+                    value = a * xs[i] * cur[i] - b * prev[i]
+                    dacc[i] += root * cur[i]
+                    prev[i] = cur[i]
+                    cur[i] = value
+                    acc[i] += c * value
+            for i in range(rows):
+                sums[k, start + i] = acc[i]
+                slopes[k, start + i] = dacc[i] - beta * xs[i] * acc[i]
+
+
+@contracted
+def _laguerre_series(x, order, theta, beta, coef, sums, slopes):  # pragma: no cover - compiled
+    """:func:`_hermite_series` for the Laguerre functions (``0 < x`` of moderate size): the
+    recurrences of :func:`_laguerre_columns` for the values and the derivatives, summed as
+    they go, and the weight's slope ``β(θ/x - 1)`` times the sum at the end."""
+    n = x.shape[0]
+    log_norm = -beta * math.lgamma(theta + 1.0)
+    cur = np.empty(SERIES_ROWS)
+    prev = np.empty(SERIES_ROWS)
+    dcur = np.empty(SERIES_ROWS)
+    dprev = np.empty(SERIES_ROWS)
+    acc = np.empty(SERIES_ROWS)
+    dacc = np.empty(SERIES_ROWS)
+    for k in range(coef.shape[0]):
+        for start in range(0, n, SERIES_ROWS):
+            xs = x[start : min(start + SERIES_ROWS, n)]
+            rows = xs.shape[0]
+            for i in range(rows):
+                cur[i] = math.exp(log_norm + beta * (theta * math.log(xs[i]) - xs[i]))
+                prev[i] = cur[i]
+                dcur[i] = 0.0
+                dprev[i] = 0.0
+                acc[i] = coef[k, 0] * cur[i]
+                dacc[i] = 0.0
+            for m in range(order):
+                inv_c = 1.0 / math.sqrt((m + 1.0) * (m + theta + 1.0))
+                a0 = (2.0 * m + 1.0 + theta) * inv_c
+                b = math.sqrt(m * (m + theta)) * inv_c
+                c = coef[k, m + 1]
+                for i in range(rows):
+                    f = a0 - xs[i] * inv_c
+                    value = f * cur[i] - b * prev[i]
+                    slope = f * dcur[i] - inv_c * cur[i] - b * dprev[i]
+                    prev[i] = cur[i]
+                    cur[i] = value
+                    dprev[i] = dcur[i]
+                    dcur[i] = slope
+                    acc[i] += c * value
+                    dacc[i] += c * slope
+            for i in range(rows):
+                sums[k, start + i] = acc[i]
+                slopes[k, start + i] = dacc[i] + acc[i] * beta * (theta / xs[i] - 1.0)
+
+
 def _check_order(order: int) -> int:
     if int(order) != order or order < 0:
         raise ValueError(f"order must be a non-negative integer, got {order!r}")
@@ -279,6 +363,35 @@ class _Family:
         return _evaluate(
             family, _as_points(x), _check_order(order), self.beta, derivatives=True, out=out
         )
+
+    def series(self, x: np.ndarray, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``Σ_m c_km Ψ_m(x)`` and its x-derivative at ``x (n,)`` for each row ``k`` of
+        ``coefficients (count, order + 1)``: each ``(count, n)``. The same as contracting
+        :meth:`evaluate`'s tables, without the tables (Hermite and Laguerre: the recurrence
+        summed as it goes; samples outside :data:`FAST_RANGE` and Fourier by the tables)."""
+        family = cast("Family", self)
+        x = _as_points(x)
+        coefficients = np.ascontiguousarray(coefficients, dtype=np.float64)
+        order = coefficients.shape[1] - 1
+        sums = np.empty((coefficients.shape[0], x.shape[0]))
+        slopes = np.empty_like(sums)
+        if isinstance(family, Fourier):
+            inside = np.zeros(x.shape[0], dtype=bool)
+        elif isinstance(family, Hermite):
+            inside = (x > -FAST_RANGE) & (x <= FAST_RANGE)
+            _hermite_series(x, order, float(self.beta), coefficients, sums, slopes)
+        else:
+            inside = (x > 0.0) & (x <= 10.0 * FAST_RANGE)
+            _laguerre_series(
+                np.where(inside, x, 1.0), order, float(family.theta), float(self.beta),
+                coefficients, sums, slopes,
+            )  # fmt: skip
+        if not inside.all():
+            far = np.flatnonzero(~inside)
+            values, derivs = _evaluate(family, x[far], order, self.beta, derivatives=True)
+            sums[:, far] = coefficients @ values.T
+            slopes[:, far] = coefficients @ derivs.T
+        return sums, slopes
 
     def weighted_polynomials(
         self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None

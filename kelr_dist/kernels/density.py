@@ -325,6 +325,13 @@ class KernelDensity:
         return np.bincount(self.basis.levels(), weights=weights, minlength=self.basis.max_level + 1)
 
 
+#: a basis whose functions vary in one coordinate only is summed by its recurrence, without
+#: tables (:func:`_one_coordinate`), for at most this many estimates at once; more share the
+#: tables, which cost the recurrence once for all of them (see docs/benchmarks.md, section
+#: 'Tuning constants')
+SERIES_ESTIMATES = 3
+
+
 def evaluate_on_basis(
     densities: Sequence[KernelDensity],
     x: np.ndarray,
@@ -335,28 +342,35 @@ def evaluate_on_basis(
     one basis at ``x (n, d)`` (eq. 40): per estimate ``(n,)``, ``(n, d)``, ``(n, d)`` or None,
     as :meth:`KernelDensity.derivatives` gives them. The basis tables of each row block are
     built once for all of them (a fold's refit differs from the estimate only in its
-    coefficients), then contracted with each one's coefficients."""
+    coefficients), then contracted with each one's coefficients; up to
+    :data:`SERIES_ESTIMATES` estimates on a basis that varies in its first coordinate only are
+    summed by that coordinate's recurrence instead (no tables)."""
     basis = densities[0].basis
     if any(density.basis != basis for density in densities):
         raise ValueError("evaluate_on_basis needs estimates on one basis")
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] != basis.dim:
         raise ValueError(f"x must have shape (n, {basis.dim}), got {x.shape}")
-    outputs = [
-        (np.empty(x.shape[0]), np.empty(x.shape), np.empty(x.shape) if second else None)
-        for _ in densities
-    ]
     # tail-major (|R|, M_1+1) each, stacked: one GEMM reads a block's tables for all of them
     coef_t = np.vstack([d.matrix().T for d in densities])
-    # the tables and products of every row block in the same memory (see Workspace)
-    spaces = [Workspace() for _ in range(basis.dim + 1)]
-    for rows in row_blocks(x.shape[0], basis.row_block()):
-        tables = _block_tables(basis, x[rows], second, spaces)
-        contracted = _contract_block(basis, tables, coef_t, len(densities), second, spaces[-1])
-        for out, (density, gradient, hessian) in zip(contracted, outputs, strict=True):
-            density[rows], gradient[rows] = out[0], out[1]
-            if hessian is not None:
-                hessian[rows] = out[2]
+    if not second and basis.tails.shape[0] == 1 and len(densities) <= SERIES_ESTIMATES:
+        outputs = _one_coordinate(basis, x, coef_t)
+    else:
+        outputs = [
+            (np.empty(x.shape[0]), np.empty(x.shape), np.empty(x.shape) if second else None)
+            for _ in densities
+        ]
+        # the tables and products of every row block in the same memory (see Workspace)
+        spaces = [Workspace() for _ in range(basis.dim + 1)]
+        for rows in row_blocks(x.shape[0], basis.row_block()):
+            tables = _block_tables(basis, x[rows], second, spaces)
+            contracted = _contract_block(
+                basis, tables, coef_t, len(densities), second, spaces[-1]
+            )
+            for out, (density, gradient, hessian) in zip(contracted, outputs, strict=True):
+                density[rows], gradient[rows] = out[0], out[1]
+                if hessian is not None:
+                    hessian[rows] = out[2]
     if not standardized:  # from the mapped coordinates y to x
         scales = densities[0].scales
         jacobian = densities[0].jacobian
@@ -365,6 +379,31 @@ def evaluate_on_basis(
             gradient *= jacobian / scales
             if hessian is not None:
                 hessian *= jacobian / scales**2
+    return outputs
+
+
+def _one_coordinate(
+    basis: TensorBasis, x: np.ndarray, coefficients: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """:func:`evaluate_on_basis` (in the mapped coordinates, no Hessian) of a basis whose
+    functions vary in the first coordinate only (one tail, ``|R| = 1``: d = 1, or orders
+    ``(M, 0, ..., 0)``): ``p = S(y_1) Π_k Ψ_0(y_k)`` with the first coordinate's series ``S``
+    summed by its recurrence (:meth:`~kelr_dist.kernels.bases.Family.series`), no tables;
+    ``coefficients`` ``(count, M_1 + 1)``."""
+    first, *rest = basis.coordinates
+    sums, slopes = first.family.series(first.mapped(x[:, 0]), coefficients)
+    # the other coordinates' Ψ_0 and Ψ_0', and the product of the Ψ_0 but the k-th
+    tails = [c.family.evaluate(c.mapped(x[:, k]), 0) for k, c in enumerate(rest, start=1)]
+    values = [v[:, 0] for v, _ in tails]
+    product = np.prod(values, axis=0) if values else np.ones(x.shape[0])
+    others = [np.prod(values[:k] + values[k + 1 :], axis=0) for k in range(len(values))]
+    outputs: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for s, ds in zip(sums, slopes, strict=True):
+        gradient = np.empty(x.shape)
+        gradient[:, 0] = ds * product
+        for k, ((_, dv), other) in enumerate(zip(tails, others, strict=True), start=1):
+            gradient[:, k] = s * dv[:, 0] * other
+        outputs.append((s * product, gradient, None))
     return outputs
 
 
