@@ -23,7 +23,13 @@ from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.engine.passes import build_graph, keep_in_memory, run_reduction, run_reductions
+from kelr_dist.engine.passes import (
+    build_graph,
+    keep_in_memory,
+    observe_graphs,
+    run_reduction,
+    run_reductions,
+)
 from kelr_dist.engine.placement import spread
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
 from kelr_dist.testing import peak_memory
@@ -428,6 +434,29 @@ def test_out_of_core_store_within_worker_memory(tmp_path, process_client: Client
 
 
 # --- coalesced chunks, scattered in-memory input, thread limits, graphs that compute nothing ----
+
+
+def weighted_sum_kernel(weights: np.ndarray, x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    return {"sum": x.sum(axis=0) * weights[0]}
+
+
+def test_a_pass_carrying_a_large_model_sends_it_once_without_dask_warning(
+    thread_client: Client, recwarn: pytest.WarningsRecorder
+) -> None:
+    """A reduction holding a 24 MiB table (a fitted model, like the KDE baseline's grids) enters
+    the graph once, not once per task, and distributed's large-graph warning (meant for data
+    embedded in graphs) stays quiet."""
+    x = make_trajectory(np.random.default_rng(13), chains=1, n=4000)
+    weights = np.full(3 * 2**20, 2.0)  # 24 MiB
+    graphs: list = []
+    with observe_graphs(graphs.append):
+        (total,) = run_reductions(
+            as_dask(x, 250), [Reduction("weighted", partial(weighted_sum_kernel, weights))],
+            thread_client, task_bytes=0,
+        )  # fmt: skip
+    assert len(graphs[0].blocks) == 16
+    np.testing.assert_allclose(total["sum"], 2.0 * x[0].sum(axis=0), rtol=1e-12)
+    assert not [w for w in recwarn if "large graph" in str(w.message)]
 
 
 def test_coalesced_chunks_give_the_same_result_with_fewer_tasks(thread_client: Client) -> None:

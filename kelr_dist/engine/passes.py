@@ -71,6 +71,11 @@ __all__ = [
 #: 'no-worker' when the other workers were lost too, e.g. keep_in_memory's loads); dask itself
 #: would wait forever
 NO_WORKERS_TIMEOUT = 30.0
+#: distributed warns of a graph above ``distributed.admin.large-graph-warning-threshold``
+#: (10 MB) as of data embedded in it. A pass's graph never holds data (its tasks read the store
+#: or blocks already on the cluster), but it holds its reductions once, with the fitted model
+#: they evaluate: the Gaussian-KDE baseline's grids alone take about 16 MiB in 2-D
+GRAPH_WARNING = "256MiB"
 #: seconds a worker must stay connected to count as alive (restart loops last ~1-4 s each)
 WORKER_SETTLE = 10.0
 #: seconds between two looks at the scheduler's workers while a pass waits
@@ -170,7 +175,8 @@ def run_reductions(
     where.require_connection(client)
     check_store_on_workers(trajectory, client, where)
     where.require_connection(client)
-    futures = client.compute([*graph.blocks, graph.total])
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": GRAPH_WARNING}):
+        futures = client.compute([*graph.blocks, graph.total])
     total = futures[-1]
     finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for future in futures:
