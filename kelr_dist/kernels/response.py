@@ -546,9 +546,13 @@ class _ResponseKernel:
             self.forcing.conjugate(x, *values[unrefitted_key(name)]) for name in self.unrefitted
         ]
         target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
-        residuals = np.stack(
-            [a[:, :, None] * b[:, None, :] - target for b in columns + unrefitted], axis=1
-        ).reshape(x.shape[0], -1)  # score-major, as the lagged sums' columns
+        # a_i b_j - target_ij column by column (q and d are small: whole-row products would
+        # run numpy's loops over them), score-major like the lagged sums' columns
+        residuals = np.empty((len(columns) + len(unrefitted), *target.shape[1:], x.shape[0]))
+        for k, b in enumerate(columns + unrefitted):
+            for i, j in np.ndindex(target.shape[1:]):
+                np.subtract(a[:, i] * b[:, j], target[:, i, j], out=residuals[k, i, j])
+        residuals = residuals.reshape(-1, x.shape[0]).T
         names = list(self.scores)
         d = len(self.forcing.names)
         shifts = np.empty((x_replicas.shape[0], len(others) * d)) if others else None
