@@ -67,18 +67,23 @@ def augmented(
     """``z̃`` at ``x (n, d)``: per component ``(x_j - x̄_j) / σ_j``, or ``(cos θ_j, sin θ_j)``
     with ``θ_j = 2π x_j / P_j`` for a period ``P_j > 0`` in ``periods (d,)`` (default none),
     then 1: ``(n, d + p + 1)`` for ``p`` periodic components; ``scale`` ``σ (d,)``, default 1."""
-    centred = x - origin if scale is None else (x - origin) / scale
     period = _periodic(periods, x.shape[1])
-    if not period.any():
-        return np.hstack([centred, np.ones((x.shape[0], 1))])
-    columns = []
+    # column by column into a Fortran-ordered table (numpy's loops over a d of 2-3 are slow)
+    out = np.empty((x.shape[1] + int((period > 0).sum()) + 1, x.shape[0]))
+    k = 0
     for j in range(x.shape[1]):
         if period[j] > 0:
             angle = (2.0 * np.pi / period[j]) * x[:, j]
-            columns += [np.cos(angle), np.sin(angle)]
+            np.cos(angle, out=out[k])
+            np.sin(angle, out=out[k + 1])
+            k += 2
         else:
-            columns.append(centred[:, j])
-    return np.column_stack([*columns, np.ones(x.shape[0])])
+            np.subtract(x[:, j], origin[j], out=out[k])
+            if scale is not None:
+                out[k] /= scale[j]
+            k += 1
+    out[k] = 1.0
+    return out.T
 
 
 def divergence_sums(
