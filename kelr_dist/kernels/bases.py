@@ -251,53 +251,21 @@ def _laguerre_columns(x, order, theta, beta, values, derivs):  # pragma: no cove
                 dout[i] += cur[i] * beta * slope[i]
 
 
-#: rows of a block of :func:`_hermite_series` / :func:`_laguerre_series`: the recurrence's
-#: running rows stay in the first-level cache
+#: rows of a block of :func:`_recurrence_series`: its running rows stay in the first-level cache
 SERIES_ROWS = 512
 
 
 @contracted
-def _hermite_series(x, order, beta, coef, sums, slopes):  # pragma: no cover - compiled
-    """``Σ_m c_km Ψ_m(x)`` into ``sums (count, n)`` and its derivative into ``slopes``: the
-    recurrence of :func:`_hermite_columns` on running rows instead of tables, with
-    ``Ψ_m' = √m Ψ_{m-1} - β x Ψ_m`` summed as ``Σ c_m √m Ψ_{m-1} - β x Σ c_m Ψ_m``."""
+def _recurrence_series(
+    x, start, log_slope, diag, tilt, back, coef, sums, slopes
+):  # pragma: no cover - compiled
+    """``Σ_m c_km Ψ_m(x)`` into ``sums (count, n)`` and its derivative into ``slopes``, for
+    functions ``Ψ_m = P_m W`` of a three-term recurrence
+    ``Ψ_{m+1} = (diag_m + tilt_m x) Ψ_m - back_m Ψ_{m-1}`` from ``Ψ_0 = start (n,)``, summed as
+    they go (no tables). The derivative runs the differentiated recurrence from ``0`` (the
+    polynomials' part, ``P_m' W``) and adds ``(W'/W) Σ c_m Ψ_m`` with ``W'/W = log_slope (n,)``;
+    the recurrence of :func:`_laguerre_columns` and :func:`_hermite_columns` term for term."""
     n = x.shape[0]
-    cur = np.empty(SERIES_ROWS)
-    prev = np.empty(SERIES_ROWS)
-    acc = np.empty(SERIES_ROWS)
-    dacc = np.empty(SERIES_ROWS)
-    for k in range(coef.shape[0]):
-        for start in range(0, n, SERIES_ROWS):
-            xs = x[start : min(start + SERIES_ROWS, n)]
-            rows = xs.shape[0]
-            for i in range(rows):
-                cur[i] = math.exp(-beta * (0.5 * xs[i] * xs[i] + _LOG_SQRT_2PI))
-                prev[i] = cur[i]
-                acc[i] = coef[k, 0] * cur[i]
-                dacc[i] = 0.0
-            for m in range(1, order + 1):
-                a = 1.0 / math.sqrt(float(m))
-                b = math.sqrt((m - 1.0) / m)
-                c = coef[k, m]
-                root = c * math.sqrt(float(m))
-                for i in range(rows):
-                    value = a * xs[i] * cur[i] - b * prev[i]
-                    dacc[i] += root * cur[i]
-                    prev[i] = cur[i]
-                    cur[i] = value
-                    acc[i] += c * value
-            for i in range(rows):
-                sums[k, start + i] = acc[i]
-                slopes[k, start + i] = dacc[i] - beta * xs[i] * acc[i]
-
-
-@contracted
-def _laguerre_series(x, order, theta, beta, coef, sums, slopes):  # pragma: no cover - compiled
-    """:func:`_hermite_series` for the Laguerre functions (``0 < x`` of moderate size): the
-    recurrences of :func:`_laguerre_columns` for the values and the derivatives, summed as
-    they go, and the weight's slope ``β(θ/x - 1)`` times the sum at the end."""
-    n = x.shape[0]
-    log_norm = -beta * math.lgamma(theta + 1.0)
     cur = np.empty(SERIES_ROWS)
     prev = np.empty(SERIES_ROWS)
     dcur = np.empty(SERIES_ROWS)
@@ -305,25 +273,22 @@ def _laguerre_series(x, order, theta, beta, coef, sums, slopes):  # pragma: no c
     acc = np.empty(SERIES_ROWS)
     dacc = np.empty(SERIES_ROWS)
     for k in range(coef.shape[0]):
-        for start in range(0, n, SERIES_ROWS):
-            xs = x[start : min(start + SERIES_ROWS, n)]
+        for first in range(0, n, SERIES_ROWS):
+            xs = x[first : min(first + SERIES_ROWS, n)]
             rows = xs.shape[0]
             for i in range(rows):
-                cur[i] = math.exp(log_norm + beta * (theta * math.log(xs[i]) - xs[i]))
+                cur[i] = start[first + i]
                 prev[i] = cur[i]
                 dcur[i] = 0.0
                 dprev[i] = 0.0
                 acc[i] = coef[k, 0] * cur[i]
                 dacc[i] = 0.0
-            for m in range(order):
-                inv_c = 1.0 / math.sqrt((m + 1.0) * (m + theta + 1.0))
-                a0 = (2.0 * m + 1.0 + theta) * inv_c
-                b = math.sqrt(m * (m + theta)) * inv_c
-                c = coef[k, m + 1]
+            for m in range(diag.shape[0]):
+                a, t, b, c = diag[m], tilt[m], back[m], coef[k, m + 1]
                 for i in range(rows):
-                    f = a0 - xs[i] * inv_c
+                    f = a + t * xs[i]
                     value = f * cur[i] - b * prev[i]
-                    slope = f * dcur[i] - inv_c * cur[i] - b * dprev[i]
+                    slope = f * dcur[i] + t * cur[i] - b * dprev[i]
                     prev[i] = cur[i]
                     cur[i] = value
                     dprev[i] = dcur[i]
@@ -331,8 +296,8 @@ def _laguerre_series(x, order, theta, beta, coef, sums, slopes):  # pragma: no c
                     acc[i] += c * value
                     dacc[i] += c * slope
             for i in range(rows):
-                sums[k, start + i] = acc[i]
-                slopes[k, start + i] = dacc[i] + acc[i] * beta * (theta / xs[i] - 1.0)
+                sums[k, first + i] = acc[i]
+                slopes[k, first + i] = dacc[i] + log_slope[first + i] * acc[i]
 
 
 def _check_order(order: int) -> int:
@@ -367,25 +332,21 @@ class _Family:
     def series(self, x: np.ndarray, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``Σ_m c_km Ψ_m(x)`` and its x-derivative at ``x (n,)`` for each row ``k`` of
         ``coefficients (count, order + 1)``: each ``(count, n)``. The same as contracting
-        :meth:`evaluate`'s tables, without the tables (Hermite and Laguerre: the recurrence
-        summed as it goes; samples outside :data:`FAST_RANGE` and Fourier by the tables)."""
+        :meth:`evaluate`'s tables, without the tables (Hermite and Laguerre: their three-term
+        recurrence summed as it goes, :func:`_recurrence_series`; samples outside
+        :data:`FAST_RANGE`, and Fourier, by the tables)."""
         family = cast("Family", self)
         x = _as_points(x)
         coefficients = np.ascontiguousarray(coefficients, dtype=np.float64)
         order = coefficients.shape[1] - 1
         sums = np.empty((coefficients.shape[0], x.shape[0]))
         slopes = np.empty_like(sums)
-        if isinstance(family, Fourier):
-            inside = np.zeros(x.shape[0], dtype=bool)
-        elif isinstance(family, Hermite):
-            inside = (x > -FAST_RANGE) & (x <= FAST_RANGE)
-            _hermite_series(x, order, float(self.beta), coefficients, sums, slopes)
-        else:
-            inside = (x > 0.0) & (x <= 10.0 * FAST_RANGE)
-            _laguerre_series(
-                np.where(inside, x, 1.0), order, float(family.theta), float(self.beta),
-                coefficients, sums, slopes,
-            )  # fmt: skip
+        inside = np.zeros(x.shape[0], dtype=bool)
+        if not isinstance(family, Fourier):
+            inside = family.fast(x)
+            y = np.where(inside, x, family.fast_point)
+            _recurrence_series(y, *family.weight(y), *family.recurrence(order), coefficients,
+                               sums, slopes)  # fmt: skip
         if not inside.all():
             far = np.flatnonzero(~inside)
             values, derivs = _evaluate(family, x[far], order, self.beta, derivatives=True)
@@ -439,6 +400,24 @@ class Hermite(_Family):
     def spec(self) -> str:
         return f"hermite(beta={self.beta:g})"
 
+    #: where :meth:`series` evaluates the samples outside :meth:`fast` (then replaced)
+    fast_point = 0.0
+
+    def fast(self, x: np.ndarray) -> np.ndarray:
+        """Samples the vectorised recurrence holds for (``|x| ≤`` :data:`FAST_RANGE`)."""
+        return (x > -FAST_RANGE) & (x <= FAST_RANGE)
+
+    def weight(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``Ψ_0 = W^β`` and ``(W^β)'/W^β = -β x`` at ``x (n,)``."""
+        return np.exp(-self.beta * (0.5 * x * x + _LOG_SQRT_2PI)), -self.beta * x
+
+    @staticmethod
+    def recurrence(order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(diag, tilt, back)`` of ``Ψ_{m+1} = x Ψ_m / √(m+1) - √(m/(m+1)) Ψ_{m-1}``,
+        m = 0..order-1."""
+        m = np.arange(order, dtype=np.float64)
+        return np.zeros(order), 1.0 / np.sqrt(m + 1.0), np.sqrt(m / (m + 1.0))
+
 
 @dataclass(frozen=True)
 class Laguerre(_Family):
@@ -483,6 +462,26 @@ class Laguerre(_Family):
 
     def spec(self) -> str:
         return f"laguerre(theta={self.theta:g},beta={self.beta:g})"
+
+    #: where :meth:`series` evaluates the samples outside :meth:`fast` (then replaced)
+    fast_point = 1.0
+
+    def fast(self, x: np.ndarray) -> np.ndarray:
+        """Samples the vectorised recurrence holds for (``0 < x ≤ 10`` :data:`FAST_RANGE`)."""
+        return (x > 0.0) & (x <= 10.0 * FAST_RANGE)
+
+    def weight(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``Ψ_0 = G^β`` and ``(G^β)'/G^β = β(θ/x - 1)`` at ``0 < x (n,)``."""
+        log_norm = -self.beta * math.lgamma(self.theta + 1.0)
+        start = np.exp(log_norm + self.beta * (self.theta * np.log(x) - x))
+        return start, self.beta * (self.theta / x - 1.0)
+
+    def recurrence(self, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(diag, tilt, back)`` of ``Ψ_{m+1} = ((2m+1+θ) - x) Ψ_m / c_m - √(m(m+θ)) Ψ_{m-1}
+        / c_m`` with ``c_m = √((m+1)(m+θ+1))``, m = 0..order-1."""
+        m = np.arange(order, dtype=np.float64)
+        inv_c = 1.0 / np.sqrt((m + 1.0) * (m + self.theta + 1.0))
+        return (2.0 * m + 1.0 + self.theta) * inv_c, -inv_c, np.sqrt(m * (m + self.theta)) * inv_c
 
 
 @dataclass(frozen=True)

@@ -329,7 +329,7 @@ class KernelDensity:
 #: tables (:func:`_one_coordinate`), for at most this many estimates at once; more share the
 #: tables, which cost the recurrence once for all of them (see docs/benchmarks.md, section
 #: 'Tuning constants')
-SERIES_ESTIMATES = 3
+SERIES_ESTIMATES = 2
 
 
 def evaluate_on_basis(
