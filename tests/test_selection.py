@@ -45,6 +45,13 @@ CASES = {
         14,
         "total",
     ),
+    # the functions vary in the first coordinate only: the sweep runs its recurrence, no tables
+    "2d-box-laguerre-first-only": (
+        lambda n, r: np.vstack([gamma_gauss(n - 3, r), [[0.0, 0.1], [400.0, 0.0], [1e-3, 45.0]]]),
+        lambda: (Coordinate(Laguerre(2.5, beta=0.5), -0.1, 0.7), Coordinate(Hermite(), 0.0, 1.2)),
+        (40, 0),
+        "box",
+    ),
     "2d-total": (
         bimodal,
         lambda: (Coordinate(Hermite(), 0, 1.6), Coordinate(Hermite(), 0.2, 0.8)),

@@ -343,10 +343,10 @@ class _Family:
         slopes = np.empty_like(sums)
         inside = np.zeros(x.shape[0], dtype=bool)
         if not isinstance(family, Fourier):
-            inside = family.fast(x)
+            inside = family.fast(x, self.beta)
             y = np.where(inside, x, family.fast_point)
-            _recurrence_series(y, *family.weight(y), *family.recurrence(order), coefficients,
-                               sums, slopes)  # fmt: skip
+            _recurrence_series(y, *family.weight(y, self.beta), *family.recurrence(order),
+                               coefficients, sums, slopes)  # fmt: skip
         if not inside.all():
             far = np.flatnonzero(~inside)
             values, derivs = _evaluate(family, x[far], order, self.beta, derivatives=True)
@@ -403,13 +403,14 @@ class Hermite(_Family):
     #: where :meth:`series` evaluates the samples outside :meth:`fast` (then replaced)
     fast_point = 0.0
 
-    def fast(self, x: np.ndarray) -> np.ndarray:
-        """Samples the vectorised recurrence holds for (``|x| ≤`` :data:`FAST_RANGE`)."""
-        return (x > -FAST_RANGE) & (x <= FAST_RANGE)
+    def fast(self, x: np.ndarray, power: float) -> np.ndarray:
+        """Samples the vectorised recurrence with the weight to ``power`` holds for
+        (``|x| ≤`` :data:`FAST_RANGE`; none for ``power < -1``), as in :func:`_evaluate`."""
+        return (x > -FAST_RANGE) & (x <= FAST_RANGE) & (power >= -1.0)
 
-    def weight(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``Ψ_0 = W^β`` and ``(W^β)'/W^β = -β x`` at ``x (n,)``."""
-        return np.exp(-self.beta * (0.5 * x * x + _LOG_SQRT_2PI)), -self.beta * x
+    def weight(self, x: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
+        """``Ψ_0 = W^power`` and ``(W^power)'/W^power = -power x`` at ``x (n,)``."""
+        return np.exp(-power * (0.5 * x * x + _LOG_SQRT_2PI)), -power * x
 
     @staticmethod
     def recurrence(order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -466,15 +467,16 @@ class Laguerre(_Family):
     #: where :meth:`series` evaluates the samples outside :meth:`fast` (then replaced)
     fast_point = 1.0
 
-    def fast(self, x: np.ndarray) -> np.ndarray:
-        """Samples the vectorised recurrence holds for (``0 < x ≤ 10`` :data:`FAST_RANGE`)."""
-        return (x > 0.0) & (x <= 10.0 * FAST_RANGE)
+    def fast(self, x: np.ndarray, power: float) -> np.ndarray:
+        """Samples the vectorised recurrence with the weight to ``power`` holds for
+        (``0 < x ≤ 10`` :data:`FAST_RANGE`; none for ``power < -1``), as in :func:`_evaluate`."""
+        return (x > 0.0) & (x <= 10.0 * FAST_RANGE) & (power >= -1.0)
 
-    def weight(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``Ψ_0 = G^β`` and ``(G^β)'/G^β = β(θ/x - 1)`` at ``0 < x (n,)``."""
-        log_norm = -self.beta * math.lgamma(self.theta + 1.0)
-        start = np.exp(log_norm + self.beta * (self.theta * np.log(x) - x))
-        return start, self.beta * (self.theta / x - 1.0)
+    def weight(self, x: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
+        """``Ψ_0 = G^power`` and ``(G^power)'/G^power = power (θ/x - 1)`` at ``0 < x (n,)``."""
+        log_norm = -power * math.lgamma(self.theta + 1.0)
+        start = np.exp(log_norm + power * (self.theta * np.log(x) - x))
+        return start, power * (self.theta / x - 1.0)
 
     def recurrence(self, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(diag, tilt, back)`` of ``Ψ_{m+1} = ((2m+1+θ) - x) Ψ_m / c_m - √(m(m+θ)) Ψ_{m-1}

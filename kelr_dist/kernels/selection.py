@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from kelr_dist.kernels.bases import TensorBasis, Workspace
+from kelr_dist.kernels.bases import Fourier, TensorBasis, Workspace
 from kelr_dist.kernels.compiled import compiled, contracted
 from kelr_dist.kernels.density import KernelDensity, check_samples, row_blocks
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
@@ -148,18 +148,61 @@ def _sweep(first, tails, coef_t, blocks, singles, pos, neg, zeros, min_pos, min_
             for i in range(width):
                 row[i] += prev[i]
         for level in range(low, n_levels):
+            _tally(acc[level], bits[level], width, level, pos, neg, zeros, min_pos, min_val)
+
+
+@compiled
+def _tally(values, bits, width, level, pos, neg, zeros, min_pos, min_val):  # pragma: no cover
+    """The statistics of order ``level`` of ``values[:width]`` (``bits``: their int64 view):
+    histogram counts by sign, zeros, the least positive value and the least value."""
+    for i in range(width):
+        v = values[i]
+        if v > 0.0:
+            pos[level, _bin(bits[i])] += 1
+            if v < min_pos[level]:
+                min_pos[level] = v
+        elif v < 0.0:
+            neg[level, _bin(bits[i])] += 1
+        else:
+            zeros[level] += 1
+        if v < min_val[level]:
+            min_val[level] = v
+
+
+@compiled
+def _recurrence_sweep(
+    x, start, tails, diag, tilt, back, coef, pos, neg, zeros, min_pos, min_val, low
+):  # pragma: no cover - compiled
+    """:func:`_sweep` for a basis whose functions vary in the first coordinate only: the
+    running sums ``p_M = Σ_{m ≤ M} c_m Ψ_m(x) h`` built as the three-term recurrence of
+    :func:`kelr_dist.kernels.bases._recurrence_series` runs (``Ψ_0 = start``, the tail product
+    ``h = tails``, all ``(n,)``), each order's statistics taken from ``low`` on. No tables:
+    each row block's running rows stay in the first-level cache."""
+    n = x.shape[0]
+    cur = np.empty(SWEEP_TILE)
+    prev = np.empty(SWEEP_TILE)
+    acc = np.empty(SWEEP_TILE)
+    bits = acc.view(np.int64)
+    for first in range(0, n, SWEEP_TILE):
+        width = min(SWEEP_TILE, n - first)
+        xs = x[first : first + width]
+        h = tails[first : first + width]
+        c = coef[0]
+        for i in range(width):
+            cur[i] = start[first + i]
+            prev[i] = cur[i]
+            acc[i] = c * h[i] * cur[i]
+        if low <= 0:
+            _tally(acc, bits, width, 0, pos, neg, zeros, min_pos, min_val)
+        for m in range(diag.shape[0]):
+            a, t, b, c = diag[m], tilt[m], back[m], coef[m + 1]
             for i in range(width):
-                v = acc[level, i]
-                if v > 0.0:
-                    pos[level, _bin(bits[level, i])] += 1
-                    if v < min_pos[level]:
-                        min_pos[level] = v
-                elif v < 0.0:
-                    neg[level, _bin(bits[level, i])] += 1
-                else:
-                    zeros[level] += 1
-                if v < min_val[level]:
-                    min_val[level] = v
+                value = (a + t * xs[i]) * cur[i] - b * prev[i]
+                prev[i] = cur[i]
+                cur[i] = value
+                acc[i] += c * h[i] * value
+            if m + 1 >= low:
+                _tally(acc, bits, width, m + 1, pos, neg, zeros, min_pos, min_val)
 
 
 def _blocks(basis: TensorBasis, coef_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +269,21 @@ def sweep_sums(density: KernelDensity, x: np.ndarray, lowest: int = 0) -> dict[s
     # tables in the mapped coordinates: p_M in standardized units (no Jacobian), so every
     # threshold and histogram is independent of the data's units
     coef_t = np.ascontiguousarray(density.matrix().T)
+    head = basis.coordinates[0]
+    if basis.tails.shape[0] == 1 and not isinstance(head.family, Fourier):
+        # the functions vary in the first coordinate only: its recurrence, no tables, for the
+        # samples where it holds; the rest go by the tables below
+        y = head.mapped(x[:, 0])
+        inside = head.family.fast(y, head.family.beta)
+        tails = np.ones(int(inside.sum()))
+        for k, c in enumerate(basis.coordinates[1:], start=1):
+            tails *= c.family.weighted_polynomials(c.mapped(x[inside, k]), 0, c.family.beta)[:, 0]
+        start, _ = head.family.weight(y[inside], head.family.beta)
+        _recurrence_sweep(
+            y[inside], start, tails, *head.family.recurrence(basis.max_orders[0]), coef_t[0],
+            out["pos"], out["neg"], out["zeros"], out["min_pos"], out["min_val"], lowest,
+        )  # fmt: skip
+        x = x[~inside]
     blocks, singles = _blocks(basis, coef_t)
     # every row block's tables (and the tile's running sums) in the same memory (Workspace)
     spaces = [Workspace() for _ in basis.coordinates]
