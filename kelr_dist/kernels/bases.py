@@ -330,10 +330,10 @@ class _Family:
         )
 
     def series(self, x: np.ndarray, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``Σ_m c_km Ψ_m(x)`` and its x-derivative at ``x (n,)`` for each row ``k`` of
-        ``coefficients (count, order + 1)``: each ``(count, n)``. The same as contracting
-        :meth:`evaluate`'s tables, without the tables (Hermite and Laguerre: their three-term
-        recurrence summed as it goes, :func:`_recurrence_series`; samples outside
+        """``Σ_m c_km Ψ_m(x)`` (eq. 40 in one coordinate) and its x-derivative at ``x (n,)`` for
+        each row ``k`` of ``coefficients (count, order + 1)``: each ``(count, n)``. The same as
+        contracting :meth:`evaluate`'s tables, without the tables (Hermite and Laguerre: their
+        three-term recurrence summed as it goes, :func:`_recurrence_series`; samples outside
         :data:`FAST_RANGE`, and Fourier, by the tables)."""
         family = cast("Family", self)
         x = _as_points(x)
