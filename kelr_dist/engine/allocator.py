@@ -14,7 +14,7 @@ then keeps up to the trim threshold of freed memory, which a Dask worker with a 
 limit cannot spare, so the threshold scales with the limit, ``min(64 MiB, limit / 16)``, and the
 engine returns all free heap memory after a task once the worker holds more than
 :data:`RELEASE_SHARE` of its limit (:func:`release_when_full`). Below that the next task reuses
-the heap: returning it after every task made every task fault all its pages in again.
+the heap: returned after every task, it would be faulted in again by every task.
 
 Only the engine calls these, in its tasks on Dask workers: importing :mod:`kelr_dist` changes
 nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. The thresholds are glibc's

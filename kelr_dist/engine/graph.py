@@ -298,7 +298,9 @@ def build_graph(
     # the reductions (and the store reader) enter the graph once, as data every task depends
     # on: not walked, tokenized and serialized again for every task
     shared = dask.delayed(reductions, name=f"{prefix}-reductions", traverse=False)
-    source = dask.delayed(reader, name=f"{prefix}-reader", traverse=False)
+    source = None
+    if reader is not None:
+        source = dask.delayed(reader, name=f"{prefix}-reader", traverse=False)
     blocks = []
     for c in range(chains):
         heads: dict[int, Delayed] = {}

@@ -867,6 +867,13 @@ class TensorBasis:
     def _tail_positions(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.tails)), self.first_stops + 1)
 
+    @property
+    def first_only(self) -> bool:
+        """Whether the functions vary in the first coordinate only (one tail, ``|R| = 1``: d = 1,
+        or orders ``(M, 0, ..., 0)``): the basis is then that coordinate's series times the
+        other coordinates' ``Ψ_0``."""
+        return self.tails.shape[0] == 1
+
     @cached_property
     def first_stops(self) -> np.ndarray:
         """:meth:`first_stop` of every tail, ``(|R|,)`` int64."""

@@ -353,7 +353,7 @@ def evaluate_on_basis(
         raise ValueError(f"x must have shape (n, {basis.dim}), got {x.shape}")
     # tail-major (|R|, M_1+1) each, stacked: one GEMM reads a block's tables for all of them
     coef_t = np.vstack([d.matrix().T for d in densities])
-    if not second and basis.tails.shape[0] == 1 and len(densities) <= SERIES_ESTIMATES:
+    if not second and basis.first_only and len(densities) <= SERIES_ESTIMATES:
         outputs = _one_coordinate(basis, x, coef_t)
     else:
         outputs = [
@@ -386,8 +386,8 @@ def _one_coordinate(
     basis: TensorBasis, x: np.ndarray, coefficients: np.ndarray
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
     """:func:`evaluate_on_basis` (in the mapped coordinates, no Hessian) of a basis whose
-    functions vary in the first coordinate only (one tail, ``|R| = 1``: d = 1, or orders
-    ``(M, 0, ..., 0)``): ``p = S(y_1) Π_k Ψ_0(y_k)`` with the first coordinate's series ``S``
+    functions vary in the first coordinate only (:attr:`TensorBasis.first_only`):
+    ``p = S(y_1) Π_k Ψ_0(y_k)`` with the first coordinate's series ``S``
     summed by its recurrence (:meth:`~kelr_dist.kernels.bases.Family.series`), no tables;
     ``coefficients`` ``(count, M_1 + 1)``."""
     first, *rest = basis.coordinates

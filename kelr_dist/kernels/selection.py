@@ -270,17 +270,18 @@ def sweep_sums(density: KernelDensity, x: np.ndarray, lowest: int = 0) -> dict[s
     # threshold and histogram is independent of the data's units
     coef_t = np.ascontiguousarray(density.matrix().T)
     head = basis.coordinates[0]
-    if basis.tails.shape[0] == 1 and not isinstance(head.family, Fourier):
-        # the functions vary in the first coordinate only: its recurrence, no tables, for the
-        # samples where it holds; the rest go by the tables below
+    if basis.first_only and not isinstance(head.family, Fourier):
+        # the first coordinate's recurrence, no tables, for the samples where it holds; the
+        # rest go by the tables below
         y = head.mapped(x[:, 0])
         inside = head.family.fast(y, head.family.beta)
-        tails = np.ones(int(inside.sum()))
+        y = y[inside]
+        tails = np.ones(y.shape[0])
         for k, c in enumerate(basis.coordinates[1:], start=1):
             tails *= c.family.weighted_polynomials(c.mapped(x[inside, k]), 0, c.family.beta)[:, 0]
-        start, _ = head.family.weight(y[inside], head.family.beta)
+        start, _ = head.family.weight(y, head.family.beta)
         _recurrence_sweep(
-            y[inside], start, tails, *head.family.recurrence(basis.max_orders[0]), coef_t[0],
+            y, start, tails, *head.family.recurrence(basis.max_orders[0]), coef_t[0],
             out["pos"], out["neg"], out["zeros"], out["min_pos"], out["min_val"], lowest,
         )  # fmt: skip
         x = x[~inside]
