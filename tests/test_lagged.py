@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kelr_dist.kernels import lagged
 from kelr_dist.kernels.lagged import blockwise_lagged_sums, lagged_sums, strided_lagged_sums
 from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
 from kelr_dist.testing import lag_counts
@@ -45,22 +46,26 @@ def test_lagged_sums_matches_brute_force(len_a, len_b, max_lag, block_rows):
     assert_close(out, brute_lagged_sums(a, b, max_lag))
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["directly", "by-transforms"])
 @pytest.mark.parametrize(
     ("length", "halo", "max_lag", "origins"),
     [
-        (100, 20, 20, slice(3, None, 4)),  # S + 1 > 16 strides: by the transforms
+        (100, 20, 20, slice(3, None, 4)),
         (100, 20, 20, slice(0, None, 2)),
-        (100, 20, 20, slice(1, None, 32)),  # directly
-        (100, 5, 20, slice(2, None, 8)),  # short halo (end of chain): directly
-        (100, 5, 40, slice(2, None, 3)),  # short halo: by the transforms
-        (100, 0, 7, slice(0, None, 1)),  # every row, directly
+        (100, 20, 20, slice(1, None, 32)),
+        (100, 5, 20, slice(2, None, 8)),  # short halo (end of chain)
+        (100, 5, 40, slice(2, None, 3)),
+        (100, 0, 7, slice(0, None, 1)),  # every row
         (10, 0, 4, slice(9, None, 16)),  # one origin
         (3, 0, 40, slice(5, None, 64)),  # a chain's last rows, no origin, shorter than S
+        (5000, 30, 30, slice(7, None, 6)),  # several sub-blocks, a stride not a power of two
     ],
 )
 def test_strided_lagged_sums_are_the_sums_of_b_spread_on_its_origins(
-    length, halo, max_lag, origins
+    monkeypatch, direct, length, halo, max_lag, origins
 ):
+    # either way of summing, whatever the rule between them would choose
+    monkeypatch.setattr(lagged, "STRIDED_LAGS", 10**9 if direct else 0)
     rng = np.random.default_rng(length + halo + max_lag)
     rows = range(length)[origins]
     a, b = rng.normal(size=(length + halo, 3)), rng.normal(size=(len(rows), 2))

@@ -86,38 +86,67 @@ def _rows(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Spectra:
-    """Spectra of ``k`` sub-blocks: ``a`` ``(q, k, F//2+1)``, ``b`` ``(d, k, F//2+1)``."""
+    """Spectra of ``k`` sub-blocks: ``a`` ``(q, k, F//2+1)``, ``b`` ``(d, k, F//2+1)``, or
+    ``(d, k, F/m)`` for ``b`` on every ``m``-th row, whose spectrum repeats with period ``F/m``."""
 
     a: np.ndarray
     b: np.ndarray
     length: int  # the transform length F
 
+    def summed_cross(self) -> np.ndarray:
+        """The cross spectra summed over the sub-blocks, ``sum_k a[i, k, f] conj(b[j, k, f])``,
+        ``(q, d, F//2+1)`` (``b`` is conjugated in place)."""
+        b = np.conjugate(self.b, out=self.b)
+        n_freq, period = self.a.shape[-1], b.shape[-1]
+        if period == n_freq:
+            return np.einsum("ikf,jkf->ijf", self.a, b)
+        # f = u P + v with P the period: b's repeated spectrum meets a's in pieces of length P
+        repeats = -(-n_freq // period)
+        a = np.zeros((*self.a.shape[:2], repeats * period), dtype=self.a.dtype)
+        a[..., :n_freq] = self.a
+        cross = np.einsum("ikuv,jkv->ijuv", a.reshape(*a.shape[:2], repeats, period), b)
+        return cross.reshape(*cross.shape[:2], -1)[..., :n_freq]
+
+
+def _transform_length(rows: int, stride: int) -> int:
+    """The fast transform length ``F >= rows`` of :func:`_spectra`: a multiple of ``stride``
+    whose quotient is a fast complex length (the transform of ``b`` on every ``stride``-th row)."""
+    if stride == 1:
+        return int(fft.next_fast_len(rows, real=True))
+    return stride * int(fft.next_fast_len(-(-rows // stride)))
+
 
 def _spectra(
-    a: np.ndarray, b: np.ndarray, block: int, max_lag: int, offset: int
+    a: np.ndarray, b: np.ndarray, block: int, max_lag: int, offset: int, stride: int = 1
 ) -> Iterator[_Spectra]:
     """Real FFTs of the sub-blocks of ``b`` and of their ``a`` windows, in groups.
 
     Sub-block ``k`` holds ``b`` rows ``[kK - offset, (k+1)K - offset)`` and its ``a`` window the
     rows ``[kK - offset, (k+1)K - offset + S)``; rows outside the arrays read as zero. With
     ``F >= K + S`` the circular correlation of the two has no wrap-around at lags ``0..S``.
+
+    With ``stride = m > 1`` (``offset = 0``, ``K`` a multiple of ``m``), ``b`` holds only the rows
+    ``0, m, 2m, ...`` (zeros between). The transform of such a block is the transform of its
+    ``K / m`` rows, of length ``F / m``, repeated ``m`` times along the frequencies: ``m`` times
+    less work than the transform of the spread rows, kept unrepeated.
     """
-    n_blocks = -(-(offset + b.shape[0]) // block)
-    length = fft.next_fast_len(block + max_lag, real=True)
+    n_blocks = -(-(offset + stride * b.shape[0]) // block)
+    length = _transform_length(block + max_lag, stride)
     columns = a.shape[1] + b.shape[1] + a.shape[1] * b.shape[1]  # spectra and cross spectra
     per_group = max(1, _SPECTRUM_BUDGET // (columns * (length // 2 + 1)))
     for first in range(0, n_blocks, per_group):
         count = min(per_group, n_blocks - first)
         lo = first * block - offset
-        b_rows = _rows(b, lo, lo + count * block)
         a_rows = _rows(a, lo, lo + count * block + max_lag)
-        b_win = b_rows.reshape(b.shape[1], count, block)
         a_win = sliding_window_view(a_rows, block + max_lag, axis=1)[:, ::block]
-        yield _Spectra(
-            a=fft.rfft(a_win, n=length, axis=-1),
-            b=fft.rfft(b_win, n=length, axis=-1),
-            length=length,
+        b_rows = _rows(b, lo // stride, (lo + count * block) // stride)
+        b_win = b_rows.reshape(b.shape[1], count, block // stride)
+        b_spectra = (
+            fft.rfft(b_win, n=length, axis=-1)
+            if stride == 1
+            else fft.fft(b_win, n=length // stride, axis=-1)
         )
+        yield _Spectra(a=fft.rfft(a_win, n=length, axis=-1), b=b_spectra, length=length)
 
 
 def _to_lags(correlation: np.ndarray, length: int, max_lag: int) -> np.ndarray:
@@ -152,9 +181,17 @@ def lagged_sums(
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
     if max_lag == 0:  # one product sum, no transform
         return (a[: b.shape[0]].T @ b)[None]
+    return _summed_spectra(a, b, block, max_lag)
+
+
+def _summed_spectra(
+    a: np.ndarray, b: np.ndarray, block: int, max_lag: int, stride: int = 1
+) -> np.ndarray:
+    """The lagged sums of :func:`_spectra`'s sub-blocks, added up in the frequency domain:
+    ``q d`` inverse transforms in all. ``b`` has rows."""
     total: np.ndarray | None = None
-    for spec in _spectra(a, b, block, max_lag, offset=0):
-        term = np.einsum("ikf,jkf->ijf", spec.a, np.conjugate(spec.b, out=spec.b))
+    for spec in _spectra(a, b, block, max_lag, offset=0, stride=stride):
+        term = spec.summed_cross()
         total = term if total is None else total + term
     assert total is not None  # b has rows, so there is at least one sub-block
     return _to_lags(total, spec.length, max_lag)
@@ -213,7 +250,7 @@ def blockwise_lagged_sums(
 #: :func:`strided_lagged_sums` sums directly while ``S + 1`` is at most this many strides, and
 #: by the transforms of :func:`lagged_sums` beyond (see docs/benchmarks.md, section 'Tuning
 #: constants')
-STRIDED_LAGS = 16
+STRIDED_LAGS = 8
 
 
 def strided_lagged_sums(
@@ -224,9 +261,10 @@ def strided_lagged_sums(
     < len(a)``, for the origins ``range(length)[origins]`` (``origins.step`` is the stride).
 
     This is :func:`lagged_sums` of ``b`` spread on the origins' rows of ``length`` rows (zeros
-    elsewhere), by those transforms when ``S + 1`` exceeds :data:`STRIDED_LAGS` strides, and
-    otherwise directly in ``O(len(b) S q d)``: one matrix product per component of ``a`` on a
-    strided view of its windows.
+    elsewhere), by those transforms when ``S + 1`` exceeds :data:`STRIDED_LAGS` strides (the
+    transform of a sub-block of ``b`` is that of its origins alone, repeated, see
+    :func:`_spectra`), and otherwise directly in ``O(len(b) S q d)``: one matrix product per
+    component of ``a`` on a strided view of its windows.
 
     Parameters
     ----------
@@ -241,13 +279,14 @@ def strided_lagged_sums(
     ``(S+1, q, d)`` float64.
     """
     start, _, stride = origins.indices(length)
-    if max_lag + 1 > STRIDED_LAGS * stride:
-        spread = np.zeros((length, b.shape[1]))
-        spread[origins] = b
-        return lagged_sums(a, spread, max_lag)
     n = b.shape[0]
     if n == 0:  # a short block with no origin: its a may be shorter than a window
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
+    if max_lag + 1 > STRIDED_LAGS * stride:
+        # sub-blocks of whole strides, ``a`` from the first origin on
+        block = stride * -(-default_block_rows(max_lag) // stride)
+        a, b = np.asarray(a, dtype=np.float64)[start:], np.asarray(b, dtype=np.float64)
+        return _summed_spectra(a, b, block, max_lag, stride)
     # one contiguous row per component, zeros past the end of the chain
     rows = max(a.shape[0], start + (n - 1) * stride + max_lag + 1)
     columns = np.zeros((a.shape[1], rows))
