@@ -337,9 +337,7 @@ def build_graph(
     )
 
 
-def combine_tree(
-    parts: list[Delayed], reductions: Delayed, split_every: int, name: str
-) -> Delayed:
+def combine_tree(parts: list[Delayed], reductions: Delayed, split_every: int, name: str) -> Delayed:
     """A ``split_every``-ary tree of :func:`_combine` over ``parts`` (in order); its root.
     ``reductions`` is the graph's node of the tuple of reductions."""
     level = 0

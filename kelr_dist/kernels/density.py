@@ -364,9 +364,7 @@ def evaluate_on_basis(
         spaces = [Workspace() for _ in range(basis.dim + 1)]
         for rows in row_blocks(x.shape[0], basis.row_block()):
             tables = _block_tables(basis, x[rows], second, spaces)
-            contracted = _contract_block(
-                basis, tables, coef_t, len(densities), second, spaces[-1]
-            )
+            contracted = _contract_block(basis, tables, coef_t, len(densities), second, spaces[-1])
             for out, (density, gradient, hessian) in zip(contracted, outputs, strict=True):
                 density[rows], gradient[rows] = out[0], out[1]
                 if hessian is not None:
