@@ -15,7 +15,9 @@ from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
 from kelr_dist.kernels.basis_spec import coordinates_from_spec, format_basis, parse_basis_spec
 from kelr_dist.kernels.coordinates import choose_basis, fit_basis, gamma_reduction_for
 from kelr_dist.kernels.moments import (
+    EDGE_SAMPLES,
     combine_moments,
+    edge_reduction,
     gamma_reduction,
     gamma_shape_mle,
     moments_reduction,
@@ -408,3 +410,20 @@ def test_coordinates_from_a_full_spec_round_trip_and_refuse_missing_keys():
         coordinates_from_spec(format_basis(coords[:1]) + ",hermite(beta=1)", 2)
     with pytest.raises(ValueError, match="entry 0 .*auto"):
         coordinates_from_spec("auto", 1)
+
+
+@pytest.mark.parametrize("order", ["random", "increasing", "decreasing"])
+def test_edge_samples_are_the_sorted_extremes_in_any_chunking(order):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5000, 2))
+    x[:, 1] = np.round(x[:, 1], 1)  # ties
+    if order != "random":
+        x = np.sort(x, axis=0)[:: 1 if order == "increasing" else -1]
+    x[17, 0] = np.nan  # sorted last, as numpy sorts
+    k = EDGE_SAMPLES
+    for chunks in (None, 700, 77):
+        edges = reduce_in_memory(edge_reduction(), x, chunks)
+        np.testing.assert_array_equal(edges.lowest, np.sort(x.T, axis=1)[:, :k])
+        np.testing.assert_array_equal(edges.highest, -np.sort(-x.T, axis=1)[:, :k])
+    few = reduce_in_memory(edge_reduction(), x[:10])
+    np.testing.assert_array_equal(few.lowest, np.sort(x[:10].T, axis=1))

@@ -36,6 +36,7 @@ Moments are the population (biased) ones, as ``numpy.var``, ``scipy.stats.skew``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,7 +47,8 @@ from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, add_partials
 
 SUB_BLOCK = 1 << 16
-"""Rows per sub-block inside the chunk kernels (bounds the temporaries)."""
+"""Rows per sub-block inside the chunk kernels: bounds the temporaries, and each sub-block's
+moments are summed alone and merged (the merges bound the rounding of long sums)."""
 
 _NO_INDEX = np.iinfo(np.int64).max
 UNIT_LIMIT = 1e140
@@ -134,43 +136,102 @@ def _exponent(x: np.ndarray) -> np.ndarray:
 def _block_moments(x: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]:
     """Partial of one sub-block ``x (L, d)`` whose first row is row ``start`` of ``chain``.
 
-    Corrected two-pass algorithm on the transposed block (numpy sums the contiguous axis
-    pairwise): the mean of the first pass is refined by the mean of the deviations, so an
-    offset (x = 1e6 + noise) costs no more than the rounding of the mean itself. The central
-    sums are those of the deviations in units of ``2^unit``, the power of two just above the
-    largest one (exact scaling: ``M_k = m_k 2^(k unit)``).
+    Corrected two-pass algorithm per coordinate (one compiled kernel, :func:`_column_sums`):
+    the mean of the first pass is refined by the mean of the deviations, so an offset
+    (x = 1e6 + noise) costs no more than the rounding of the mean itself. The central sums are
+    those of the deviations in units of ``2^unit``, the power of two just above the largest one
+    (exact scaling: ``M_k = m_k 2^(k unit)``).
     """
-    xt = np.ascontiguousarray(x.T)
-    with np.errstate(over="ignore", invalid="ignore"):  # too large values: see _finalize_moments
-        return _block_sums(xt, chain, start)
-
-
-def _block_sums(xt: np.ndarray, chain: int, start: int) -> dict[str, np.ndarray]:
-    """:func:`_block_moments` of the transposed block ``xt (d, L)``."""
-    finite = np.isfinite(xt)
-    n = finite.sum(axis=1)
-    count = np.maximum(n, 1)[:, None]
-    mean = np.where(finite, xt, 0.0).sum(axis=1, keepdims=True) / count
-    dev = np.where(finite, xt - mean, 0.0)
-    correction = dev.sum(axis=1, keepdims=True) / count
-    dev = np.where(finite, dev - correction, 0.0)
-    unit = _exponent(np.abs(dev).max(axis=1, initial=0.0))
-    dev = _times_power_of_two(dev, -unit[:, None])
-    dev2 = dev * dev
-    bad = ~finite.all(axis=1)
+    d = x.shape[1]
+    sums = np.zeros((7, d))  # mean, m2, m3, m4, min, max, largest deviation
+    counts = np.zeros((3, d), dtype=np.int64)  # finite, non-finite, first non-finite row
+    for k in range(d):
+        _column_sums(x[:, k], sums[:, k], counts[:, k])
+    n, nonfinite, first_bad = counts
+    unit = _exponent(sums[6])
+    bad = nonfinite > 0
     return {
-        "n": n.astype(np.int64),
+        "n": n,
         "unit": unit,
-        "mean": (mean + correction)[:, 0],
-        "m2": dev2.sum(axis=1),
-        "m3": (dev2 * dev).sum(axis=1),
-        "m4": (dev2 * dev2).sum(axis=1),
-        "min": np.where(finite, xt, np.inf).min(axis=1),
-        "max": np.where(finite, xt, -np.inf).max(axis=1),
-        "nonfinite": (~finite).sum(axis=1).astype(np.int64),
+        "mean": sums[0],
+        "m2": sums[1],
+        "m3": sums[2],
+        "m4": sums[3],
+        "min": sums[4],
+        "max": sums[5],
+        "nonfinite": nonfinite,
         "bad_chain": np.where(bad, chain, _NO_INDEX).astype(np.int64),
-        "bad_time": np.where(bad, start + np.argmin(finite, axis=1), _NO_INDEX).astype(np.int64),
+        "bad_time": np.where(bad, start + first_bad, _NO_INDEX).astype(np.int64),
     }
+
+
+#: the deviations of a sub-block are scaled to their unit by one multiplication while the unit's
+#: power of two is a normal float64 (an exact scaling then, as ``ldexp``), by ``ldexp`` beyond
+_SCALE_EXPONENT = 1000
+
+
+@compiled
+def _column_sums(column, sums, counts):  # pragma: no cover - compiled
+    """Moments of one coordinate's values ``column (L,)``, ignoring non-finite ones: ``sums``
+    gets the mean, the sums of the 2nd, 3rd and 4th powers of the deviations from it in units
+    of ``2^u`` (``u`` the exponent of the largest deviation, in ``sums[6]``), the minimum and
+    the maximum; ``counts`` the finite values, the non-finite ones and the first one's row.
+    Every sum is compensated (:func:`_compensated_add`), in four lanes: its rounding does not
+    grow with ``L``, so it does not depend on where a chunk or a sub-block starts."""
+    n, count, low, high, first = column.shape[0], 0, np.inf, -np.inf, -1
+    lanes = np.zeros((5, 2, 4))  # per sum (x, deviation, its 2nd, 3rd, 4th power): value, carry
+    for i in range(n):
+        v = column[i]
+        if np.isfinite(v):
+            count += 1
+            _compensated_add(lanes[0], i & 3, v)
+            low = min(low, v)
+            high = max(high, v)
+        elif first < 0:
+            first = i
+    mean = _lane_total(lanes[0]) / max(count, 1)
+    for i in range(n):
+        v = column[i]
+        if np.isfinite(v):
+            _compensated_add(lanes[1], i & 3, v - mean)
+    correction = _lane_total(lanes[1]) / max(count, 1)
+    largest = 0.0
+    for i in range(n):
+        v = column[i]
+        if np.isfinite(v):
+            largest = max(largest, abs((v - mean) - correction))
+    unit = math.frexp(largest)[1] if largest > 0 else 0
+    exact = abs(unit) < _SCALE_EXPONENT
+    scale = math.ldexp(1.0, -unit) if exact else 1.0
+    for i in range(n):
+        v = column[i]
+        if np.isfinite(v):
+            dev = (v - mean) - correction
+            dev = dev * scale if exact else math.ldexp(dev, -unit)
+            dev2 = dev * dev
+            _compensated_add(lanes[2], i & 3, dev2)
+            _compensated_add(lanes[3], i & 3, dev2 * dev)
+            _compensated_add(lanes[4], i & 3, dev2 * dev2)
+    sums[0] = mean + correction
+    sums[1], sums[2], sums[3] = _lane_total(lanes[2]), _lane_total(lanes[3]), _lane_total(lanes[4])
+    sums[4], sums[5], sums[6] = low, high, largest
+    counts[0], counts[1], counts[2] = count, n - count, max(first, 0)
+
+
+@compiled
+def _compensated_add(lanes, lane, value):  # pragma: no cover - compiled
+    """Add ``value`` to lane ``lane`` of ``lanes (2, k)`` (sums, carries) by Kahan's
+    compensated summation: the carry keeps what the sum's rounding lost."""
+    y = value - lanes[1, lane]
+    t = lanes[0, lane] + y
+    lanes[1, lane] = (t - lanes[0, lane]) - y
+    lanes[0, lane] = t
+
+
+@compiled
+def _lane_total(lanes):  # pragma: no cover - compiled
+    """The total of the compensated lanes of :func:`_compensated_add`."""
+    return (lanes[0] - lanes[1]).sum()
 
 
 def combine_moments(a: dict, b: dict) -> dict:
@@ -436,20 +497,56 @@ class EdgeStatistics:
 
 def _edge_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> dict:
     x = np.asarray(x, dtype=np.float64)
-    return {"lowest": _smallest(x.T), "highest": -_smallest(-x.T)}
+    return {"lowest": _smallest(x.T), "highest": -_smallest(x.T, sign=-1.0)}
 
 
-def _smallest(values: np.ndarray) -> np.ndarray:
-    """The :data:`EDGE_SAMPLES` smallest of each row of ``values (d, n)``, sorted."""
-    if values.shape[1] > EDGE_SAMPLES:
-        values = np.partition(values, EDGE_SAMPLES - 1, axis=1)[:, :EDGE_SAMPLES]
-    return np.sort(values, axis=1)
+def _smallest(values: np.ndarray, sign: float = 1.0) -> np.ndarray:
+    """The :data:`EDGE_SAMPLES` smallest of each row of ``sign * values (d, n)``, sorted as by
+    ``np.sort`` (NaN last)."""
+    out = np.empty((values.shape[0], min(EDGE_SAMPLES, values.shape[1])))
+    for row, target in zip(values, out, strict=True):
+        _smallest_of_row(row, sign, target)
+    return out
+
+
+@compiled
+def _smallest_of_row(row, sign, out):  # pragma: no cover - compiled
+    """The ``len(out)`` smallest of ``sign * row`` into ``out``, sorted, NaN last: one pass
+    with a max-heap of the smallest so far (``O(n log K)`` whatever the order of the values,
+    about ``n`` comparisons with the heap's top for values in random order)."""
+    size, heap, count = out.shape[0], out, 0
+    for i in range(row.shape[0] if size else 0):
+        v = sign * row[i]
+        if np.isnan(v):
+            continue
+        if count < size:  # sift up
+            j = count
+            count += 1
+            while j > 0 and heap[(j - 1) // 2] < v:
+                heap[j] = heap[(j - 1) // 2]
+                j = (j - 1) // 2
+            heap[j] = v
+        elif v < heap[0]:  # replace the largest, sift down
+            j = 0
+            while True:
+                child = 2 * j + 1
+                if child >= size:
+                    break
+                if child + 1 < size and heap[child + 1] > heap[child]:
+                    child += 1
+                if heap[child] <= v:
+                    break
+                heap[j] = heap[child]
+                j = child
+            heap[j] = v
+    out[:count] = np.sort(heap[:count])
+    out[count:] = np.nan
 
 
 def _combine_edges(a: dict, b: dict) -> dict:
     return {
         "lowest": _smallest(np.hstack([a["lowest"], b["lowest"]])),
-        "highest": -_smallest(-np.hstack([a["highest"], b["highest"]])),
+        "highest": -_smallest(np.hstack([a["highest"], b["highest"]]), sign=-1.0),
     }
 
 
