@@ -15,7 +15,12 @@ from scipy import stats
 
 from kelr_dist.kernels import kde
 from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
-from kelr_dist.kernels.density import KernelDensity, coefficient_reduction, coefficient_sums
+from kelr_dist.kernels.density import (
+    VARIANCE_STRIDE,
+    KernelDensity,
+    coefficient_reduction,
+    coefficient_sums,
+)
 from kelr_dist.kernels.reduction import reduce_in_memory
 
 # --------------------------------------------------------------------------- helpers
@@ -458,3 +463,31 @@ def test_bases_of_one_varying_coordinate_give_the_brute_force_values(families, o
             want_p, want_grad = brute_force(density, x)
             assert np.allclose(p, want_p, rtol=0, atol=1e-12 * np.abs(want_p).max())
             assert np.allclose(grad, want_grad, rtol=0, atol=1e-12 * np.abs(want_grad).max())
+
+
+@pytest.mark.parametrize(
+    ("families", "order", "index_set"),
+    [("lh", (40, 0), "box"), ("h", 30, "total"), ("l", 25, "total"), ("hhl", (10, 0, 0), "box")],
+)
+@pytest.mark.parametrize("start", [0, 5])
+def test_coefficient_sums_of_one_varying_coordinate_are_the_explicit_sums(
+    families, order, index_set, start
+):
+    """The recurrence path of eq. 39's sums (a basis varying in its first coordinate only) gives
+    the explicit sums over the tables, the strided squares included, far samples too."""
+    rng = np.random.default_rng(3)
+    basis = make_basis(families, order, index_set)
+    x = samples(families, 2000, rng)
+    x[:4, 0] = [55.0, -40.0, 300.0, 1e-9] if families[0] == "h" else [300.0, 1e3, -0.5, 0.0]
+    tables = [
+        c.coefficient_table(x[:, k], max(basis.max_orders)) for k, c in enumerate(basis.coordinates)
+    ]
+    terms = np.stack(
+        [np.prod([tables[k][:, mk] for k, mk in enumerate(m)], axis=0) for m in basis.indices]
+    )
+    strided = (start + np.arange(x.shape[0])) % VARIANCE_STRIDE == 0
+    sums = coefficient_sums(basis, x, start)
+    assert sums["n"] == 2000 and sums["n_sq"] == strided.sum()
+    for key, want in (("sum", terms.sum(axis=1)), ("sumsq", (terms[:, strided] ** 2).sum(axis=1))):
+        got = sums[key].reshape(-1)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())

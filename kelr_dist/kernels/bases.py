@@ -31,7 +31,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from kelr_dist.kernels.compiled import compiled, contracted
+from kelr_dist.kernels.compiled import compiled, contracted, reassociated
 
 IndexSet = Literal["total", "box"]
 
@@ -300,6 +300,35 @@ def _recurrence_series(
                 slopes[k, first + i] = dacc[i] + log_slope[first + i] * acc[i]
 
 
+@reassociated
+def _recurrence_moments(x, start, diag, tilt, back, weights, squared, out):  # pragma: no cover
+    """``out[m] += Σ_i weights_i Ψ_m(x_i)`` (``Ψ_m(x_i)²`` when ``squared``) for ``m = 0..M``,
+    the functions of the three-term recurrence of :func:`_recurrence_series` from
+    ``Ψ_0 = start (n,)``, summed as they go (no tables), by row blocks held in the first-level
+    cache; each block's sum is vectorised (reassociated)."""
+    n = x.shape[0]
+    cur = np.empty(SERIES_ROWS)
+    prev = np.empty(SERIES_ROWS)
+    for first in range(0, n, SERIES_ROWS):
+        xs = x[first : min(first + SERIES_ROWS, n)]
+        ws = weights[first : first + xs.shape[0]]
+        total = 0.0
+        for i in range(xs.shape[0]):
+            cur[i] = start[first + i]
+            prev[i] = cur[i]
+            total += ws[i] * (cur[i] * cur[i] if squared else cur[i])
+        out[0] += total
+        for m in range(diag.shape[0]):
+            a, t, b = diag[m], tilt[m], back[m]
+            total = 0.0
+            for i in range(xs.shape[0]):
+                value = (a + t * xs[i]) * cur[i] - b * prev[i]
+                prev[i] = cur[i]
+                cur[i] = value
+                total += ws[i] * (value * value if squared else value)
+            out[m + 1] += total
+
+
 def _check_order(order: int) -> int:
     if int(order) != order or order < 0:
         raise ValueError(f"order must be a non-negative integer, got {order!r}")
@@ -353,6 +382,32 @@ class _Family:
             sums[:, far] = coefficients @ values.T
             slopes[:, far] = coefficients @ derivs.T
         return sums, slopes
+
+    def moments(
+        self, x: np.ndarray, order: int, weight: float, factors: np.ndarray, squared: bool = False
+    ) -> np.ndarray:
+        """``Σ_i f_i T_m(x_i)`` (or ``Σ_i f_i T_m(x_i)²``) for m = 0..order, ``(order + 1,)``,
+        with ``T_m`` the columns of :meth:`weighted_polynomials` and ``f = factors (n,)``: the
+        tables contracted, without the tables (Hermite and Laguerre: their three-term recurrence
+        summed as it goes, :func:`_recurrence_moments`; samples outside :data:`FAST_RANGE`, and
+        Fourier, by the tables). With ``weight = 1 - β``, eq. 39's sums."""
+        family = cast("Family", self)
+        x = _as_points(x)
+        order = _check_order(order)
+        factors = np.ascontiguousarray(factors, dtype=np.float64)
+        out = np.zeros(order + 1)
+        inside = np.zeros(x.shape[0], dtype=bool)
+        if not isinstance(family, Fourier):
+            inside = family.fast(x, weight)
+            y = np.where(inside, x, family.fast_point)
+            start, _ = family.weight(y, weight)
+            _recurrence_moments(y, start, *family.recurrence(order),
+                                np.where(inside, factors, 0.0), squared, out)  # fmt: skip
+        if not inside.all():
+            far = np.flatnonzero(~inside)
+            table = self.weighted_polynomials(x[far], order, weight)
+            out += (np.square(table) if squared else table).T @ factors[far]
+        return out
 
     def weighted_polynomials(
         self, x: np.ndarray, order: int, weight: float, out: Workspace | None = None

@@ -12,3 +12,9 @@ contracted = njit(cache=True, nogil=True, fastmath={"contract"})
 """As :data:`compiled`, and ``a * b + c`` may be fused into one FMA instruction (one rounding
 instead of two; no other fast-math freedom): for kernels bound by their multiply-adds (the
 order sweep's register blocks, 1.2x with it)."""
+
+reassociated = njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+"""As :data:`contracted`, and sums may be reassociated (no other fast-math freedom: NaN and inf
+keep their meaning): a reduction over rows is then vectorised, in a rounding order of the
+compiler's choosing. For kernels that reduce over many rows what is computed per row (the
+coefficient sums of a recurrence, 3x with it)."""

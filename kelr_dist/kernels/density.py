@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.kernels.bases import ROW_BLOCK, Laguerre, TensorBasis, Workspace
+from kelr_dist.kernels.bases import ROW_BLOCK, Fourier, Laguerre, TensorBasis, Workspace
 from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, add_partials
@@ -129,13 +129,29 @@ def coefficient_sums(
     Returns ``{"sum": (M_1+1, |R|), "sumsq": (M_1+1, |R|), "n": n, "n_sq": n'}`` in the basis'
     layout. ``sumsq`` holds ``Σ (Π_k T_k)²`` over the ``n'`` rows whose time index is a
     multiple of :data:`VARIANCE_STRIDE` (the Monte-Carlo variance needs no more, and this
-    halves the matrix products; the subsample does not depend on the chunking).
+    halves the matrix products; the subsample does not depend on the chunking). A basis that
+    varies in its first coordinate only (:attr:`~kelr_dist.kernels.bases.TensorBasis.first_only`,
+    not Fourier) is summed by that coordinate's recurrence, without the tables
+    (:meth:`~kelr_dist.kernels.bases.Family.moments`).
     """
     x = check_samples(basis, x)
     orders = basis.max_orders
+    first_sq = -start % VARIANCE_STRIDE
+    n_sq = len(range(first_sq, x.shape[0], VARIANCE_STRIDE))
+    head, *rest = basis.coordinates
+    if basis.first_only and not isinstance(head.family, Fourier):
+        # Σ T_m(y_1) Π_k T_0(y_k): the first coordinate's recurrence summed as it goes
+        power = 1.0 - head.family.beta
+        y = head.mapped(x[:, 0])
+        tails = np.ones(x.shape[0])
+        for k, c in enumerate(rest, start=1):
+            tails *= c.family.weighted_polynomials(c.mapped(x[:, k]), 0, 1.0 - c.family.beta)[:, 0]
+        strided = slice(first_sq, None, VARIANCE_STRIDE)
+        total = head.family.moments(y, orders[0], power, tails)
+        total_sq = head.family.moments(y[strided], orders[0], power, tails[strided] ** 2, True)
+        return {"sum": total[:, None], "sumsq": total_sq[:, None], "n": x.shape[0], "n_sq": n_sq}
     total = np.zeros((orders[0] + 1, len(basis.tails)))
     total_sq = np.zeros_like(total)
-    first_sq = -start % VARIANCE_STRIDE
     spaces = [Workspace() for _ in basis.coordinates]  # the tables' memory, reused by blocks
     for rows in row_blocks(x.shape[0], basis.row_block()):
         tables = [
@@ -148,7 +164,6 @@ def coefficient_sums(
         total_sq += np.square(tables[0][offset::VARIANCE_STRIDE]).T @ np.square(
             tails[offset::VARIANCE_STRIDE]
         )
-    n_sq = len(range(first_sq, x.shape[0], VARIANCE_STRIDE))
     return {"sum": total, "sumsq": total_sq, "n": x.shape[0], "n_sq": n_sq}
 
 
