@@ -251,8 +251,9 @@ def _laguerre_columns(x, order, theta, beta, values, derivs):  # pragma: no cove
                 dout[i] += cur[i] * beta * slope[i]
 
 
-#: rows of a block of :func:`_recurrence_series`: its running rows stay in the first-level cache
-SERIES_ROWS = 512
+#: rows of a block of :func:`_recurrence_series` and :func:`_recurrence_moments`: the running
+#: rows, and a few estimates' sums, stay in the first-level cache
+SERIES_ROWS = 256
 
 
 @contracted
@@ -262,42 +263,48 @@ def _recurrence_series(
     """``Σ_m c_km Ψ_m(x)`` into ``sums (count, n)`` and its derivative into ``slopes``, for
     functions ``Ψ_m = P_m W`` of a three-term recurrence
     ``Ψ_{m+1} = (diag_m + tilt_m x) Ψ_m - back_m Ψ_{m-1}`` from ``Ψ_0 = start (n,)``, summed as
-    they go (no tables). The derivative runs the differentiated recurrence from ``0`` (the
-    polynomials' part, ``P_m' W``) and adds ``(W'/W) Σ c_m Ψ_m`` with ``W'/W = log_slope (n,)``;
-    the recurrence of :func:`_laguerre_columns` and :func:`_hermite_columns` term for term."""
-    n = x.shape[0]
+    they go (no tables): one run of the recurrence serves every row ``k`` of ``coef``. The
+    derivative runs the differentiated recurrence from ``0`` (the polynomials' part, ``P_m' W``)
+    and adds ``(W'/W) Σ c_m Ψ_m`` with ``W'/W = log_slope (n,)``; the recurrence of
+    :func:`_laguerre_columns` and :func:`_hermite_columns` term for term."""
+    n, count = x.shape[0], coef.shape[0]
     cur = np.empty(SERIES_ROWS)
     prev = np.empty(SERIES_ROWS)
     dcur = np.empty(SERIES_ROWS)
     dprev = np.empty(SERIES_ROWS)
-    acc = np.empty(SERIES_ROWS)
-    dacc = np.empty(SERIES_ROWS)
-    for k in range(coef.shape[0]):
-        for first in range(0, n, SERIES_ROWS):
-            xs = x[first : min(first + SERIES_ROWS, n)]
-            rows = xs.shape[0]
+    acc = np.empty((count, SERIES_ROWS))
+    dacc = np.empty((count, SERIES_ROWS))
+    for first in range(0, n, SERIES_ROWS):
+        xs = x[first : min(first + SERIES_ROWS, n)]
+        rows = xs.shape[0]
+        for i in range(rows):
+            cur[i] = start[first + i]
+            prev[i] = cur[i]
+            dcur[i] = 0.0
+            dprev[i] = 0.0
+        for k in range(count):
             for i in range(rows):
-                cur[i] = start[first + i]
+                acc[k, i] = coef[k, 0] * cur[i]
+                dacc[k, i] = 0.0
+        for m in range(diag.shape[0]):
+            a, t, b = diag[m], tilt[m], back[m]
+            for i in range(rows):
+                f = a + t * xs[i]
+                value = f * cur[i] - b * prev[i]
+                slope = f * dcur[i] + t * cur[i] - b * dprev[i]
                 prev[i] = cur[i]
-                dcur[i] = 0.0
-                dprev[i] = 0.0
-                acc[i] = coef[k, 0] * cur[i]
-                dacc[i] = 0.0
-            for m in range(diag.shape[0]):
-                a, t, b, c = diag[m], tilt[m], back[m], coef[k, m + 1]
+                cur[i] = value
+                dprev[i] = dcur[i]
+                dcur[i] = slope
+            for k in range(count):
+                c, values, slopes_k = coef[k, m + 1], acc[k], dacc[k]
                 for i in range(rows):
-                    f = a + t * xs[i]
-                    value = f * cur[i] - b * prev[i]
-                    slope = f * dcur[i] + t * cur[i] - b * dprev[i]
-                    prev[i] = cur[i]
-                    cur[i] = value
-                    dprev[i] = dcur[i]
-                    dcur[i] = slope
-                    acc[i] += c * value
-                    dacc[i] += c * slope
+                    values[i] += c * cur[i]
+                    slopes_k[i] += c * dcur[i]
+        for k in range(count):
             for i in range(rows):
-                sums[k, first + i] = acc[i]
-                slopes[k, first + i] = dacc[i] + log_slope[first + i] * acc[i]
+                sums[k, first + i] = acc[k, i]
+                slopes[k, first + i] = dacc[k, i] + log_slope[first + i] * acc[k, i]
 
 
 @reassociated

@@ -341,10 +341,10 @@ class KernelDensity:
 
 
 #: a basis whose functions vary in one coordinate only is summed by its recurrence, without
-#: tables (:func:`_one_coordinate`), for at most this many estimates at once; more share the
-#: tables, which cost the recurrence once for all of them (see docs/benchmarks.md, section
-#: 'Tuning constants')
-SERIES_ESTIMATES = 2
+#: tables (:func:`_one_coordinate`), for at most this many estimates at once (one run of the
+#: recurrence for all); beyond, their running sums leave the first-level cache and the tables
+#: are faster (see docs/benchmarks.md, section 'Tuning constants')
+SERIES_ESTIMATES = 4
 
 
 def evaluate_on_basis(
