@@ -377,11 +377,9 @@ class _Family:
         order = coefficients.shape[1] - 1
         sums = np.empty((coefficients.shape[0], x.shape[0]))
         slopes = np.empty_like(sums)
-        inside = np.zeros(x.shape[0], dtype=bool)
-        if not isinstance(family, Fourier):
-            inside = family.fast(x, self.beta)
-            y = np.where(inside, x, family.fast_point)
-            _recurrence_series(y, *family.weight(y, self.beta), *family.recurrence(order),
+        recurrent, inside, y = self._fast_points(x, self.beta)
+        if recurrent is not None and inside.any():
+            _recurrence_series(y, *recurrent.weight(y, self.beta), *recurrent.recurrence(order),
                                coefficients, sums, slopes)  # fmt: skip
         if not inside.all():
             far = np.flatnonzero(~inside)
@@ -389,6 +387,18 @@ class _Family:
             sums[:, far] = coefficients @ values.T
             slopes[:, far] = coefficients @ derivs.T
         return sums, slopes
+
+    def _fast_points(
+        self, x: np.ndarray, power: float
+    ) -> tuple[Hermite | Laguerre | None, np.ndarray, np.ndarray]:
+        """The family when it has a three-term recurrence (``None`` for Fourier), the samples
+        :meth:`series` and :meth:`moments` take by it (``fast``), and the samples with the others
+        moved to ``fast_point``."""
+        family = cast("Family", self)
+        if isinstance(family, Fourier):
+            return None, np.zeros(x.shape[0], dtype=bool), x
+        inside = family.fast(x, power)
+        return family, inside, np.where(inside, x, family.fast_point)
 
     def moments(
         self, x: np.ndarray, order: int, weight: float, factors: np.ndarray, squared: bool = False
@@ -398,17 +408,14 @@ class _Family:
         tables contracted, without the tables (Hermite and Laguerre: their three-term recurrence
         summed as it goes, :func:`_recurrence_moments`; samples outside :data:`FAST_RANGE`, and
         Fourier, by the tables). With ``weight = 1 - β``, eq. 39's sums."""
-        family = cast("Family", self)
         x = _as_points(x)
         order = _check_order(order)
         factors = np.ascontiguousarray(factors, dtype=np.float64)
         out = np.zeros(order + 1)
-        inside = np.zeros(x.shape[0], dtype=bool)
-        if not isinstance(family, Fourier):
-            inside = family.fast(x, weight)
-            y = np.where(inside, x, family.fast_point)
-            start, _ = family.weight(y, weight)
-            _recurrence_moments(y, start, *family.recurrence(order),
+        recurrent, inside, y = self._fast_points(x, weight)
+        if recurrent is not None and inside.any():
+            start, _ = recurrent.weight(y, weight)
+            _recurrence_moments(y, start, *recurrent.recurrence(order),
                                 np.where(inside, factors, 0.0), squared, out)  # fmt: skip
         if not inside.all():
             far = np.flatnonzero(~inside)
