@@ -56,6 +56,7 @@ from kelr_dist.kernels.lagged import default_block_rows, lagged_sums  # noqa: E4
 from kelr_dist.kernels.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
 from kelr_dist.kernels.selection import combine_sweeps, sweep_sums  # noqa: E402
 from kelr_dist.models.registry import make_model  # noqa: E402
+from kelr_dist.testing import kde_exact  # noqa: E402
 
 ORDER = 60
 SWEEP_ORDER = 70
@@ -355,7 +356,7 @@ def kde_exact_seconds(x: np.ndarray, n_samples: int, n_points: int, threads: int
     start = time.perf_counter()
     parallel(
         threads,
-        [lambda a=a, b=b: kde.kde_exact(x[:n_samples], points[a:b], h) for a, b in chunks],
+        [lambda a=a, b=b: kde_exact(x[:n_samples], points[a:b], h) for a, b in chunks],
     )
     return time.perf_counter() - start
 
