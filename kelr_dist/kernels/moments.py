@@ -176,8 +176,8 @@ def _column_sums(column, sums, counts):  # pragma: no cover - compiled
     gets the mean, the sums of the 2nd, 3rd and 4th powers of the deviations from it in units
     of ``2^u`` (``u`` the exponent of the largest deviation, in ``sums[6]``), the minimum and
     the maximum; ``counts`` the finite values, the non-finite ones and the first one's row.
-    Every sum is compensated (:func:`_compensated_add`), in four lanes: its rounding does not
-    grow with ``L``, so it does not depend on where a chunk or a sub-block starts."""
+    Every sum is compensated (:func:`_compensated_add`), in four lanes: its rounding hardly
+    grows with ``L``, so where a chunk or a sub-block starts moves it by a few ulps at most."""
     n, count, low, high, first = column.shape[0], 0, np.inf, -np.inf, -1
     lanes = np.zeros((5, 2, 4))  # per sum (x, deviation, its 2nd, 3rd, 4th power): value, carry
     for i in range(n):
