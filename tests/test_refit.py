@@ -117,4 +117,5 @@ def test_a_fold_refit_leaves_its_fold_out():
     (left_out,) = reduce_in_memory(refit_reduction([(base, bins, 2)], folds), x, 7_001)
     rest = np.delete(x, np.arange(folds.edge(2), folds.edge(3)), axis=0)
     (on_rest,) = reduce_in_memory(refit_reduction([(base, bins, None)]), rest, len(rest))
-    np.testing.assert_allclose(left_out(x)[0], on_rest(x)[0], rtol=1e-7, atol=1e-7)
+    want = on_rest(x)[0]  # the two sum the same rows in another order: rounding, scaled
+    np.testing.assert_allclose(left_out(x)[0], want, rtol=1e-7, atol=1e-7 * abs(want).max())
