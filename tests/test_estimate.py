@@ -394,17 +394,14 @@ def test_failed_write_leaves_no_result(reference: xr.Dataset, tmp_path: Path, su
 
 
 WRITER = """
-import sys, time
+import sys
 import dask.array as da
 import xarray as xr
 from kelr_dist.pipeline.result import write_result
 
-def slow(block):
-    time.sleep(0.2)
-    return block
-
 ref = xr.open_zarr(sys.argv[1], consolidated=False).load()
-big = da.zeros((400, 2**17), chunks=(1, 2**17)).map_blocks(slow, dtype=float)
+# 400 MiB that do not compress: its 400 chunk files take seconds to write
+big = da.random.default_rng(0).random((400, 2**17), chunks=(1, 2**17))
 print("writing", flush=True)
 write_result(ref.assign(big=(("row", "col"), big)), sys.argv[2])
 """
