@@ -73,7 +73,8 @@ def test_embedded_settings_rejected_with_address(dask_processes: str) -> None:
         get_client(dask_processes, n_workers=2)
 
 
-def test_unreachable_address_raises_cluster_error() -> None:
+def test_unreachable_address_raises_cluster_error(monkeypatch) -> None:
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 2.0)  # a refused connection is retried
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(ClusterError, match=f"address='{address}'"):
         get_client(address)

@@ -220,6 +220,9 @@ def test_workers_dying_for_memory_fail_the_pass_instead_of_hanging(tmp_path, mon
     from kelr_dist.engine import cluster, passes
 
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    # shortened, with the settling still twice a restart loop's 1-4 s
+    monkeypatch.setattr(passes, "NO_WORKERS_TIMEOUT", 12.0)
+    monkeypatch.setattr(passes, "WORKER_SETTLE", 8.0)
     path = tmp_path / "ou.zarr"
     simulate("ou", path, 200_000, seed=0, progress=False)
     client = cluster.get_client(n_workers=1, memory_limit=cluster.MIN_WORKER_MEMORY, quiet=True)
