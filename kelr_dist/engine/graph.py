@@ -179,14 +179,17 @@ def _read_and_reduce(
 
 @naming_the_worker
 def _reduce_chunks(
-    chunks: list[np.ndarray],
-    heads: list[np.ndarray],
     where: tuple[int, int, int, int],
     halo_rows: int,
     reductions: tuple,
+    count: int,
+    *arrays: np.ndarray,
 ) -> tuple[Partial, ...]:
-    """Block task of a dask array: its ``(1, L_i, d)`` chunks joined, then ``halo_rows`` rows
-    of the heads after them."""
+    """Block task of a dask array: its ``count`` ``(1, L_i, d)`` chunks joined, then
+    ``halo_rows`` rows of the heads after them (the rest of ``arrays``; separate arguments, not
+    lists: dask.delayed finalizes a list of delayed values as a collection of its own, at a
+    cost per task that dominated a small pass's graph)."""
+    chunks, heads = arrays[:count], arrays[count:]
     parts = [c[0] for c in chunks] + ([np.concatenate(heads)[:halo_rows]] if heads else [])
     rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return _partials(rows, where[2] - where[1], where, reductions)
@@ -323,11 +326,12 @@ def build_graph(
                             chunks[c, k, 0], rows, dask_key_name=(head_name, c, k)
                         )
                 task = dask.delayed(_reduce_chunks, pure=False)(
-                    [chunks[c, k, 0] for k in range(k0, k1)],
-                    [heads[k] for k in range(k1, last)],
                     where,
                     halo_rows,
                     shared,
+                    k1 - k0,
+                    *[chunks[c, k, 0] for k in range(k0, k1)],
+                    *[heads[k] for k in range(k1, last)],
                     dask_key_name=key,
                 )
             blocks.append(task)
