@@ -47,21 +47,26 @@ def _in_memory(data: da.Array) -> bool:
 
 
 def spread(rows: Sequence[int], client: Client) -> dict[tuple[str, ...] | None, list[int]]:
-    """Blocks (their rows, in chain, time order) per worker, as ``(address,)``: each block in
-    turn goes to the worker thread with the fewest rows so far, so every thread gets the same
-    rows to within a block and each pass's tasks, which run where their blocks are, keep both
-    cores busy to the end (greedy list scheduling: Graham, "Bounds on multiprocessing timing
-    anomalies", SIAM J. Appl. Math., 1969; see docs/benchmarks.md, section 'Tuning constants').
-    With no worker connected yet, all blocks go to ``None`` (any worker: dask waits for one)."""
+    """Blocks (their rows, in chain, time order) per worker, as ``(address,)``: the worker
+    threads take consecutive runs of blocks of equal rows, the block whose middle row falls in
+    a thread's share of all the rows going to it. Every thread then holds the same rows to
+    within a block, so each pass's tasks, which run where their blocks are, keep all cores busy
+    to the end; and a block's successor is on the same worker except at the runs' ends, so the
+    first rows it lends as a halo (:func:`kelr_dist.engine.graph.build_graph`) stay there
+    instead of crossing to another worker in every pass (see docs/benchmarks.md, section
+    'Tuning constants'). With no worker connected yet, all blocks go to ``None`` (any worker:
+    dask waits for one)."""
     threads = [w for w, k in sorted(client.nthreads().items()) for _ in range(k)]
     if not threads:
         return {None: list(range(len(rows)))}
-    load = [0] * len(threads)
+    total = max(sum(int(n) for n in rows), 1)
     placed: dict[tuple[str, ...] | None, list[int]] = {}
+    before = 0
     for i, n in enumerate(rows):
-        t = load.index(min(load))
-        load[t] += int(n)
-        placed.setdefault((threads[t],), []).append(i)
+        middle = before + int(n) / 2
+        thread = min(int(middle * len(threads) / total), len(threads) - 1)
+        placed.setdefault((threads[thread],), []).append(i)
+        before += int(n)
     return placed
 
 
