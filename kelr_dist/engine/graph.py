@@ -121,21 +121,20 @@ def _as_float64(array: np.ndarray) -> np.ndarray:
 
 
 def _partials(
-    rows: np.ndarray,
-    length: int,
+    x: np.ndarray,
+    halo: np.ndarray,
     where: tuple[int, int, int, int],
     reductions: tuple[Reduction, ...],
 ) -> tuple[Partial, ...]:
-    """Partials of every reduction on the first ``length`` of ``rows (m, d)`` with the rest as
-    their halo; ``where`` holds the fields of the block's :class:`BlockInfo`."""
+    """Partials of every reduction on the block's rows ``x (L, d)``, with the rows after them
+    ``halo (h, d)``; ``where`` holds the fields of the block's :class:`BlockInfo`."""
     try:
         worker = get_worker()
     except ValueError:  # the caller's process ("synchronous"): leave it alone
         worker = None
     if worker is not None:
         prepare_worker(worker.memory_manager.memory_limit, worker.state.nthreads)
-    rows = _as_float64(rows)
-    x, halo = rows[:length], rows[length:]
+    x, halo = _as_float64(x), _as_float64(halo)
     info = BlockInfo(*where)
     partials = tuple(
         reduction.chunk(x, info, halo[: reduction.halo] if reduction.halo else None)
@@ -174,7 +173,8 @@ def _read_and_reduce(
 ) -> tuple[Partial, ...]:
     """Block task of a store: read rows ``start:stop + halo_rows`` of the chain and reduce."""
     chain, start, stop, _ = where
-    return _partials(reader.read(chain, start, stop + halo_rows), stop - start, where, reductions)
+    rows = reader.read(chain, start, stop + halo_rows)
+    return _partials(rows[: stop - start], rows[stop - start :], where, reductions)
 
 
 @naming_the_worker
@@ -185,14 +185,14 @@ def _reduce_chunks(
     count: int,
     *arrays: np.ndarray,
 ) -> tuple[Partial, ...]:
-    """Block task of a dask array: its ``count`` ``(1, L_i, d)`` chunks joined, then
-    ``halo_rows`` rows of the heads after them (the rest of ``arrays``; separate arguments, not
-    lists: dask.delayed finalizes a list of delayed values as a collection of its own, at a
-    cost per task that dominated a small pass's graph)."""
-    chunks, heads = arrays[:count], arrays[count:]
-    parts = [c[0] for c in chunks] + ([np.concatenate(heads)[:halo_rows]] if heads else [])
-    rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return _partials(rows, where[2] - where[1], where, reductions)
+    """Block task of a dask array: its ``count`` ``(1, L_i, d)`` chunks joined (one is used as
+    it is), and ``halo_rows`` rows of the heads after them (the rest of ``arrays``; separate
+    arguments, not lists: dask.delayed finalizes a list of delayed values as a collection of its
+    own, at a cost per task that dominated a small pass's graph)."""
+    chunks, heads = [c[0] for c in arrays[:count]], arrays[count:]
+    x = chunks[0] if count == 1 else np.concatenate(chunks)
+    halo = np.concatenate(heads)[:halo_rows] if heads else x[:0]
+    return _partials(x, halo, where, reductions)
 
 
 def _head(chunk: np.ndarray, rows: int) -> np.ndarray:
