@@ -89,6 +89,33 @@ def test_a_selection_of_a_store_is_read_as_selected(tmp_path, client) -> None:
     np.testing.assert_allclose(result["sums"], expected["sums"], rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "dims", [("chain", "time", "component"), ("component", "chain", "time"), ("time", "component")]
+)
+def test_a_task_reads_the_stored_rows_in_any_layout(tmp_path, dims) -> None:
+    """The rows a block task reads of a store (``StoreRows.read``) are the trajectory's, as
+    ``(rows, d)``, within one stored chunk and across several, in any order of the dims."""
+    import xarray as xr
+
+    from kelr_dist.engine.reading import store_rows
+
+    rng = np.random.default_rng(5)
+    chains = 2 if "chain" in dims else 1
+    x = rng.standard_normal((chains, 1000, 3))  # (chain, time, component)
+    by_dim = {"chain": 0, "time": 1, "component": 2}
+    data = x if "chain" in dims else x[0]
+    axes = [by_dim[d] for d in dims] if "chain" in dims else [by_dim[d] - 1 for d in dims]
+    path = tmp_path / "s.zarr"
+    ds = xr.Dataset({"x": (dims, data.transpose(axes))}, attrs={"dt": 0.1})
+    ds.chunk({"time": 128}).to_zarr(path)
+    trajectory = open_trajectory(path)
+    reader = store_rows(trajectory)
+    assert reader is not None
+    for chain in range(chains):
+        for start, stop in [(0, 128), (130, 250), (100, 700), (900, 1000)]:
+            np.testing.assert_array_equal(reader.read(chain, start, stop), x[chain, start:stop])
+
+
 # public API only ----------------------------------------------------------------------------
 
 PRIVATE = [

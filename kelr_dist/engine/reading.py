@@ -60,9 +60,12 @@ class StoreRows:
         # and leaves no concurrent reads of its neighbours pending (zarr's event loop reports
         # each of them on stderr)
         pieces = [rows_of(lo, hi) for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-        rows = np.concatenate(pieces, axis=dims.index("time"))
+        # views where they do: a block within one stored chunk, stored as (chain, time,
+        # component), is the decoded chunk itself (each copy of a pass's rows costs as much as
+        # a cheap kernel)
+        rows = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=dims.index("time"))
         if "chain" in dims:
-            rows = rows.take(0, axis=dims.index("chain"))
+            rows = rows[tuple(0 if d == "chain" else slice(None) for d in dims)]
             dims.remove("chain")
         order = [dims.index(d) for d in TIME_COMPONENT if d in dims]
         return np.transpose(rows, order).reshape(stop - start, -1)
