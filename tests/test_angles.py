@@ -73,6 +73,22 @@ def test_no_detection_on_the_systems_on_the_line(name):
     assert periodic_of(samples(name, 30_000)) == [None] * len(model.components)
 
 
+@pytest.mark.parametrize("chunks", [None, 1, 7, [3, 1, 400, 96]])
+def test_wrap_statistics_count_every_step_within_a_chain_in_any_chunking(chunks):
+    """The steps across block boundaries are counted from the blocks' end rows: the same
+    statistics for any blocks as for the whole chains, and no step between two chains."""
+    rng = np.random.default_rng(8)
+    x = np.mod(np.cumsum(rng.normal(0.0, 0.9, (2, 500, 2)), axis=1), 2 * np.pi)
+    x[1, 0] += 100.0  # a chain's first sample far from the other chain's last: no step there
+    got = reduce_in_memory(wrap_reduction(), x, chunks)
+    steps = np.abs(np.diff(x, axis=1))  # (chains, n - 1, d)
+    jumps = steps > np.pi
+    assert got.steps.tolist() == [2 * 499, 2 * 499]
+    assert got.jumps[:, 0].tolist() == jumps.sum(axis=(0, 1)).tolist()
+    arcs = np.where(jumps, 2 * np.pi - steps, steps) ** 2
+    np.testing.assert_allclose(got.step_rms[:, 0], np.sqrt(arcs.mean(axis=(0, 1))), rtol=1e-12)
+
+
 def test_no_detection_on_a_fast_unwrapped_process_in_an_angle_window():
     rng = np.random.default_rng(1)
     fast = rng.normal(0.0, 0.6, size=(200_000, 1))  # independent samples, all within (-π, π]

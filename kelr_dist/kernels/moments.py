@@ -15,12 +15,12 @@ Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
    :class:`ValueError` by the finalize step). Empty blocks are the identity of the combine;
    a trajectory without samples is an error. Result: :class:`Moments`.
 2. :func:`wrap_reduction` — in the same read as pass 1: per coordinate, the steps between
-   consecutive samples of a chain (a halo of one row), measured on the circle of each usual
-   period (:data:`PERIODS`, 2π and 360): how many steps jump by more than half the period, and
-   the mean squares of the circular step ``min(|Δ|, P - |Δ|)`` over all steps and over the
-   jumps. Wrapped angles jump by nearly a whole period at the wrap while their ordinary steps
-   are small (:func:`kelr_dist.kernels.coordinates.periodicity`). Result:
-   :class:`WrapStatistics`.
+   consecutive samples of a chain (within blocks, and across them from the blocks' end rows),
+   measured on the circle of each usual period (:data:`PERIODS`, 2π and 360): how many steps
+   jump by more than half the period, and the mean squares of the circular step
+   ``min(|Δ|, P - |Δ|)`` over all steps and over the jumps. Wrapped angles jump by nearly a
+   whole period at the wrap while their ordinary steps are small
+   (:func:`kelr_dist.kernels.coordinates.periodicity`). Result: :class:`WrapStatistics`.
 3. :func:`edge_reduction` — in the same read: the :data:`EDGE_SAMPLES` smallest and largest
    values of each coordinate (merged by keeping the extremes of both partials), whose spacing
    tells a density that vanishes at the data's edge from one that does not (a wall, clipped
@@ -390,8 +390,10 @@ class WrapStatistics:
     jump_rms: np.ndarray
 
 
-def _wrap_chunk(x: np.ndarray, _info: BlockInfo, halo: np.ndarray | None) -> dict:
-    """Step sums of one block ``x (L, d)`` and the first row of its halo, by sub-blocks."""
+def _wrap_chunk(x: np.ndarray, info: BlockInfo, _halo: np.ndarray | None) -> dict:
+    """Step sums within one block ``x (L, d)``, by sub-blocks, with the block's first and last
+    rows keyed by their chain and position: the step across two neighbouring blocks is added
+    once both are known (:func:`_finalize_wraps`), so the read needs no halo."""
     x = np.asarray(x, dtype=np.float64)
     periods = np.asarray(PERIODS)
     d, c = x.shape[1], periods.shape[0]
@@ -400,11 +402,19 @@ def _wrap_chunk(x: np.ndarray, _info: BlockInfo, halo: np.ndarray | None) -> dic
         "jumps": np.zeros((d, c), dtype=np.int64),
         "circular": np.zeros((d, c)),
         "jump_circular": np.zeros((d, c)),
+        "firsts": {(info.chain, info.start): x[0].copy()} if x.shape[0] else {},
+        "lasts": {(info.chain, info.stop): x[-1].copy()} if x.shape[0] else {},
     }
-    rows = x if halo is None or halo.shape[0] == 0 else np.vstack([x, halo[:1]])
     with np.errstate(over="ignore", invalid="ignore"):  # too large values: _finalize_moments
-        _add_steps(out, rows, periods)
+        _add_steps(out, x, periods)
     return out
+
+
+def _combine_wraps(a: dict, b: dict) -> dict:
+    """Step sums added; the blocks' first and last rows gathered (neighbours may be combined
+    in any order, so their step waits for :func:`_finalize_wraps`)."""
+    out = {key: a[key] + b[key] for key in ("steps", "jumps", "circular", "jump_circular")}
+    return out | {"firsts": a["firsts"] | b["firsts"], "lasts": a["lasts"] | b["lasts"]}
 
 
 def _add_steps(out: dict, rows: np.ndarray, periods: np.ndarray) -> None:
@@ -432,19 +442,26 @@ def _step_sums(rows, periods, jumps, circular, jump_circular):  # pragma: no cov
 
 
 def _finalize_wraps(p: dict) -> WrapStatistics:
-    steps = np.maximum(p["steps"], 1)[:, None]
+    sums = {key: np.copy(p[key]) for key in ("steps", "jumps", "circular", "jump_circular")}
+    periods = np.asarray(PERIODS)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for where in sorted(p["lasts"]):  # a block's last row and its successor's first
+            if where in p["firsts"]:
+                _add_steps(sums, np.stack([p["lasts"][where], p["firsts"][where]]), periods)
+    steps = np.maximum(sums["steps"], 1)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        jump_rms = np.sqrt(p["jump_circular"] / p["jumps"])
+        jump_rms = np.sqrt(sums["jump_circular"] / sums["jumps"])
     return WrapStatistics(
-        np.asarray(PERIODS), p["steps"].copy(), p["jumps"].copy(),
-        np.sqrt(p["circular"] / steps), np.where(p["jumps"] > 0, jump_rms, np.nan),
+        periods, sums["steps"], sums["jumps"], np.sqrt(sums["circular"] / steps),
+        np.where(sums["jumps"] > 0, jump_rms, np.nan),
     )  # fmt: skip
 
 
 def wrap_reduction() -> Reduction:
-    """Steps between consecutive samples on the circles of :data:`PERIODS` (halo: one row;
-    finalize: :class:`WrapStatistics`). Partials are sums (combine by addition)."""
-    return Reduction("wraps", _wrap_chunk, finalize=_finalize_wraps, halo=1)
+    """Steps between consecutive samples on the circles of :data:`PERIODS` (finalize:
+    :class:`WrapStatistics`). Partials are sums and the blocks' end rows: no halo, so the read
+    that shares it decodes no stored chunk twice."""
+    return Reduction("wraps", _wrap_chunk, combine=_combine_wraps, finalize=_finalize_wraps)
 
 
 # ------------------------------------------------------------------ hard edges
