@@ -180,6 +180,24 @@ def test_worker_killed_in_a_pass_gives_the_same_result(
     assert_same_result(result, reference)
 
 
+def test_in_memory_samples_lost_with_a_worker_say_how_to_survive_it(
+    store, client, fault, tmp_path
+) -> None:
+    """Samples given as an array are sent to the workers from this process: a worker killed
+    with its share cannot be read again, and the error says so in one line (a store's blocks
+    are read again instead, as above)."""
+    x = xr.open_zarr(store, consolidated=False)["x"].values[0]
+    marker = tmp_path / "killed"
+    fault(KillOnBlock("response", k=0, marker=str(marker)))
+    with pytest.raises(ClusterError) as caught:
+        estimate_response(x, dt=0.05, client=client, **FAST)
+    assert marker.exists(), "no worker was killed in the response pass"
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("pass 'response"), message
+    assert "in-memory samples sent to the workers from this process" in message
+    assert "Dataset.to_zarr" in message
+
+
 @pytest.mark.slow
 def test_block_that_keeps_killing_workers_fails_the_cli_naming_pass_and_chunk(
     store, tmp_path, record_property

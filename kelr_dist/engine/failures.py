@@ -129,6 +129,14 @@ class PassContext:
                     f"{self.name}: lost the connection to the Dask scheduler at "
                     f"{self.scheduler}; the pass was abandoned"
                 )
+            if self.store == "<in-memory>":  # samples sent from this process: no lineage
+                return ClusterError(
+                    f"{self.name}: the work was cancelled on the cluster ({reason}); in-memory "
+                    "samples sent to the workers from this process are lost with a worker that "
+                    "held them and cannot be read again: write them to a zarr store "
+                    "(xarray's Dataset.to_zarr, see the user guide's inputs page) and estimate "
+                    "from the store to survive lost workers"
+                )
             return ClusterError(f"{self.name}: the work was cancelled on the cluster ({reason})")
         try:
             error = future.exception(timeout=5)
