@@ -44,6 +44,8 @@ from zarr.core.metadata import ArrayV3Metadata
 DIMS = ("chain", "time", "component")
 # most bytes one task may have to read for one block of one chain (see _check_chunks)
 MAX_CHUNK_BYTES = 256 * 2**20
+#: ``attrs["store"]`` of a trajectory that no store backs (samples held in this process)
+IN_MEMORY = "<in-memory>"
 # block size used to chunk in-memory (numpy-backed) trajectories: small enough that a 1e7-sample
 # array spreads over the workers in tens of tasks (the engine scatters the blocks once, and
 # coalesces blocks of a large array into bigger tasks; see kelr_dist.engine.passes)
@@ -446,7 +448,7 @@ def _object_source(obj: Any) -> tuple[str, bool]:
     """
     path = getattr(obj, "encoding", {}).get("source")
     if path is None:
-        return "<in-memory>", False
+        return IN_MEMORY, False
     path = str(path)
     if "://" in path or Path(path).is_dir():
         return path, False

@@ -17,6 +17,7 @@ import numpy as np
 import xarray as xr
 from distributed import Client, KilledWorker
 
+from kelr_dist.data.store import IN_MEMORY
 from kelr_dist.engine.cluster import ClusterError, memory_kills
 from kelr_dist.engine.graph import WORKER_ATTRIBUTE, ReductionGraph
 
@@ -39,7 +40,7 @@ class PassContext:
         edges = np.concatenate([[0], np.cumsum(data.chunks[1])]).astype(int)
         return cls(
             name=f"pass '{', '.join(r.name for r in graph.reductions)}'",
-            store=str(trajectory.attrs.get("store", "<in-memory>")),
+            store=str(trajectory.attrs.get("store", IN_MEMORY)),
             scheduler=str(getattr(client.scheduler, "address", None) or "?"),
             prefix=str(graph.blocks[0].key[0]).removesuffix("-block"),
             loads=frozenset({data.name, data.rechunk({0: 1, 2: -1}).name}),
@@ -129,11 +130,11 @@ class PassContext:
                     f"{self.name}: lost the connection to the Dask scheduler at "
                     f"{self.scheduler}; the pass was abandoned"
                 )
-            if self.store == "<in-memory>":  # samples sent from this process: no lineage
+            if self.store == IN_MEMORY:  # samples sent from this process: no lineage
                 return ClusterError(
                     f"{self.name}: the work was cancelled on the cluster ({reason}); in-memory "
-                    "samples sent to the workers from this process are lost with a worker that "
-                    "held them and cannot be read again: write them to a zarr store "
+                    "samples sent to the workers from this process cannot be read again once a "
+                    "worker that held them is lost: write them to a zarr store "
                     "(xarray's Dataset.to_zarr, see the user guide's inputs page) and estimate "
                     "from the store to survive lost workers"
                 )

@@ -20,6 +20,7 @@ import xarray as xr
 from dask.highlevelgraph import HighLevelGraph
 from distributed import Client, Future, futures_of
 
+from kelr_dist.data.store import IN_MEMORY
 from kelr_dist.engine.graph import DIMS, naming_the_worker, task_target
 from kelr_dist.engine.reading import store_rows
 
@@ -137,7 +138,7 @@ def scatter_trajectory(trajectory: xr.DataArray, client: Client | str) -> xr.Dat
     data = trajectory.data
     if not isinstance(data, da.Array) or trajectory.dims != DIMS:
         return trajectory  # run_reductions says what is wrong
-    if trajectory.attrs.get("store", "<in-memory>") != "<in-memory>":
+    if trajectory.attrs.get("store", IN_MEMORY) != IN_MEMORY:
         return trajectory  # read from its store by the tasks
     if not _in_memory(data) or on_cluster(data):
         return trajectory

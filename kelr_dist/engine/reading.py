@@ -24,7 +24,7 @@ import dask
 import numpy as np
 import xarray as xr
 
-from kelr_dist.data.store import ChunkReader
+from kelr_dist.data.store import IN_MEMORY, ChunkReader
 
 #: the dims a store's variable may have, as ``open_trajectory`` accepts them
 TIME_COMPONENT = ("time", "component")
@@ -83,7 +83,7 @@ def store_rows(trajectory: xr.DataArray) -> StoreRows | None:
     :func:`kelr_dist.data.store.open_trajectory` opens it (same dask name), else ``None``."""
     store = trajectory.attrs.get("store")
     name = getattr(trajectory.data, "name", None)
-    if not isinstance(store, str) or store == "<in-memory>" or name is None:
+    if not isinstance(store, str) or store == IN_MEMORY or name is None:
         return None
     variable = str(trajectory.name) if trajectory.name is not None else "x"
     dt = float(trajectory.attrs.get("dt", 1.0))

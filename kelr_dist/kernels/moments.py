@@ -410,10 +410,14 @@ def _wrap_chunk(x: np.ndarray, info: BlockInfo, _halo: np.ndarray | None) -> dic
     return out
 
 
+#: the sums of a wraps partial (besides its blocks' end rows)
+_STEP_SUMS = ("steps", "jumps", "circular", "jump_circular")
+
+
 def _combine_wraps(a: dict, b: dict) -> dict:
     """Step sums added; the blocks' first and last rows gathered (neighbours may be combined
     in any order, so their step waits for :func:`_finalize_wraps`)."""
-    out = {key: a[key] + b[key] for key in ("steps", "jumps", "circular", "jump_circular")}
+    out = {key: a[key] + b[key] for key in _STEP_SUMS}
     return out | {"firsts": a["firsts"] | b["firsts"], "lasts": a["lasts"] | b["lasts"]}
 
 
@@ -442,7 +446,7 @@ def _step_sums(rows, periods, jumps, circular, jump_circular):  # pragma: no cov
 
 
 def _finalize_wraps(p: dict) -> WrapStatistics:
-    sums = {key: np.copy(p[key]) for key in ("steps", "jumps", "circular", "jump_circular")}
+    sums = {key: np.copy(p[key]) for key in _STEP_SUMS}
     periods = np.asarray(PERIODS)
     with np.errstate(over="ignore", invalid="ignore"):
         for where in sorted(p["lasts"]):  # a block's last row and its successor's first

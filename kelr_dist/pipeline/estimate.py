@@ -49,6 +49,7 @@ import xarray as xr
 
 from kelr_dist import __version__
 from kelr_dist.data.store import (
+    IN_MEMORY,
     as_trajectory,
     estimate_limits,
     open_trajectory,
@@ -244,7 +245,7 @@ def _select(traj: xr.DataArray, components: Sequence[str] | None, name: Name = s
         more = f", ... ({len(available)} in all)" if len(available) > SHOWN_COMPONENTS else ""
         raise ValueError(
             f"{name('components')}: {', '.join(map(repr, unknown))} not in the trajectory "
-            f"{traj.attrs.get('store', '<in-memory>')!r}; available: {shown}{more}"
+            f"{traj.attrs.get('store', IN_MEMORY)!r}; available: {shown}{more}"
         )
     return traj.sel(component=list(components))
 
@@ -290,7 +291,7 @@ def _check_shape(traj: xr.DataArray, n: int, d: int) -> None:
     too many components, e.g. a transposed array, or too short chains)."""
     problems = estimate_limits(n, d)
     if problems:
-        source = traj.attrs.get("store", "<in-memory>")
+        source = traj.attrs.get("store", IN_MEMORY)
         raise ValueError(f"trajectory {source!r} has {'; and '.join(problems)}")
 
 
@@ -387,7 +388,7 @@ def check_inputs(
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
     _check_shape(traj, n, d)
-    lag = _max_lag(options, step, n, str(traj.attrs.get("store", "<in-memory>")), name)
+    lag = _max_lag(options, step, n, str(traj.attrs.get("store", IN_MEMORY)), name)
     fitted, chosen = _orders(options, d)
     sm_degree = _degree(options, d, name)
     if options.kde and d > 3:
@@ -923,7 +924,7 @@ def conclude(
         "passes": passes.reads,
         "store_reads": passes.store_reads,
         "chunking": [int(c) for c in traj.chunks[1]] if traj.chunks else [int(n)],
-        "store": str(traj.attrs.get("store", "<in-memory>")),
+        "store": str(traj.attrs.get("store", IN_MEMORY)),
         "variable": str(traj.name),
         "kelr_dist_version": __version__,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from kelr_dist.data.store import as_trajectory
+from kelr_dist.data.store import IN_MEMORY, as_trajectory
 from kelr_dist.engine.passes import run_reductions, scatter_trajectory
 from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow, reached_edge
 from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
@@ -377,7 +377,7 @@ def declared_periods(trajectory: xr.DataArray) -> list[float | None] | None:
     value = trajectory.attrs.get("periods")
     if value is None:
         return None
-    source = trajectory.attrs.get("store", "<in-memory>")
+    source = trajectory.attrs.get("store", IN_MEMORY)
     try:
         periods = json.loads(value) if isinstance(value, str) else dict(value)
         checked = {str(k): float(v or 0.0) for k, v in periods.items()}
@@ -407,7 +407,7 @@ def _named_components(passes: Passes) -> Iterator[None]:
     try:
         yield
     except CoordinateError as err:
-        source = passes.trajectory.attrs.get("store", "<in-memory>")
+        source = passes.trajectory.attrs.get("store", IN_MEMORY)
         name = str(passes.trajectory.coords["component"].values[err.coordinate])
         raise ValueError(f"trajectory {source!r}, component {name!r}: {err.problem}") from None
 
@@ -779,7 +779,7 @@ def pilot_kernel_embedding(
         return None
     rows = passes.trajectory.isel(time=slice(None, None, stride))
     gathered = rows.copy(data=passes(strided_rows_reduction(stride))[0])
-    gathered.attrs.update(store="<in-memory>", dt=stride * gathered.attrs["dt"])
+    gathered.attrs.update(store=IN_MEMORY, dt=stride * gathered.attrs["dt"])
     subsample = Passes(scatter_trajectory(as_trajectory(gathered), passes.client), passes.client)
     plan = Folds(folds, chains, rows.shape[1])
     fitted = fit_estimators(subsample, density_basis=density_basis, folds=plan).density
