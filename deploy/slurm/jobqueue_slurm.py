@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         log_directory="dask-logs",
         job_script_prologue=[
             "export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1",
+            "export MALLOC_ARENA_MAX=1",  # a store's decoded chunks reused from the heap
         ],
     )
     with cluster, Client(cluster) as client:

@@ -12,7 +12,7 @@ CERTS=${CERTS:-/etc/kelr/tls}
 dask scheduler --host tls://0.0.0.0 --port 8786 \
     --tls-ca-file "$CERTS/ca.pem" --tls-cert "$CERTS/scheduler.pem" --tls-key "$CERTS/scheduler-key.pem" &
 SCHEDULER_PID=$!
-dask worker tls://localhost:8786 --nthreads 1 --memory-limit 2GiB \
+MALLOC_ARENA_MAX=1 dask worker tls://localhost:8786 --nthreads 1 --memory-limit 2GiB \
     --tls-ca-file "$CERTS/ca.pem" --tls-cert "$CERTS/worker.pem" --tls-key "$CERTS/worker-key.pem" &
 WORKER_PID=$!
 trap 'kill "$WORKER_PID" "$SCHEDULER_PID"' EXIT

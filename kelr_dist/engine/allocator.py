@@ -1,26 +1,31 @@
-"""Keep the kernels' per-block tables off ``mmap`` on Dask workers (glibc only; else a no-op).
+"""Keep the kernels' tables and the store's decoded chunks off ``mmap`` on Dask workers (glibc only;
+else a no-op).
 
-The kernels allocate tables of a few MiB per row block. glibc serves allocations above its mmap
-threshold with fresh ``mmap`` pages and returns them on free, and trims the heap top once more
-than its trim threshold is free, so every block pays the page faults of its tables again. Dask's
-nanny sets ``MALLOC_TRIM_THRESHOLD_`` in workers, which also switches glibc's adaptive
-thresholds off.
+The kernels allocate tables of a few MiB per row block, and a task that reads a store decodes
+its stored chunks (64 MiB for 2^22 rows of two float64 components). glibc serves allocations
+above its mmap threshold with fresh ``mmap`` pages and returns them on free, and trims the heap
+top once more than its trim threshold is free, so every block pays the page faults of its arrays
+again. Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` in workers, which also switches glibc's
+adaptive thresholds off. Besides, glibc gives threads arenas of their own whose heaps hold at
+most 64 MiB: a larger array allocated in a worker's task thread, or in zarr's decoding threads,
+is mapped fresh whatever the thresholds say.
 
-:func:`tune_allocator` raises both thresholds so one block's working set (about ten tables) is
-reused from the heap (the kernels size their blocks for it: basis tables within
-:data:`kelr_dist.kernels.bases.CACHE_BUDGET`, FFT groups and blocking segments below the mmap
-threshold). The heap
-then keeps up to the trim threshold of freed memory, which a Dask worker with a small memory
-limit cannot spare, so the threshold scales with the limit, ``min(64 MiB, limit / 16)``, and the
-engine returns all free heap memory after a task once the worker holds more than
-:data:`RELEASE_SHARE` of its limit (:func:`release_when_full`). Below that the next task reuses
-the heap: returned after every task, it would be faulted in again by every task.
+:func:`tune_allocator` raises both thresholds so one task's working set (a block's tables, or a
+stored chunk read with its file bytes, its decoded bytes and the rows, and the chunk of its
+halo) is reused from the heap, and keeps new threads in the one main arena (``M_ARENA_MAX``; the
+embedded cluster starts its workers with ``MALLOC_ARENA_MAX=1``, so none of their threads has
+an arena of its own). The heap then keeps up to the trim threshold of freed memory, which a Dask
+worker with a small memory limit cannot spare, so the threshold scales with the limit,
+``min(1 GiB, limit / 16)``, and the engine returns all free heap memory after a task once the
+worker holds more than :data:`RELEASE_SHARE` of its limit (:func:`release_when_full`). Below that
+the next task reuses the heap: returned after every task, it would be faulted in again by every
+task.
 
 Only the engine calls these, in its tasks on Dask workers: importing :mod:`kelr_dist` changes
-nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. The thresholds are glibc's
-``M_TRIM_THRESHOLD`` and ``M_MMAP_THRESHOLD`` (mallopt(3), the GNU C Library manual); the gain
-lies in the passes' combined working sets on the workers (see docs/benchmarks.md, section
-'Tuning constants').
+nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. The settings are glibc's
+``M_TRIM_THRESHOLD``, ``M_MMAP_THRESHOLD`` and ``M_ARENA_MAX`` (mallopt(3), the GNU C Library
+manual); the gain lies in the passes' combined working sets on the workers (see
+docs/benchmarks.md, section 'Tuning constants').
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from typing import Any
 
 import psutil
 
-#: largest trim threshold (bytes): one block's working set at order 70 is about 40 MiB
-TRIM_THRESHOLD = 64 * 2**20
+#: largest trim threshold (bytes): a task that reads a stored chunk of 64 MiB and the chunk of
+#: its halo holds about six arrays of that size (file bytes, decoded bytes, rows, twice)
+TRIM_THRESHOLD = 2**30
 #: the trim threshold is at most this share of a worker's memory limit
 LIMIT_SHARE = 16
 #: a worker gives its free heap memory back after a task once its resident memory is above this
@@ -43,6 +49,7 @@ LIMIT_SHARE = 16
 RELEASE_SHARE = 0.5
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 
 
 def thresholds(memory_limit: int | None = None) -> tuple[int, int]:
@@ -65,12 +72,14 @@ def _glibc_function(name: str) -> Any:
 
 
 def tune_allocator(memory_limit: int | None = None) -> bool:
-    """Set glibc's mmap and trim thresholds (:func:`thresholds`); ``True`` if it took effect."""
+    """Set glibc's mmap and trim thresholds (:func:`thresholds`) and keep threads started from
+    now on in the main arena; ``True`` if it took effect."""
     mallopt = _glibc_function("mallopt")
     if mallopt is None:
         return False
     mmap, trim = thresholds(memory_limit)
-    return mallopt(_M_MMAP_THRESHOLD, mmap) == 1 and mallopt(_M_TRIM_THRESHOLD, trim) == 1
+    settings = ((_M_MMAP_THRESHOLD, mmap), (_M_TRIM_THRESHOLD, trim), (_M_ARENA_MAX, 1))
+    return all(mallopt(option, value) == 1 for option, value in settings)
 
 
 def release_free_memory() -> bool:

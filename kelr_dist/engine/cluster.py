@@ -407,9 +407,14 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
     # A short message log: the scheduler (in this process) keeps the last messages to each
     # worker, task specs included; at dask's 1000 an embedded client grew 10-12% over 50
     # estimates, at 100 it stays within 5% (scripts/soak.py)
+    # One malloc arena for all of a worker's threads, read by glibc when the process starts, so
+    # it goes in the environment the nanny spawns the worker with (as the nanny's own
+    # MALLOC_TRIM_THRESHOLD_ does): the store's decoded chunks are then reused from the heap
+    # (kelr_dist.engine.allocator)
     settings = {
         "distributed.worker.memory.pause": False,
         "distributed.admin.low-level-log-length": 100,
+        "distributed.nanny.pre-spawn-environ.MALLOC_ARENA_MAX": 1,
     }
     with dask.config.set(settings):
         cluster = LocalCluster(

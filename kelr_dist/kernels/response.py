@@ -267,9 +267,9 @@ class Forcing:
         """``B_i = -∂_i c_i - c_i ∂_i log p`` (eq. 5) with the score set to 0 on rows not kept
         (eq. 46: ``B̂ = 0`` there for a constant forcing; ``-∂_i c_i``, which needs no density,
         is kept for a varying one)."""
+        if self.function is None:  # -score where kept, 0 elsewhere, in one pass
+            return np.negative(score, out=np.zeros_like(score), where=kept[:, None])
         score = np.where(kept[:, None], score, 0.0)
-        if self.function is None:
-            return -score
         c, dc = self.profile(x)
         return -dc - c * score
 
@@ -413,6 +413,18 @@ def stein_target(
 AFFINE = "affine correction"
 
 
+def _side_by_side(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.hstack(columns)`` in column-major order: the lagged sums transform ``B`` column by
+    column, which reads a contiguous column faster (see docs/benchmarks.md, section 'Tuning
+    constants')."""
+    out = np.empty((columns[0].shape[0], sum(c.shape[1] for c in columns)), order="F")
+    start = 0
+    for column in columns:
+        out[:, start : start + column.shape[1]] = column
+        start += column.shape[1]
+    return out
+
+
 def replicate_key(name: str, fold: int) -> str:
     """Key of the partials of score ``name`` refitted without held-out ``fold`` (has spaces:
     never a score's name)."""
@@ -505,7 +517,8 @@ class _ResponseKernel:
         residual products, ``parts`` per score (and refit) what is not lagged; ``x_ext`` holds
         the segment's rows followed by its halo."""
         x = x_ext[: info.length]
-        a_ext = self.observable(x_ext) - self.centre
+        # column-major: every transform and product below reads one column at a time
+        a_ext = np.subtract(self.observable(x_ext), self.centre, order="F")
         a = a_ext[: info.length]
         # the correction's features (only a corrected estimate uses them)
         z = augmented(x, self.origin, self.scales, self.periods) if self.corrected else None
@@ -581,7 +594,7 @@ class _ResponseKernel:
             parts[AFFINE] = {"moment": z.T @ z, "divergence": divergence, "n": x.shape[0]}
         return {
             "blocks": response_block_partial(
-                a_ext, np.hstack(columns), self.max_lag, info, self.base_block
+                a_ext, _side_by_side(columns), self.max_lag, info, self.base_block
             ),
             "shifts": (
                 None
@@ -607,7 +620,7 @@ class _ResponseKernel:
         """``B`` of score ``key`` from its values ``s``, ``kept`` at ``x``, the segment's
         ``rows``: an estimated score must be finite where it is used; its counts go to
         ``parts[key]``."""
-        finite = np.isfinite(s).all(axis=1)
+        finite = np.logical_and.reduce([np.isfinite(column) for column in s.T])
         if isinstance(score, FunctionScore):
             check_finite("score function", score.function, s, info)
         elif not finite[kept].all():  # an estimated score: only where it is used
@@ -936,7 +949,9 @@ def _observable_sums(
     a = observable(x)
     if observable.function is not None:
         check_finite("observable", observable.function, a, info)
-    return {"sum": a.sum(axis=0), "n": x.shape[0]}
+    # column by column: numpy sums a tall C-ordered table along its rows an order of magnitude
+    # slower, and without pairwise summation
+    return {"sum": np.array([column.sum() for column in a.T]), "n": x.shape[0]}
 
 
 def observable_mean_reduction(observable: Observable) -> Reduction:
