@@ -89,6 +89,33 @@ def test_blockwise_lagged_sums_are_the_sums_of_each_block(offset, max_lag):
         assert_close(part, brute_lagged_sums(a[lo:], b[lo:hi], max_lag))
 
 
+@pytest.mark.parametrize("ones", [1, 2])
+@pytest.mark.parametrize(
+    ("len_a", "len_b", "max_lag", "block", "offset"),
+    [
+        (120, 100, 20, 16, 0),  # a halo of S rows, several blocks
+        (107, 100, 20, 16, 5),  # short halo (end of chain), the first block cut
+        (30, 5, 40, 4, 3),  # S beyond the rows: lags past len(a) are zero
+        (100, 100, 0, 7, 0),  # S = 0: plain products
+        (3, 3, 6, 8, 7),  # one block, cut at both ends
+    ],
+)
+def test_columns_of_ones_are_summed_over_windows_as_the_transforms_sum_them(
+    len_a, len_b, max_lag, block, offset, ones
+):
+    rng = np.random.default_rng(len_a + len_b + block)
+    a, b = rng.normal(size=(len_a, 3)), rng.normal(size=(len_b, 4))
+    b[:, 4 - ones :] = 1.0
+    out = blockwise_lagged_sums(a, b, max_lag, block, offset, ones=ones)
+    assert_close(out, blockwise_lagged_sums(a, b, max_lag, block, offset))
+    assert_close(lagged_sums(a, b, max_lag, block, ones=ones), brute_lagged_sums(a, b, max_lag))
+    only_ones = b[:, 4 - ones :]
+    assert_close(
+        blockwise_lagged_sums(a, only_ones, max_lag, block, offset, ones=ones),
+        blockwise_lagged_sums(a, only_ones, max_lag, block, offset),
+    )
+
+
 def test_lag_counts():
     np.testing.assert_array_equal(lag_counts([5, 3], 4), [8, 6, 4, 2, 1])
     np.testing.assert_array_equal(lag_counts(10, 2), [10, 9, 8])

@@ -182,6 +182,7 @@ def response_block_partial(
     base_block: int | None = None,
     max_levels: int | None = None,
     segment_rows: int | None = None,
+    ones: int = 0,
 ) -> Partial:
     """Lagged sums and block-averaging partials of one chunk (eq. 6), one FFT pass.
 
@@ -198,6 +199,9 @@ def response_block_partial(
         (rounded to a multiple of ``K0``), merged like separate chunks: memory stays at
         ``(segment_rows / K0) x (S+1) x q x d`` block sums plus the FFT work space. Default:
         :func:`segment_length`.
+    ones : the last ``ones`` columns of ``b`` are 1 on every row (the constant feature of the
+        Stein correction): their lagged sums are window sums of ``a``, with no transform
+        (:func:`kelr_dist.kernels.lagged.window_sums`).
 
     Returns
     -------
@@ -225,24 +229,32 @@ def response_block_partial(
         segment_rows = segment_length(max_lag, a_ext.shape[1] * b.shape[1], k0)
     partial = None
     for piece, rows in aligned_segments(info, k0 * max(1, segment_rows // k0), max_lag):
-        part = _segment_partial(a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels)
+        part = _segment_partial(
+            a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels, ones
+        )
         partial = part if partial is None else combine_block_partials(partial, part)
     assert partial is not None  # a block has at least one row
     return partial
 
 
 def _segment_partial(
-    a_ext: np.ndarray, b: np.ndarray, max_lag: int, info: BlockInfo, k0: int, n_levels: int
+    a_ext: np.ndarray,
+    b: np.ndarray,
+    max_lag: int,
+    info: BlockInfo,
+    k0: int,
+    n_levels: int,
+    ones: int,
 ) -> Partial:
     """:func:`response_block_partial` of one segment (validated input, ``n_levels`` levels)."""
     start, stop, n_chain = info.start, info.stop, info.chain_length
     valid_rows = max(n_chain - max_lag, 0)
-    squares = lagged_sums(a_ext**2, b**2, max_lag)
+    squares = lagged_sums(a_ext**2, b**2, max_lag, ones=ones)
     # base blocks touched by the chunk that are valid: ids [first, last)
     first = start // k0
     last = min(-(-stop // k0), valid_rows // k0)
     in_blocks = max(min(stop, last * k0) - start, 0)
-    sums = lagged_sums(a_ext[in_blocks:], b[in_blocks:], max_lag)  # rows outside valid blocks
+    sums = lagged_sums(a_ext[in_blocks:], b[in_blocks:], max_lag, ones=ones)  # outside the blocks
     shape = (max_lag + 1, a_ext.shape[1], b.shape[1])
     partial = {
         "max_lag": max_lag,
@@ -257,7 +269,7 @@ def _segment_partial(
     }
     if in_blocks == 0:
         return partial
-    block_sums = blockwise_lagged_sums(a_ext, b[:in_blocks], max_lag, k0, offset=start - first * k0)
+    block_sums = blockwise_lagged_sums(a_ext, b[:in_blocks], max_lag, k0, start - first * k0, ones)
     partial["sums"] = sums + block_sums.sum(axis=0)
     ids = np.arange(first, last)
     rows = np.minimum(stop, (ids + 1) * k0) - np.maximum(start, ids * k0)

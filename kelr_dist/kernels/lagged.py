@@ -29,6 +29,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from scipy import fft
 
 from kelr_dist.kernels.checks import is_whole
+from kelr_dist.kernels.compiled import compiled
 
 #: complex numbers per group of sub-blocks, its spectra and cross spectra together (16 MiB of
 #: complex128): bounds the memory and keeps each of a group's arrays under the mmap threshold
@@ -156,7 +157,7 @@ def _to_lags(correlation: np.ndarray, length: int, max_lag: int) -> np.ndarray:
 
 
 def lagged_sums(
-    a: np.ndarray, b: np.ndarray, max_lag: int, block_rows: int | None = None
+    a: np.ndarray, b: np.ndarray, max_lag: int, block_rows: int | None = None, ones: int = 0
 ) -> np.ndarray:
     """Lagged sums ``out[s, i, j] = sum_{n < len(b), n + s < len(a)} a[n+s, i] b[n, j]``.
 
@@ -170,6 +171,8 @@ def lagged_sums(
     max_lag : ``S >= 0``.
     block_rows : rows of ``b`` per FFT sub-block (default :func:`default_block_rows`);
         memory is a few ``(block_rows + S) x (q + d)`` complex numbers per group.
+    ones : the last ``ones`` columns of ``b`` are 1 on every row: their sums are sums of ``a``
+        over windows (:func:`window_sums`), with no transform.
 
     Returns
     -------
@@ -181,7 +184,53 @@ def lagged_sums(
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
     if max_lag == 0:  # one product sum, no transform
         return (a[: b.shape[0]].T @ b)[None]
-    return _summed_spectra(a, b, block, max_lag)
+    rest = b.shape[1] - ones
+    spectra = _summed_spectra(a, b[:, :rest], block, max_lag) if rest else None
+    windows = window_sums(a, b.shape[0], max_lag, block).sum(axis=0) if ones else None
+    return _beside(spectra, windows, ones)
+
+
+def _beside(sums: np.ndarray | None, windows: np.ndarray | None, ones: int) -> np.ndarray:
+    """Lagged sums ``(..., q, d - ones)`` from the transforms, then ``ones`` copies of the
+    window sums ``(..., q)`` (the columns of ``b`` that are 1)."""
+    if windows is None:
+        assert sums is not None
+        return sums
+    repeated = np.repeat(windows[..., None], ones, axis=-1)
+    return repeated if sums is None else np.concatenate([sums, repeated], axis=-1)
+
+
+def window_sums(a: np.ndarray, length: int, max_lag: int, block: int, offset: int = 0) -> np.ndarray:
+    """The lagged sums of a column of ones on ``length`` rows, by block:
+    ``out[k, s, i] = sum_{n in block k, n + s < len(a)} a[n+s, i]``, blocks as in
+    :func:`blockwise_lagged_sums`, ``(ceil((offset + length) / K), S+1, q)``.
+
+    A block's sum at lag ``s`` is its sum at ``s - 1`` plus the row that enters the window and
+    minus the row that leaves it: ``O(K + S)`` per block and column, no transform.
+    """
+    a = np.asfortranarray(a, dtype=np.float64)  # a column at a time
+    out = np.empty((-(-(offset + length) // block), max_lag + 1, a.shape[1]))
+    _sliding_sums(a, length, block, offset, out)
+    return out
+
+
+@compiled
+def _sliding_sums(a, length, block, offset, out):  # pragma: no cover - compiled
+    """:func:`window_sums` into ``out``; rows past the end of ``a`` read as zero."""
+    rows = a.shape[0]
+    for k in range(out.shape[0]):
+        lo, hi = max(k * block - offset, 0), min((k + 1) * block - offset, length)
+        for i in range(a.shape[1]):
+            total = 0.0
+            for n in range(lo, min(hi, rows)):
+                total += a[n, i]
+            out[k, 0, i] = total
+            for s in range(1, out.shape[1]):
+                if hi - 1 + s < rows:
+                    total += a[hi - 1 + s, i]
+                if lo - 1 + s < rows:
+                    total -= a[lo - 1 + s, i]
+                out[k, s, i] = total
 
 
 def _summed_spectra(
@@ -198,7 +247,7 @@ def _summed_spectra(
 
 
 def blockwise_lagged_sums(
-    a: np.ndarray, b: np.ndarray, max_lag: int, block: int, offset: int = 0
+    a: np.ndarray, b: np.ndarray, max_lag: int, block: int, offset: int = 0, ones: int = 0
 ) -> np.ndarray:
     """Lagged sums of each block of ``block`` rows of ``b``, all lags at once.
 
@@ -211,7 +260,7 @@ def blockwise_lagged_sums(
 
     Parameters
     ----------
-    a, b, max_lag : as in :func:`lagged_sums`.
+    a, b, max_lag, ones : as in :func:`lagged_sums`.
     block : block length ``K >= 1``.
     offset : rows of the first block that lie before ``b`` (``0 <= offset < K``).
 
@@ -223,6 +272,10 @@ def blockwise_lagged_sums(
     block = _check_block(block)
     if not 0 <= offset < block:
         raise ValueError(f"offset must be in [0, block = {block}), got {offset}")
+    if ones and max_lag > 0 and b.shape[0] > 0:
+        rest = b.shape[1] - ones
+        spectra = blockwise_lagged_sums(a, b[:, :rest], max_lag, block, offset) if rest else None
+        return _beside(spectra, window_sums(a, b.shape[0], max_lag, block, offset), ones)
     if max_lag == 0:  # block sums of the products, no transform
         starts = np.arange(-offset, b.shape[0], block).clip(0)
         if b.shape[0] == 0:

@@ -594,7 +594,13 @@ class _ResponseKernel:
             parts[AFFINE] = {"moment": z.T @ z, "divergence": divergence, "n": x.shape[0]}
         return {
             "blocks": response_block_partial(
-                a_ext, _side_by_side(columns), self.max_lag, info, self.base_block
+                a_ext,
+                _side_by_side(columns),
+                self.max_lag,
+                info,
+                self.base_block,
+                # z̃ ends with its constant feature: its sums need no transform
+                ones=int(z is not None and self.forcing.function is None),
             ),
             "shifts": (
                 None
