@@ -200,8 +200,10 @@ def _beside(sums: np.ndarray | None, windows: np.ndarray | None, ones: int) -> n
     return repeated if sums is None else np.concatenate([sums, repeated], axis=-1)
 
 
-def window_sums(a: np.ndarray, length: int, max_lag: int, block: int, offset: int = 0) -> np.ndarray:
-    """The lagged sums of a column of ones on ``length`` rows, by block:
+def window_sums(
+    a: np.ndarray, length: int, max_lag: int, block: int, offset: int = 0
+) -> np.ndarray:
+    """The lagged sums (eq. 6) of a column of ones on ``length`` rows, by block:
     ``out[k, s, i] = sum_{n in block k, n + s < len(a)} a[n+s, i]``, blocks as in
     :func:`blockwise_lagged_sums`, ``(ceil((offset + length) / K), S+1, q)``.
 

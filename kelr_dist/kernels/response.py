@@ -554,7 +554,11 @@ class _ResponseKernel:
             s, kept = values[name]
             columns.append(self._conjugate(name, score, x, s, kept, info, parts))
             if z is not None and name in self.corrected:
-                parts[name]["moment"] = np.where(kept[:, None], s, 0.0).T @ z
+                # of the score where kept, 0 elsewhere: of -B itself for the constant forcing
+                parts[name]["moment"] = (
+                    -(columns[-1].T @ z) if self.forcing.function is None
+                    else np.where(kept[:, None], s, 0.0).T @ z
+                )  # fmt: skip
         unrefitted = [
             self.forcing.conjugate(x, *values[unrefitted_key(name)]) for name in self.unrefitted
         ]
