@@ -116,6 +116,15 @@ def test_columns_of_ones_are_summed_over_windows_as_the_transforms_sum_them(
     )
 
 
+def test_more_columns_of_ones_than_b_has_are_refused():
+    a, b = np.ones((10, 2)), np.ones((8, 2))
+    for bad in (3, -1, 1.5):
+        with pytest.raises(ValueError, match="ones must be an integer in"):
+            lagged_sums(a, b, 2, ones=bad)
+        with pytest.raises(ValueError, match="ones must be an integer in"):
+            blockwise_lagged_sums(a, b, 2, 4, ones=bad)
+
+
 def test_lag_counts():
     np.testing.assert_array_equal(lag_counts([5, 3], 4), [8, 6, 4, 2, 1])
     np.testing.assert_array_equal(lag_counts(10, 2), [10, 9, 8])

@@ -72,6 +72,13 @@ def check_lagged_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.nd
     return a, b
 
 
+def _check_ones(ones: int, b: np.ndarray) -> None:
+    if not is_whole(ones) or ones > b.shape[1]:
+        raise ValueError(
+            f"ones must be an integer in [0, {b.shape[1]}] (columns of b), got {ones!r}"
+        )
+
+
 def _check_block(block: int) -> int:
     if not is_whole(block, 1):
         raise ValueError(f"block length must be a positive integer, got {block!r}")
@@ -180,6 +187,7 @@ def lagged_sums(
     """
     a, b = check_lagged_pair(a, b, max_lag)
     block = default_block_rows(max_lag) if block_rows is None else _check_block(block_rows)
+    _check_ones(ones, b)
     if b.shape[0] == 0:
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))
     if max_lag == 0:  # one product sum, no transform
@@ -274,6 +282,7 @@ def blockwise_lagged_sums(
     block = _check_block(block)
     if not 0 <= offset < block:
         raise ValueError(f"offset must be in [0, block = {block}), got {offset}")
+    _check_ones(ones, b)
     if ones and max_lag > 0 and b.shape[0] > 0:
         rest = b.shape[1] - ones
         spectra = blockwise_lagged_sums(a, b[:, :rest], max_lag, block, offset) if rest else None
