@@ -1,5 +1,6 @@
-"""Keep the kernels' tables and the store's decoded chunks off ``mmap`` on Dask workers (glibc only;
-else a no-op).
+"""Keep the kernels' tables and a store's decoded chunks off ``mmap`` on Dask workers (glibc).
+
+Elsewhere the functions here do nothing.
 
 The kernels allocate tables of a few MiB per row block, and a task that reads a store decodes
 its stored chunks (64 MiB for 2^22 rows of two float64 components). glibc serves allocations
