@@ -22,6 +22,12 @@ from zarr.codecs import BloscCodec, Crc32cCodec
 from kelr_dist.data.atomic import consolidated_metadata
 from kelr_dist.data.store import DIMS, PROGRESS_ARRAY, PROGRESS_GROUP
 
+#: the stores' compressor: sampled trajectories are floats whose low mantissa bits are noise, so
+#: no codec saves much room (zstd with bit-shuffle 12%, lz4 with byte-shuffle 9%), while every
+#: pass of an estimate decodes the whole store; lz4 decodes a chunk about twice as fast (see
+#: docs/benchmarks.md, section 'Tuning constants')
+COMPRESSOR = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+
 
 def create_store(
     path: str | os.PathLike[str],
@@ -39,9 +45,9 @@ def create_store(
     """Create an empty, pre-sized generated store (metadata only; call from one process).
 
     Layout: ``variable`` ``(chain, time, component)`` of ``dtype`` (NaN until written),
-    chunks ``(1, chunk, d)``, Blosc-zstd compressed with a crc32c checksum of each chunk (zarr
-    3's ``crc32c`` codec: a damaged chunk file fails to decode instead of reading as other
-    numbers), not sharded, ``dt`` in its attributes;
+    chunks ``(1, chunk, d)``, compressed with :data:`COMPRESSOR` and a crc32c checksum of each
+    chunk (zarr 3's ``crc32c`` codec: a damaged chunk file fails to decode instead of reading as
+    other numbers), not sharded, ``dt`` in its attributes;
     ``chain`` and ``component`` coordinates; ``attrs`` plus ``complete=False`` on the root
     group; and ``_progress/record``, ``(chains, progress_width)`` uint64 with one chunk per
     chain, zero until a chain records its progress; a record's first entry is the number of
@@ -58,7 +64,7 @@ def create_store(
         dtype=dtype,
         fill_value=np.nan,
         # the checksum covers the compressed bytes: any damage to a chunk file fails its read
-        compressors=(BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"), Crc32cCodec()),
+        compressors=(COMPRESSOR, Crc32cCodec()),
         dimension_names=DIMS,
         attributes={"dt": dt},
     )
