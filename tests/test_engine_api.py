@@ -76,6 +76,66 @@ def test_tasks_per_pass_follow_blocks_not_store_chunks(tmp_path, client, reducti
             np.testing.assert_allclose(result[key], expected[key], rtol=1e-12)
 
 
+def lagged_of(max_lag: int) -> Reduction:
+    """:func:`lagged` with its own largest lag (its halo)."""
+
+    def kernel(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+        y = np.concatenate([x, halo])
+        out = np.zeros((max_lag + 1, x.shape[1]))
+        for s in range(max_lag + 1):
+            m = max(0, min(len(x), len(y) - s))
+            out[s] = (x[:m] * y[s : s + m]).sum(axis=0)
+        return {"sums": out}
+
+    return Reduction(f"lagged {max_lag}", kernel, halo=max_lag)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "task_bytes", "halos", "once"),
+    [
+        (64, 64 * 2 * 8 * 3, [MAX_LAG], True),  # blocks of 192 rows, one halo
+        (64, 64 * 2 * 8 * 3, [1, MAX_LAG, 150], True),  # halos up to most of a block
+        (64, 0, [1, 100], False),  # blocks of 64 rows: shorter than the longer halo
+        (1000, 0, [MAX_LAG], True),  # one stored chunk a block: the case the cuts are for
+    ],
+    ids=["one halo", "three halos", "short blocks", "large chunks"],
+)
+def test_store_tasks_read_each_row_once_and_the_cuts_are_stitched(
+    tmp_path, monkeypatch, chunk, task_bytes, halos, once
+) -> None:
+    """A store's block tasks read their own rows only (no row twice, unless a block is no
+    longer than the halo and reads it); the rows before each cut are reduced where the two
+    blocks' partials meet, so every reduction's result is the whole series' (to rounding)."""
+    from kelr_dist.engine.reading import StoreRows
+
+    path = tmp_path / "ou.zarr"
+    simulate("ou", path, 6_000, chains=2, chunk=chunk, seed=3, progress=False)
+    trajectory = open_trajectory(path)
+    reads: list[tuple[int, int, int]] = []
+    read = StoreRows.read
+
+    def recorded(self: StoreRows, chain: int, start: int, stop: int) -> np.ndarray:
+        reads.append((chain, start, stop))
+        return read(self, chain, start, stop)
+
+    monkeypatch.setattr(StoreRows, "read", recorded)
+    reductions = [SUMS, *(lagged_of(h) for h in halos)]
+    results = run_reductions(trajectory, reductions, "synchronous", task_bytes=task_bytes)
+    x = trajectory.values
+    for reduction, result in zip(reductions, results, strict=True):
+        expected = reduce_in_memory(reduction, x)
+        for key in expected:
+            scale = np.abs(expected[key]).max()  # sums near zero at some lags: rounding alone
+            np.testing.assert_allclose(result[key], expected[key], rtol=1e-12, atol=1e-14 * scale)
+    rows_read = sum(stop - start for _, start, stop in reads)
+    if once:  # each block read its own rows, nothing else
+        assert rows_read == x.shape[0] * x.shape[1]
+    else:  # the blocks (one stored chunk each) no longer than the halo read it as well
+        n = x.shape[1]
+        halo = sum(min(max(halos), n - stop) for stop in range(chunk, n, chunk))
+        assert rows_read == x.shape[0] * (n + halo)
+
+
 def test_a_selection_of_a_store_is_read_as_selected(tmp_path, client) -> None:
     """Anything but the store as opened (here a time slice of it, doubled, with the store's
     attributes) is read through its own chunks: the result is the selection's."""

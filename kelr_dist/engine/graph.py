@@ -7,15 +7,22 @@ of each chain are cut into *blocks*: runs of consecutive stored chunks of up to 
 workers). The rule that keeps a pass small in any chunking: **a task reads what it reduces.**
 
 - A trajectory that is a store as :func:`kelr_dist.data.store.open_trajectory` opens it: the
-  block task of rows ``a:b`` of chain ``c`` reads rows ``a:min(b + H, n)`` of the store itself
+  block task of rows ``a:b`` of chain ``c`` reads rows ``a:b`` of the store itself
   (:mod:`kelr_dist.engine.reading`). A pass is one task per block plus the combine tree, for a
-  store in 4096-row chunks as for one in 1e6-row chunks.
+  store in 4096-row chunks as for one in 1e6-row chunks. A reduction with halo ``h`` reduces
+  rows ``a:b-h`` there (its halo is the block's own last ``h`` rows); rows ``b-h:b``, whose
+  halo lies in the next block, are reduced where the two blocks' partials meet in the combine
+  tree, from the ``h`` rows each lends (:class:`Stitched`): the next block's stored chunks are
+  decoded once, by its own task. A block of at most ``H`` rows, or the last of a chain, reads
+  its halo ``b:min(b + H, n)`` and reduces all its rows.
 - Any other dask array (in-memory data on the cluster, a user's lazy array): the block task
   takes the array's own chunks of its rows and, for a halo, small ``head`` tasks that copy the
   first rows of the chunks after it; each chunk is computed once per pass.
 
 Then a ``split_every``-ary tree of ``combine`` tasks over the blocks in (chain, time) order;
-its root goes to the client for ``finalize``. The tree's shape depends only on the blocks, so a
+its root (every cut stitched) goes to the client for ``finalize``. Any split of a chain into
+pieces gives the same partials up to rounding (the reductions' contract,
+:mod:`kelr_dist.kernels.reduction`). The tree's shape depends only on the blocks, so a
 task recomputed after a lost worker gives the identical result. The graph is built with
 ``dask.delayed`` (task keys ``(<pass>-block, chain, block)``) and computes nothing.
 
@@ -68,7 +75,7 @@ class ReductionGraph:
     Attributes
     ----------
     blocks : one ``Delayed`` per task (a run of consecutive store chunks of one chain),
-        giving the tuple of its partials (one per reduction), in (chain, time) order.
+        giving its :class:`Stitched` partials, in (chain, time) order.
     total : ``Delayed`` of the tuple of fully combined partials (one per reduction).
     reductions : the reductions, in the order of the partials.
     task_edges : row boundaries of the tasks within a chain (the same for every chain):
@@ -120,29 +127,85 @@ def _as_float64(array: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class Stitched:
+    """Partials of a run of blocks, and the rows it lends to the cuts still open at its ends.
+
+    Attributes
+    ----------
+    partials : one per reduction.
+    tails : ``{(chain, b): rows}``: the last ``H`` rows (the largest halo) before a cut at row
+        ``b``, not yet reduced by the reductions with a halo (their halo is after the cut).
+    heads : ``{(chain, a): rows}``: the first ``min(H, n - a)`` rows after a cut at row ``a``.
+    chain_length : ``n``, the rows of every chain.
+    """
+
+    partials: tuple[Partial, ...]
+    tails: dict[tuple[int, int], np.ndarray]
+    heads: dict[tuple[int, int], np.ndarray]
+    chain_length: int
+
+
 def _partials(
-    x: np.ndarray,
-    halo: np.ndarray,
-    where: tuple[int, int, int, int],
-    reductions: tuple[Reduction, ...],
+    pieces: Sequence[tuple[np.ndarray, np.ndarray | None, BlockInfo]],
+    reductions: Sequence[Reduction],
 ) -> tuple[Partial, ...]:
-    """Partials of every reduction on the block's rows ``x (L, d)``, with the rows after them
-    ``halo (h, d)``; ``where`` holds the fields of the block's :class:`BlockInfo`."""
+    """Partials of each reduction on its piece: rows ``x (L, d)``, the rows after them
+    ``halo (h, d)`` (``None`` for a reduction without a halo) and where they sit."""
     try:
         worker = get_worker()
     except ValueError:  # the caller's process ("synchronous"): leave it alone
         worker = None
     if worker is not None:
         prepare_worker(worker.memory_manager.memory_limit, worker.state.nthreads)
-    x, halo = _as_float64(x), _as_float64(halo)
-    info = BlockInfo(*where)
     partials = tuple(
-        reduction.chunk(x, info, halo[: reduction.halo] if reduction.halo else None)
-        for reduction in reductions
+        reduction.chunk(_as_float64(x), info, None if halo is None else _as_float64(halo))
+        for reduction, (x, halo, info) in zip(reductions, pieces, strict=True)
     )
     if worker is not None:  # free heap kept for the next task unless the worker is filling up
         release_when_full(worker.memory_manager.memory_limit)
     return partials
+
+
+def _whole(
+    x: np.ndarray, halo: np.ndarray, where: tuple[int, int, int, int], reductions: tuple
+) -> list[tuple[np.ndarray, np.ndarray | None, BlockInfo]]:
+    """Every reduction's piece of a block that holds its halo: the block's rows ``x`` and the
+    first ``halo`` rows after them it needs."""
+    info = BlockInfo(*where)
+    return [(x, halo[: r.halo] if r.halo else None, info) for r in reductions]
+
+
+def cuts(start: int, stop: int, halo_rows: int, halo: int) -> bool:
+    """Whether the store's block of rows ``start:stop`` leaves its last ``halo`` rows to the
+    cut after it (it is longer than the halo, and rows follow it: ``halo_rows > 0``)."""
+    return halo_rows > 0 and stop - start > halo
+
+
+def _cut(
+    x: np.ndarray, where: tuple[int, int, int, int], reductions: tuple
+) -> list[tuple[np.ndarray, np.ndarray | None, BlockInfo]]:
+    """Every reduction's piece of a block without its halo: a reduction with halo ``h`` takes
+    the rows before the last ``h``, which are its halo (``len(x) > h``)."""
+    chain, start, stop, n = where
+    pieces: list[tuple[np.ndarray, np.ndarray | None, BlockInfo]] = []
+    for r in reductions:
+        cut = x.shape[0] - int(r.halo)
+        info = BlockInfo(chain, start, stop - int(r.halo), n)
+        pieces.append((x, None, BlockInfo(*where)) if not r.halo else (x[:cut], x[cut:], info))
+    return pieces
+
+
+def _lent(
+    x: np.ndarray, where: tuple[int, int, int, int], halo: int, tail: bool, head: bool
+) -> tuple[dict[tuple[int, int], np.ndarray], dict[tuple[int, int], np.ndarray]]:
+    """The rows a block lends to its cuts: its last ``halo`` rows when ``tail`` (it left them
+    unreduced), and its first ``min(halo, n - start)`` (``x`` holds them) when ``head`` (the
+    block before it left a tail). Copies: the block's own rows are freed with the task."""
+    chain, start, stop, n = where
+    tails = {(chain, stop): x[stop - start - halo : stop - start].copy()} if tail else {}
+    heads = {(chain, start): x[: min(halo, n - start)].copy()} if head else {}
+    return tails, heads
 
 
 #: attribute a task's exception carries from the worker it failed on (its address), read by
@@ -169,12 +232,25 @@ def naming_the_worker(task: Callable[..., T]) -> Callable[..., T]:
 
 @naming_the_worker
 def _read_and_reduce(
-    reader: StoreRows, where: tuple[int, int, int, int], halo_rows: int, reductions: tuple
-) -> tuple[Partial, ...]:
-    """Block task of a store: read rows ``start:stop + halo_rows`` of the chain and reduce."""
-    chain, start, stop, _ = where
-    rows = reader.read(chain, start, stop + halo_rows)
-    return _partials(rows[: stop - start], rows[stop - start :], where, reductions)
+    reader: StoreRows,
+    where: tuple[int, int, int, int],
+    halo_rows: int,
+    head: bool,
+    reductions: tuple,
+) -> Stitched:
+    """Block task of a store: read rows ``start:stop`` of the chain and reduce them, leaving
+    the last ``H`` rows of the reductions with a halo to the cut after them (:func:`cuts`); a
+    block of at most ``H`` rows, or the last of its chain, reads its halo
+    ``stop:stop + halo_rows`` instead. ``head``: lend the first rows to the cut before."""
+    chain, start, stop, n = where
+    halo = max(int(r.halo) for r in reductions)
+    tail = cuts(start, stop, halo_rows, halo)
+    rows = reader.read(chain, start, stop if tail else stop + halo_rows)
+    x = rows[: stop - start]
+    pieces = (
+        _cut(x, where, reductions) if tail else _whole(x, rows[stop - start :], where, reductions)
+    )
+    return Stitched(_partials(pieces, reductions), *_lent(rows, where, halo, tail, head), n)
 
 
 @naming_the_worker
@@ -184,7 +260,7 @@ def _reduce_chunks(
     reductions: tuple,
     count: int,
     *arrays: np.ndarray,
-) -> tuple[Partial, ...]:
+) -> Stitched:
     """Block task of a dask array: its ``count`` ``(1, L_i, d)`` chunks joined (one is used as
     it is), and ``halo_rows`` rows of the heads after them (the rest of ``arrays``; separate
     arguments, not lists: dask.delayed finalizes a list of delayed values as a collection of its
@@ -192,7 +268,7 @@ def _reduce_chunks(
     chunks, heads = [c[0] for c in arrays[:count]], arrays[count:]
     x = chunks[0] if count == 1 else np.concatenate(chunks)
     halo = np.concatenate(heads)[:halo_rows] if heads else x[:0]
-    return _partials(x, halo, where, reductions)
+    return Stitched(_partials(_whole(x, halo, where, reductions), reductions), {}, {}, where[3])
 
 
 def _head(chunk: np.ndarray, rows: int) -> np.ndarray:
@@ -201,14 +277,51 @@ def _head(chunk: np.ndarray, rows: int) -> np.ndarray:
 
 
 @naming_the_worker
-def _combine(reductions: tuple[Reduction, ...], *parts: tuple[Partial, ...]) -> tuple:
-    """Left fold of tuples of partials with each reduction's ``combine``."""
+def _combine(reductions: tuple[Reduction, ...], *parts: Stitched) -> Stitched:
+    """Left fold of the parts with each reduction's ``combine``, then the cuts whose rows on
+    both sides are in (:func:`_stitch`)."""
     total = parts[0]
     for part in parts[1:]:
-        total = tuple(
-            reduction.combine(a, b) for reduction, a, b in zip(reductions, total, part, strict=True)
+        total = Stitched(
+            tuple(
+                r.combine(a, b)
+                for r, a, b in zip(reductions, total.partials, part.partials, strict=True)
+            ),
+            {**total.tails, **part.tails},
+            {**total.heads, **part.heads},
+            total.chain_length,
         )
-    return total
+    return _stitch(total, reductions)
+
+
+def _stitch(part: Stitched, reductions: tuple[Reduction, ...]) -> Stitched:
+    """``part`` with every cut it holds both sides of reduced: for a cut at row ``b``, each
+    reduction with halo ``h`` reduces rows ``b-h:b`` with the next ``min(h, n - b)`` rows as
+    their halo, and its partial is combined in (in the order of the cuts)."""
+    n = part.chain_length
+    partials, tails, heads = list(part.partials), dict(part.tails), dict(part.heads)
+    for key in sorted(tails.keys() & heads.keys()):
+        (chain, cut), tail, head = key, tails.pop(key), heads.pop(key)
+        lagged = [(k, r) for k, r in enumerate(reductions) if r.halo]
+        pieces = [
+            (
+                tail[tail.shape[0] - r.halo :],
+                head[: min(r.halo, n - cut)],
+                BlockInfo(chain, cut - r.halo, cut, n),
+            )
+            for _, r in lagged
+        ]
+        for (k, r), seam in zip(lagged, _partials(pieces, [r for _, r in lagged]), strict=True):
+            partials[k] = r.combine(partials[k], seam)
+    return Stitched(tuple(partials), tails, heads, n)
+
+
+def _stitched(part: Stitched) -> tuple[Partial, ...]:
+    """The partials of the whole trajectory: no rows may be left before a cut."""
+    if part.tails or part.heads:
+        left = ", ".join(f"chain {c} row {b}" for c, b in sorted({**part.tails, **part.heads}))
+        raise RuntimeError(f"the cuts at {left} were never stitched")
+    return part.partials
 
 
 # --- on the client ----------------------------------------------------------------------------
@@ -313,8 +426,9 @@ def build_graph(
             where = (c, start, stop, n)
             key = (block_name, c, g)
             if reader is not None:
+                head = g > 0 and cuts(edges[groups[g - 1][0]], start, max_halo, max_halo)
                 task = dask.delayed(_read_and_reduce, pure=False)(
-                    source, where, halo_rows, shared, dask_key_name=key
+                    source, where, halo_rows, head, shared, dask_key_name=key
                 )
             else:
                 assert chunks is not None  # no store reader: the array's own chunks
@@ -335,7 +449,8 @@ def build_graph(
                     dask_key_name=key,
                 )
             blocks.append(task)
-    total = combine_tree(blocks, shared, split_every, f"{prefix}-combine")
+    root = combine_tree(blocks, shared, split_every, f"{prefix}-combine")
+    total = dask.delayed(_stitched, pure=False)(root, dask_key_name=f"{prefix}-total")
     return ReductionGraph(
         tuple(blocks), total, reductions, tuple(edges[k0] for k0, _ in groups) + (n,)
     )

@@ -217,9 +217,13 @@ def run_reductions(
             raise where.failure(client, total) from None
     except BaseException:
         # the rest of the pass is of no use: free the workers for other work (other clients
-        # keep what they asked for; tasks wanted by nobody else are forgotten)
+        # keep what they asked for; tasks wanted by nobody else are forgotten). Only the root
+        # is cancelled and the blocks' futures are released: cancelling a block makes the
+        # scheduler cancel its dependents, and a combine task no client holds fails its
+        # assertion there (the client's connection is closed)
         with suppress(Exception):  # a client whose scheduler is gone may fail to cancel
-            client.cancel([total, *pending.values()])
+            client.cancel([total])
+        pending.clear()
         raise
     return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
 

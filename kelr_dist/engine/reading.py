@@ -3,10 +3,10 @@
 A store opened by :func:`kelr_dist.data.store.open_trajectory` is a dask array with one load
 task per stored chunk: a store of 1e10 samples in 4096-row chunks would be millions of tasks
 per pass. When a trajectory is exactly such a store (:func:`store_rows`), each block task of a
-pass reads its own rows, and the next ``halo`` rows, with :meth:`StoreRows.read`: xarray's lazy
-indexing of the store, which decodes only the stored chunks that hold those rows. A pass is then
-one task per block whatever the store's chunking; the chunks that hold a halo (the first rows of
-the next block) are decoded by both blocks that need them.
+pass reads its own rows with :meth:`StoreRows.read`: xarray's lazy indexing of the store, which
+decodes only the stored chunks that hold those rows. A pass is then one task per block whatever
+the store's chunking, and each stored chunk is decoded once (the rows a halo needs from the
+next block come from that block's task, :class:`kelr_dist.engine.graph.Stitched`).
 
 The identity check is dask's own naming: a dask array's name is a hash of the graph that makes
 it, so a trajectory is the store as ``open_trajectory`` opens it when its name is the name the
