@@ -603,3 +603,24 @@ def test_building_every_pass_of_an_estimate_computes_nothing(monkeypatch) -> Non
                           gaussian=baselines, client="synchronous", progress=False)  # fmt: skip
     log.info("passes built under the guard: %s", sorted(set(PASS_NAMES)))
     assert {"moments", "coefficients"} <= set(PASS_NAMES) and len(set(PASS_NAMES)) >= 4
+
+
+def failing_first_of_many(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
+    """Fails on the chain's first block at once; the others take a while."""
+    if info.start == 0:
+        raise ZeroDivisionError("the first block failed")
+    time.sleep(0.05)
+    return {"count": len(x)}
+
+
+def test_a_failed_pass_of_many_blocks_leaves_the_client_usable(thread_client: Client) -> None:
+    """A pass of 40 blocks (a combine tree of two levels) fails at its first block while most
+    of the others wait: what is left of it is cancelled, and the next pass on the same client
+    runs (cancelling a waiting block has the scheduler cancel its combine task too, which no
+    client holds; distributed then fails an assertion and closes the client's connection)."""
+    x = make_trajectory(np.random.default_rng(12), chains=1, n=400)
+    failing = Reduction("fails", failing_first_of_many)
+    with pytest.raises(ZeroDivisionError, match="the first block failed"):
+        run_reduction(as_dask(x, 10), failing, thread_client, task_bytes=0)
+    result = run_reduction(as_dask(x, 10), MOMENTS, thread_client)
+    assert_partials_close(result, reduce_in_memory(MOMENTS, x), 1e-12)

@@ -80,12 +80,14 @@ class ReductionGraph:
     reductions : the reductions, in the order of the partials.
     task_edges : row boundaries of the tasks within a chain (the same for every chain):
         task ``g`` of chain ``c`` reduces rows ``task_edges[g]:task_edges[g + 1]``.
+    combines : the combine tasks between the blocks and ``total``.
     """
 
     blocks: tuple[Delayed, ...]
     total: Delayed
     reductions: tuple[Reduction, ...]
     task_edges: tuple[int, ...] = ()
+    combines: tuple[Delayed, ...] = ()
 
 
 # --- on the workers -------------------------------------------------------------------------
@@ -449,17 +451,23 @@ def build_graph(
                     dask_key_name=key,
                 )
             blocks.append(task)
-    root = combine_tree(blocks, shared, split_every, f"{prefix}-combine")
+    root, combines = combine_tree(blocks, shared, split_every, f"{prefix}-combine")
     total = dask.delayed(_stitched, pure=False)(root, dask_key_name=f"{prefix}-total")
     return ReductionGraph(
-        tuple(blocks), total, reductions, tuple(edges[k0] for k0, _ in groups) + (n,)
+        tuple(blocks),
+        total,
+        reductions,
+        tuple(edges[k0] for k0, _ in groups) + (n,),
+        tuple(combines),
     )
 
 
-def combine_tree(parts: list[Delayed], reductions: Delayed, split_every: int, name: str) -> Delayed:
-    """A ``split_every``-ary tree of :func:`_combine` over ``parts`` (in order); its root.
-    ``reductions`` is the graph's node of the tuple of reductions."""
-    level = 0
+def combine_tree(
+    parts: list[Delayed], reductions: Delayed, split_every: int, name: str
+) -> tuple[Delayed, list[Delayed]]:
+    """A ``split_every``-ary tree of :func:`_combine` over ``parts`` (in order): its root and
+    its combine tasks. ``reductions`` is the graph's node of the tuple of reductions."""
+    level, combines = 0, []
     while len(parts) > 1:
         runs = [parts[j : j + split_every] for j in range(0, len(parts), split_every)]
         parts = [
@@ -470,5 +478,6 @@ def combine_tree(parts: list[Delayed], reductions: Delayed, split_every: int, na
             )
             for i, run in enumerate(runs)
         ]
+        combines += [part for part, run in zip(parts, runs, strict=True) if len(run) > 1]
         level += 1
-    return parts[0]
+    return parts[0], combines

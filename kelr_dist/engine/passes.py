@@ -176,7 +176,10 @@ def run_reductions(
     check_store_on_workers(trajectory, client, where)
     where.require_connection(client)
     with dask.config.set({"distributed.admin.large-graph-warning-threshold": GRAPH_WARNING}):
-        futures = client.compute([*graph.blocks, graph.total])
+        # every task of the tree is held, so that a failed pass can cancel what is left of it
+        # (cancelling a task cancels its dependents, and distributed asserts that a client
+        # holds each: the client's connection would be closed)
+        futures = client.compute([*graph.blocks, *graph.combines, graph.total])
     total = futures[-1]
     finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
     for future in futures:
@@ -190,13 +193,14 @@ def run_reductions(
         paused_timeout=PAUSED_TIMEOUT,
     )
     bar = tqdm(
-        total=len(futures) - 1,
+        total=len(graph.blocks),
         desc=", ".join(r.name for r in graph.reductions),
         unit="block",
         disable=not _show_progress(progress),
         file=sys.stderr,
     )
     pending = {future.key: future for future in futures}
+    blocks = {block.key for block in graph.blocks}
     del futures, future  # block partials are released as soon as they are counted
     try:
         with bar:
@@ -208,8 +212,8 @@ def run_reductions(
                 del pending[future.key]
                 watch.progress()
                 if future.status != "finished":
-                    raise where.failure(client, future)
-                if future is not total:
+                    raise where.failure(client, _blamed(future, pending, blocks))
+                if future.key in blocks:
                     bar.update()
         try:
             partials = total.result()
@@ -217,15 +221,21 @@ def run_reductions(
             raise where.failure(client, total) from None
     except BaseException:
         # the rest of the pass is of no use: free the workers for other work (other clients
-        # keep what they asked for; tasks wanted by nobody else are forgotten). Only the root
-        # is cancelled and the blocks' futures are released: cancelling a block makes the
-        # scheduler cancel its dependents, and a combine task no client holds fails its
-        # assertion there (the client's connection is closed)
+        # keep what they asked for; tasks wanted by nobody else are forgotten)
         with suppress(Exception):  # a client whose scheduler is gone may fail to cancel
-            client.cancel([total])
-        pending.clear()
+            client.cancel([total, *pending.values()])
         raise
     return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
+
+
+def _blamed(future: Any, pending: dict[Any, Any], blocks: set[Any]) -> Any:
+    """The failed block whose error a failed combine task (``future``) carries, when the
+    block's own future has failed already (its message then names the block's rows), else
+    ``future`` itself."""
+    if future.key in blocks or future.status != "error":
+        return future
+    failed = (f for key, f in pending.items() if key in blocks and f.status == "error")
+    return next(failed, future)
 
 
 def _next_finished(finished: queue.SimpleQueue, timeout: float) -> Any:
