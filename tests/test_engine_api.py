@@ -239,3 +239,36 @@ def test_paused_workers_fail_the_estimate_with_one_line(tmp_path, monkeypatch) -
     assert message.count("memory_limit 1024 MiB") == 2 and "paused" in message, message
     assert "--memory-limit" in message
     assert elapsed < 5.0 + 20, elapsed
+
+
+def test_an_estimate_read_out_of_core_is_the_estimate_kept_in_memory(
+    tmp_path, client, monkeypatch
+) -> None:
+    """The whole estimate (both families, the jackknife, the Stein correction) of a store read
+    by every pass, its cuts stitched in the combine tree, is the estimate of the same store
+    kept on the workers, whose blocks read their halos: to 1e-12, relative to each variable or,
+    for one that is zero up to rounding, to the error bars."""
+    from functools import partial
+
+    import kelr_dist.pipeline.estimate as estimate
+    from kelr_dist.engine.placement import keep_in_memory
+
+    path = tmp_path / "tw.zarr"
+    simulate("triple-well", path, 60_000, chains=2, chunk=10_000, seed=4, progress=False)
+    options = {"client": client, "max_lag": 40, "max_order": 10, "progress": False}
+    with pytest.warns(Warning):  # a short trajectory: the checks may warn, alike in both
+        kept = estimate_response(path, **options)
+    monkeypatch.setattr(estimate, "keep_in_memory", partial(keep_in_memory, fraction=0.0))
+    with pytest.warns(Warning):
+        read = estimate_response(path, **options)
+    assert (kept.attrs["store_reads"], read.attrs["store_reads"]) == (1, read.attrs["passes"])
+    # variables zero up to rounding by construction (the Stein residuals, the jackknife of a fit
+    # its refits share) are compared on the scale of the error bars
+    floor = float(np.nanmax(kept["response_total_stderr"].values))
+    for name, values in kept.data_vars.items():
+        old, new = values.values, read[name].values
+        if old.dtype.kind != "f":
+            np.testing.assert_array_equal(new, old, err_msg=name)
+            continue
+        scale = max(np.nanmax(np.abs(old), initial=0.0), floor)
+        np.testing.assert_allclose(new, old, rtol=0, atol=1e-12 * scale, err_msg=name)
