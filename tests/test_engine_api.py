@@ -30,18 +30,23 @@ def sums(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
     return {"count": len(x), "sum": x.sum(axis=0)}
 
 
-def lagged(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
-    """``sum_n x[n] * x[n + s]`` (element-wise) over the block's n with ``n + s`` in the chain."""
-    y = np.concatenate([x, halo])
-    out = np.zeros((MAX_LAG + 1, x.shape[1]))
-    for s in range(MAX_LAG + 1):
-        m = max(0, min(len(x), len(y) - s))
-        out[s] = (x[:m] * y[s : s + m]).sum(axis=0)
-    return {"sums": out}
+def lagged_of(max_lag: int) -> Reduction:
+    """``sum_n x[n] * x[n + s]`` (element-wise) over the block's n with ``n + s`` in the chain,
+    for ``s = 0..max_lag``: a reduction whose halo is ``max_lag``."""
+
+    def kernel(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
+        y = np.concatenate([x, halo])
+        out = np.zeros((max_lag + 1, x.shape[1]))
+        for s in range(max_lag + 1):
+            m = max(0, min(len(x), len(y) - s))
+            out[s] = (x[:m] * y[s : s + m]).sum(axis=0)
+        return {"sums": out}
+
+    return Reduction(f"lagged-{max_lag}", kernel, halo=max_lag)
 
 
 SUMS = Reduction("sums", sums)
-LAGGED = Reduction("lagged", lagged, halo=MAX_LAG)
+LAGGED = lagged_of(MAX_LAG)
 
 
 @pytest.fixture(scope="module")
@@ -74,20 +79,6 @@ def test_tasks_per_pass_follow_blocks_not_store_chunks(tmp_path, client, reducti
         expected = reduce_in_memory(reduction, x)
         for key in expected:
             np.testing.assert_allclose(result[key], expected[key], rtol=1e-12)
-
-
-def lagged_of(max_lag: int) -> Reduction:
-    """:func:`lagged` with its own largest lag (its halo)."""
-
-    def kernel(x: np.ndarray, info: BlockInfo, halo: np.ndarray) -> dict:
-        y = np.concatenate([x, halo])
-        out = np.zeros((max_lag + 1, x.shape[1]))
-        for s in range(max_lag + 1):
-            m = max(0, min(len(x), len(y) - s))
-            out[s] = (x[:m] * y[s : s + m]).sum(axis=0)
-        return {"sums": out}
-
-    return Reduction(f"lagged {max_lag}", kernel, halo=max_lag)
 
 
 @pytest.mark.parametrize(
