@@ -192,9 +192,11 @@ def _cut(
     chain, start, stop, n = where
     pieces: list[tuple[np.ndarray, np.ndarray | None, BlockInfo]] = []
     for r in reductions:
-        cut = x.shape[0] - int(r.halo)
-        info = BlockInfo(chain, start, stop - int(r.halo), n)
-        pieces.append((x, None, BlockInfo(*where)) if not r.halo else (x[:cut], x[cut:], info))
+        h = int(r.halo)
+        if h:
+            pieces.append((x[:-h], x[-h:], BlockInfo(chain, start, stop - h, n)))
+        else:
+            pieces.append((x, None, BlockInfo(*where)))
     return pieces
 
 
@@ -302,9 +304,9 @@ def _stitch(part: Stitched, reductions: tuple[Reduction, ...]) -> Stitched:
     their halo, and its partial is combined in (in the order of the cuts)."""
     n = part.chain_length
     partials, tails, heads = list(part.partials), dict(part.tails), dict(part.heads)
+    lagged = [(k, r) for k, r in enumerate(reductions) if r.halo]
     for key in sorted(tails.keys() & heads.keys()):
         (chain, cut), tail, head = key, tails.pop(key), heads.pop(key)
-        lagged = [(k, r) for k, r in enumerate(reductions) if r.halo]
         pieces = [
             (
                 tail[tail.shape[0] - r.halo :],
