@@ -430,7 +430,9 @@ def build_graph(
             where = (c, start, stop, n)
             key = (block_name, c, g)
             if reader is not None:
-                head = g > 0 and cuts(edges[groups[g - 1][0]], start, max_halo, max_halo)
+                # the block before lent its tail when it cut (its halo rows: min(H, n - start))
+                before = edges[groups[g - 1][0]] if g else start
+                head = g > 0 and cuts(before, start, min(max_halo, n - start), max_halo)
                 task = dask.delayed(_read_and_reduce, pure=False)(
                     source, where, halo_rows, head, shared, dask_key_name=key
                 )
