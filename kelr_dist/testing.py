@@ -52,7 +52,10 @@ def kde_exact(
     density : ``(n,)`` ``p_N(points)``.
     gradient : ``(n, d)`` ``grad p_N(points)``.
     """
-    from kelr_dist.kernels.kde import as_samples, exact_kde_reduction  # numba: not for workers
+    from kelr_dist.kernels.baselines.kde import (  # numba: not for workers
+        as_samples,
+        exact_kde_reduction,
+    )
 
     reduction = exact_kde_reduction(points, bandwidth)
     samples = as_samples("samples", samples, np.asarray(points).shape[1])

@@ -37,24 +37,24 @@ from functools import reduce  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import fft  # noqa: E402
 
-from kelr_dist.kernels import kde  # noqa: E402
-from kelr_dist.kernels.bases import TensorBasis, Workspace  # noqa: E402
-from kelr_dist.kernels.blocking import (  # noqa: E402
+from kelr_dist.kernels.baselines import kde  # noqa: E402
+from kelr_dist.kernels.bases.coordinates import fit_basis  # noqa: E402
+from kelr_dist.kernels.bases.families import TensorBasis, Workspace  # noqa: E402
+from kelr_dist.kernels.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
+from kelr_dist.kernels.response.blocking import (  # noqa: E402
     combine_block_partials,
     default_base_block,
     fitted_base_block,
     response_block_partial,
 )
-from kelr_dist.kernels.coordinates import fit_basis  # noqa: E402
-from kelr_dist.kernels.density import (  # noqa: E402
+from kelr_dist.kernels.response.lagged import default_block_rows, lagged_sums  # noqa: E402
+from kelr_dist.kernels.scores.kernel_embedding import (  # noqa: E402
     KernelDensity,
     coefficient_reduction,
     coefficient_sums,
     row_blocks,
 )
-from kelr_dist.kernels.lagged import default_block_rows, lagged_sums  # noqa: E402
-from kelr_dist.kernels.reduction import BlockInfo, add_partials, reduce_in_memory  # noqa: E402
-from kelr_dist.kernels.selection import combine_sweeps, sweep_sums  # noqa: E402
+from kelr_dist.kernels.scores.selection import combine_sweeps, sweep_sums  # noqa: E402
 from kelr_dist.models.registry import make_model  # noqa: E402
 from kelr_dist.testing import kde_exact  # noqa: E402
 

@@ -1,16 +1,17 @@
 """Before/after timing of the core kernel stages: a git revision against the working tree.
 
-The stages of ``scripts/bench_core.py`` that ``kernels/bases.py``, ``kernels/density.py`` and
-``kernels/selection.py`` carry — basis tables (values and derivatives of each coordinate's
-functions at the mapped samples, as ``p_M``/``∇p_M`` builds them), coefficient sums, ``p_M`` and
-``∇p_M`` at every sample, the δ/R/η sweep — on the same triple-well samples, in
-fresh processes that alternate between the revision (a temporary ``git worktree``) and the
-working tree, with ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` unset,
-set to 2 and set to 1 (BLAS capped at one thread, as the engine's workers run: the setting to
-judge a kernel change by). Each process runs the stage on 2 threads (rows split evenly, as
-``bench_core.py``) and reports its median over ``--repeats``; the table prints the median over
-``--rounds`` processes and the load average. The results of both trees are compared (max relative
-difference of coefficients, ``p``, ``∇p`` and equality of the sweep's counts).
+The stages of ``scripts/bench_core.py`` that ``kernels/bases/families.py``,
+``kernels/scores/kernel_embedding.py`` and ``kernels/scores/selection.py`` carry — basis tables
+(values and derivatives of each coordinate's functions at the mapped samples, as ``p_M``/``∇p_M``
+builds them), coefficient sums, ``p_M`` and ``∇p_M`` at every sample, the δ/R/η sweep — on the same
+triple-well samples, in fresh processes that alternate between the revision (a temporary ``git
+worktree``) and the working tree, with
+``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS``/``MKL_NUM_THREADS`` unset, set to 2 and set to 1 (BLAS
+capped at one thread, as the engine's workers run: the setting to judge a kernel change by). Each
+process runs the stage on 2 threads (rows split evenly, as ``bench_core.py``) and reports its
+median over ``--repeats``; the table prints the median over ``--rounds`` processes and the load
+average. The results of both trees are compared (max relative difference of coefficients, ``p``,
+``∇p`` and equality of the sweep's counts).
 
 Usage::
 
@@ -45,12 +46,16 @@ def worker(n: int, repeats: int, save: str) -> None:
 
     import numpy as np
 
-    from kelr_dist.kernels import bases
-    from kelr_dist.kernels.bases import TensorBasis
-    from kelr_dist.kernels.coordinates import fit_basis
-    from kelr_dist.kernels.density import KernelDensity, coefficient_sums, row_blocks
+    from kelr_dist.kernels.bases.coordinates import fit_basis
+    from kelr_dist.kernels.bases.families import TensorBasis
+    from kelr_dist.kernels.bases.families import families as bases
     from kelr_dist.kernels.reduction import add_partials
-    from kelr_dist.kernels.selection import combine_sweeps, sweep_sums
+    from kelr_dist.kernels.scores.kernel_embedding import (
+        KernelDensity,
+        coefficient_sums,
+        row_blocks,
+    )
+    from kelr_dist.kernels.scores.selection import combine_sweeps, sweep_sums
     from kelr_dist.models.registry import make_model
 
     model = make_model("triple-well")

@@ -70,10 +70,10 @@ from kelr_dist.engine.passes import (
     run_reductions,
     scatter_trajectory,
 )
-from kelr_dist.kernels.bases import TensorBasis
-from kelr_dist.kernels.lagged import lagged_sums
+from kelr_dist.kernels.bases.families import TensorBasis
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.lagged import lagged_sums
+from kelr_dist.kernels.response.operator import (
     DensityScore,
     constant_forcing,
     identity_observable,

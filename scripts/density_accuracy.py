@@ -8,7 +8,8 @@ non-Gaussian densities. Prints the table and writes ``docs/figures/density_accur
   (scale 0.7 and 1.2), so that the density is not a finite expansion in the basis.
 
 The sup error is over a 41 x 41 grid covering the bulk of each density. The KDE is evaluated by
-the binned (FFT) method of :mod:`kelr_dist.kernels.kde` (error ~1e-3 relative to the exact sum).
+the binned (FFT) method of :mod:`kelr_dist.kernels.baselines.kde` (error ~1e-3 relative to the
+exact sum).
 
 Usage: ``python scripts/density_accuracy.py [--out docs/figures/density_accuracy.png]``
 (about a minute).
@@ -29,10 +30,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from kelr_dist.kernels import kde  # noqa: E402
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis  # noqa: E402
-from kelr_dist.kernels.density import KernelDensity  # noqa: E402
+from kelr_dist.kernels.baselines import kde  # noqa: E402
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, Laguerre, TensorBasis  # noqa: E402
 from kelr_dist.kernels.reduction import reduce_in_memory  # noqa: E402
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity  # noqa: E402
 
 SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
 MIX_WEIGHTS = np.array([0.5, 0.5])

@@ -54,7 +54,7 @@ from numba import njit
 import kelr_dist
 from kelr_dist.edges.distribution import distribution_grid, distribution_record
 from kelr_dist.edges.distribution_plot import plot_distribution
-from kelr_dist.kernels.distribution import DistributionGrid, distribution_values
+from kelr_dist.kernels.observables.distribution import DistributionGrid, distribution_values
 from kelr_dist.models.integrators import morse_point, triple_well_point
 from kelr_dist.models.mala import MalaSystem
 from kelr_dist.models.registry import Model, make_model

@@ -41,8 +41,8 @@ import xarray as xr  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import kelr_dist  # noqa: E402
-from kelr_dist.kernels.kde import BinnedKDE  # noqa: E402
-from kelr_dist.kernels.response import (  # noqa: E402
+from kelr_dist.kernels.baselines.kde import BinnedKDE  # noqa: E402
+from kelr_dist.kernels.response.operator import (  # noqa: E402
     DensityScore,
     KDEScore,
     constant_forcing,

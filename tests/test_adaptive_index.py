@@ -5,11 +5,11 @@ score needs it."""
 import numpy as np
 import pytest
 
-from kelr_dist.kernels.adaptive_index import dictionary, grow, reached_edge
-from kelr_dist.kernels.bases import Coordinate, Hermite
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.bases.families import Coordinate, Hermite
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.score_matching import (
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.index_sets import dictionary, grow, reached_edge
+from kelr_dist.kernels.scores.score_matching import (
     choose_candidate,
     feature_count,
     fit_score,
@@ -121,7 +121,7 @@ def test_estimate_with_an_adaptive_index_set_records_it():
 
 
 def test_correlation_time_from_the_survey_steps_and_the_stride_it_allows():
-    from kelr_dist.kernels.moments import moments_reduction, wrap_reduction
+    from kelr_dist.kernels.survey.moments import moments_reduction, wrap_reduction
     from kelr_dist.pipeline.steps import Survey, correlation_time, gram_stride
 
     rng = np.random.default_rng(5)

@@ -12,17 +12,17 @@ import xarray as xr
 from scipy.linalg import expm
 
 from kelr_dist import EdgeWarning, estimate_response
-from kelr_dist.kernels.bases import Fourier
-from kelr_dist.kernels.coordinates import fit_basis, periodicity
-from kelr_dist.kernels.moments import edge_reduction, moments_reduction, wrap_reduction
-from kelr_dist.kernels.observables import Angles, WrappedJacobian
+from kelr_dist.kernels.bases.coordinates import fit_basis, periodicity
+from kelr_dist.kernels.bases.families import Fourier
+from kelr_dist.kernels.observables.builtin import Angles, WrappedJacobian
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.operator import (
     FunctionScore,
     Observable,
     constant_forcing,
     response_reduction,
 )
+from kelr_dist.kernels.survey.moments import edge_reduction, moments_reduction, wrap_reduction
 from kelr_dist.models.registry import MODEL_NAMES, make_model
 from kelr_dist.pipeline.options import EstimateOptions, checked
 from kelr_dist.testing import DegreesScore, degrees

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from kelr_dist.kernels.bases import Coordinate, Fourier, Hermite, Laguerre, TensorBasis
+from kelr_dist.kernels.bases.families import Coordinate, Fourier, Hermite, Laguerre, TensorBasis
 
 
 def scipy_hermite(x, order, beta):

@@ -6,15 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.signal import lfilter
 
-from kelr_dist.kernels.blocking import (
+from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.kernels.response.blocking import (
     block_standard_error,
     combine_block_partials,
     default_base_block,
     fitted_base_block,
     response_block_partial,
 )
-from kelr_dist.kernels.lagged import lagged_sums
-from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
+from kelr_dist.kernels.response.lagged import lagged_sums
 from kelr_dist.testing import lag_counts
 
 

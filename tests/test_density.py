@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from kelr_dist.kernels import kde
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
-from kelr_dist.kernels.density import (
+from kelr_dist.kernels.baselines import kde
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, Laguerre, TensorBasis
+from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.scores.kernel_embedding import (
     VARIANCE_STRIDE,
     KernelDensity,
     coefficient_reduction,
     coefficient_sums,
 )
-from kelr_dist.kernels.reduction import reduce_in_memory
 
 # --------------------------------------------------------------------------- helpers
 
@@ -376,8 +376,8 @@ def test_order_whose_tables_do_not_fit_is_a_value_error_not_an_allocation():
         """
         import resource, numpy as np
         resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
-        from kelr_dist.kernels.bases import Coordinate, Hermite, TensorBasis
-        from kelr_dist.kernels.density import coefficient_sums
+        from kelr_dist.kernels.bases.families import Coordinate, Hermite, TensorBasis
+        from kelr_dist.kernels.scores.kernel_embedding import coefficient_sums
         basis = TensorBasis(tuple(Coordinate(Hermite()) for _ in range(3)), 300)
         x = np.random.default_rng(0).standard_normal((20000, 3))
         try:
@@ -413,9 +413,9 @@ def test_estimates_on_one_basis_share_its_tables_with_the_same_values(families, 
     evaluation gives (the d >= 3 fused kernel and the GEMMs of d = 2 alike; to rounding, as a
     GEMM of several estimates' stacked coefficients may sum in another order), and the scores
     from them what each score's call gives."""
-    from kelr_dist.kernels.density import evaluate_on_basis
-    from kelr_dist.kernels.folds import Folds
-    from kelr_dist.kernels.response import DensityScore
+    from kelr_dist.kernels.response.operator import DensityScore
+    from kelr_dist.kernels.scores.folds import Folds
+    from kelr_dist.kernels.scores.kernel_embedding import evaluate_on_basis
 
     rng = np.random.default_rng(3)
     basis = make_basis(families, order, index_set)
@@ -451,7 +451,7 @@ def test_bases_of_one_varying_coordinate_give_the_brute_force_values(families, o
     """A basis whose functions vary in the first coordinate only is summed by its recurrence
     for up to ``SERIES_ESTIMATES`` estimates at once, by the tables beyond: both give the
     explicit sum over the basis, p and ∇p."""
-    from kelr_dist.kernels.density import SERIES_ESTIMATES, evaluate_on_basis
+    from kelr_dist.kernels.scores.kernel_embedding import SERIES_ESTIMATES, evaluate_on_basis
 
     rng = np.random.default_rng(11)
     basis = make_basis(families, order, index_set)

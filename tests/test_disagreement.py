@@ -5,11 +5,11 @@ import warnings
 import numpy as np
 import pytest
 
-from kelr_dist.kernels.blocking import BlockingResult
-from kelr_dist.kernels.heldout import Choice
-from kelr_dist.kernels.response import ResponseResult
-from kelr_dist.kernels.score_matching import Candidate
-from kelr_dist.pipeline.estimate import DisagreementWarning, _warn_disagreement
+from kelr_dist.kernels.response.blocking import BlockingResult
+from kelr_dist.kernels.response.operator import ResponseResult
+from kelr_dist.kernels.scores.heldout import Choice
+from kelr_dist.kernels.scores.score_matching import Candidate
+from kelr_dist.pipeline.warnings import DisagreementWarning, warn_disagreement
 
 
 def result(mean: np.ndarray, stderr: float) -> ResponseResult:
@@ -44,7 +44,7 @@ def test_families_apart_by_many_stderr_with_tied_losses_warn(ke_chosen):
     rival = "score_matching" if ke_chosen else "kernel_embedding"
     responses = {"response": result(K, 0.01), f"response_{rival}": result(K + 0.1, 0.01)}
     with pytest.warns(DisagreementWarning, match=r"differ by 7\.1 standard errors"):
-        z = _warn_disagreement(responses, table(-2.0, -2.1, ke_chosen), PICK)
+        z = warn_disagreement(responses, table(-2.0, -2.1, ke_chosen), PICK)
     assert z == pytest.approx(0.1 / np.hypot(0.01, 0.01))
 
 
@@ -53,12 +53,12 @@ def test_a_decisive_loss_gap_or_agreeing_responses_stay_silent():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         # losses 7 standard errors apart: the held-out choice is decisive
-        assert _warn_disagreement(responses, table(-3.0, -2.0, True), PICK) > 5
+        assert warn_disagreement(responses, table(-3.0, -2.0, True), PICK) > 5
         # responses within their error bars
         close = {"response": result(K, 0.01), "response_score_matching": result(K + 0.02, 0.01)}
-        assert _warn_disagreement(close, table(-2.0, -2.1, True), PICK) < 5
+        assert warn_disagreement(close, table(-2.0, -2.1, True), PICK) < 5
         # one family only: nothing to compare
         assert (
-            _warn_disagreement({"response": result(K, 0.01)}, table(-2, -2, True)[1:], PICK) is None
+            warn_disagreement({"response": result(K, 0.01)}, table(-2, -2, True)[1:], PICK) is None
         )
-        assert _warn_disagreement(responses, table(-2.0, -2.1, True), None) is None
+        assert warn_disagreement(responses, table(-2.0, -2.1, True), None) is None

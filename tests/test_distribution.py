@@ -13,7 +13,7 @@ from scipy.linalg import expm
 import kelr_dist
 from kelr_dist.edges.distribution import LinearRegimeWarning
 from kelr_dist.edges.report import write_figures
-from kelr_dist.kernels.distribution import (
+from kelr_dist.kernels.observables.distribution import (
     KERNELS,
     bin_functions,
     cardinal_bspline,

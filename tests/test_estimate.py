@@ -26,7 +26,7 @@ from distributed.comm import CommClosedError
 
 from kelr_dist.data.store import open_trajectory
 from kelr_dist.engine.cluster import close_embedded_cluster, get_client
-from kelr_dist.kernels.response import Observable
+from kelr_dist.kernels.response.operator import Observable
 from kelr_dist.models.registry import make_model
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.estimate import estimate_response
@@ -580,7 +580,7 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
     (a ``dt`` attribute or a ``time`` coordinate) otherwise: the same for a store's path, an
     opened Dataset and a DataArray (a path ignored it, a Dataset let it override the store's)."""
     from kelr_dist.data.store import TrajectoryError
-    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.inputs import check_inputs
     from kelr_dist.pipeline.options import EstimateOptions
 
     x = np.random.default_rng(5).standard_normal((3_000, 2))
@@ -641,7 +641,7 @@ def test_one_naming_rule_for_components_by_every_route(tmp_path: Path) -> None:
     of the same data by two routes align."""
     import pandas as pd
 
-    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.inputs import check_inputs
     from kelr_dist.pipeline.options import EstimateOptions
 
     path = tmp_path / "tw.zarr"
@@ -661,7 +661,7 @@ def test_pandas_columns_name_the_components() -> None:
     components of a store do"""
     import pandas as pd
 
-    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.inputs import check_inputs
     from kelr_dist.pipeline.options import EstimateOptions
 
     x = np.random.default_rng(8).standard_normal((3_000, 2))
@@ -684,7 +684,7 @@ def test_the_result_records_its_observable_and_forcing() -> None:
     """A response of A = x² to a linear forcing says so (attributes and report), as a result of
     A = x to a constant forcing does: its j labels alone cannot tell them apart."""
     from kelr_dist.edges.report import summary
-    from kelr_dist.kernels.response import Observable
+    from kelr_dist.kernels.response.operator import Observable
 
     x = np.random.default_rng(4).standard_normal((3_000, 2))
     options = {"dt": 0.1, "max_lag": 3, "max_order": 4, "client": "synchronous"}
@@ -714,7 +714,7 @@ def test_max_time_gives_the_lags_up_to_it(max_time: float, lag: int) -> None:
     """The largest lag is the last whole lag at or before ``max_time`` (3.049 with dt = 0.05
     gave lag 61, time 3.05, past it), counting a ratio a rounding below a whole number
     (0.15 / 0.05 = 2.9999999999999996) as that number."""
-    from kelr_dist.pipeline.estimate import check_inputs
+    from kelr_dist.pipeline.inputs import check_inputs
     from kelr_dist.pipeline.options import EstimateOptions
 
     x = np.random.default_rng(6).standard_normal((3_000, 2))

@@ -9,15 +9,16 @@ import warnings
 import numpy as np
 import pytest
 
-from kelr_dist.kernels.bases import TensorBasis
-from kelr_dist.kernels.coordinates import fit_basis
-from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
-from kelr_dist.kernels.folds import Folds
-from kelr_dist.kernels.heldout import smooth_density_loss
+from kelr_dist.kernels.bases.coordinates import fit_basis
+from kelr_dist.kernels.bases.families import TensorBasis
 from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.heldout import smooth_density_loss
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, coefficient_reduction
 from kelr_dist.models.registry import make_model
 from kelr_dist.models.simulate import simulate
-from kelr_dist.pipeline.estimate import BiasWarning, estimate_response
+from kelr_dist.pipeline.estimate import estimate_response
+from kelr_dist.pipeline.warnings import BiasWarning
 
 
 def error(ds, name: str = "response") -> float:

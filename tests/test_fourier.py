@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kelr_dist.kernels.bases import Coordinate, Fourier, TensorBasis, polynomials
-from kelr_dist.kernels.basis_spec import coordinates_from_spec, format_basis, parse_basis_spec
-from kelr_dist.kernels.density import KernelDensity
-from kelr_dist.kernels.score_matching import PolynomialFeatures, gram_sums, solve_weights
+from kelr_dist.kernels.bases.families import Coordinate, Fourier, TensorBasis, polynomials
+from kelr_dist.kernels.bases.spec import coordinates_from_spec, format_basis, parse_basis_spec
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
+from kelr_dist.kernels.scores.score_matching import PolynomialFeatures, gram_sums, solve_weights
 
 
 def test_orthonormal_by_quadrature_to_order_150():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kelr_dist.edges.jobfile import JobError, load_job, parse_job
-from kelr_dist.kernels.observables import linear_forcing, square
+from kelr_dist.kernels.observables.builtin import linear_forcing, square
 from kelr_dist.pipeline.options import EstimateOptions, OptionsError, checked
 
 MINIMAL = {"input": {"store": "data/traj.zarr"}, "outputs": {"result": "out/result.zarr"}}

@@ -1,4 +1,5 @@
-"""Tests of the KDE baseline and the quasi-Gaussian FDT (kernels.kde, kernels.quasi_gaussian)."""
+"""Tests of the KDE baseline and the quasi-Gaussian FDT (kernels.baselines.kde,
+kernels.baselines.quasi_gaussian)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kelr_dist.kernels.kde import (
+from kelr_dist.kernels.baselines.kde import (
     BinnedKDE,
     binned_kde_reduction,
     default_grid,
@@ -17,7 +18,7 @@ from kelr_dist.kernels.kde import (
     make_grid,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.quasi_gaussian import (
+from kelr_dist.kernels.baselines.quasi_gaussian import (
     SampleMoments,
     gaussian_score,
     mean_covariance_reduction,

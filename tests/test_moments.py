@@ -1,4 +1,5 @@
-"""Tests of kernels.moments, .coordinates, .basis_spec: moments, Gamma MLE, basis choice, spec."""
+"""Tests of kernels.survey.moments, .coordinates, .basis_spec: moments, Gamma MLE, basis choice,
+spec."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.kernels import moments as mom
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
-from kelr_dist.kernels.basis_spec import coordinates_from_spec, format_basis, parse_basis_spec
-from kelr_dist.kernels.coordinates import choose_basis, fit_basis, gamma_reduction_for
-from kelr_dist.kernels.moments import (
+from kelr_dist.kernels.bases.coordinates import choose_basis, fit_basis, gamma_reduction_for
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, Laguerre
+from kelr_dist.kernels.bases.spec import coordinates_from_spec, format_basis, parse_basis_spec
+from kelr_dist.kernels.reduction import BlockInfo, reduce_in_memory
+from kelr_dist.kernels.survey import moments as mom
+from kelr_dist.kernels.survey.moments import (
     EDGE_SAMPLES,
     combine_moments,
     edge_reduction,
@@ -22,7 +24,6 @@ from kelr_dist.kernels.moments import (
     gamma_shape_mle,
     moments_reduction,
 )
-from kelr_dist.kernels.reduction import BlockInfo, reduce_in_memory
 
 FIELDS = ("n", "mean", "variance", "std", "skewness", "excess_kurtosis", "minimum", "maximum")
 
@@ -402,7 +403,7 @@ def test_bad_object_spec_and_laguerre_shift_above_minimum():
 
 
 def test_coordinates_from_a_full_spec_round_trip_and_refuse_missing_keys():
-    from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
+    from kelr_dist.kernels.bases.families import Coordinate, Hermite, Laguerre
 
     coords = [Coordinate(Laguerre(1.0, 1.0), -0.2, 0.42), Coordinate(Hermite(0.5), 0.1, 1.3)]
     assert coordinates_from_spec(format_basis(coords), 2) == coords

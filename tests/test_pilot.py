@@ -17,7 +17,7 @@ from kelr_dist.data.store import open_trajectory
 from kelr_dist.edges.cli import main
 from kelr_dist.edges.jobfile import parse_job
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.subsample import strided_rows_reduction
+from kelr_dist.kernels.survey.subsample import strided_rows_reduction
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline import steps
 from kelr_dist.pipeline.estimate import estimate_response

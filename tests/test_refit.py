@@ -4,16 +4,16 @@ chunking invariance, and the shared evaluation of the bases."""
 
 import numpy as np
 
-from kelr_dist.kernels.distribution import KERNELS, bin_functions
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.observables.distribution import KERNELS, bin_functions
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.refit import refit_reduction
-from kelr_dist.kernels.response import FunctionScore, Observable, evaluate_scores
-from kelr_dist.kernels.stein_correction import (
+from kelr_dist.kernels.response.operator import FunctionScore, Observable, evaluate_scores
+from kelr_dist.kernels.response.stein_correction import (
     FourierFeatures,
     ObservableFeatures,
     StackedFeatures,
 )
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.refit import refit_reduction
 
 BINS = 24
 

@@ -245,7 +245,7 @@ def test_summary_and_headline_show_the_blocking_convergence():
 
 
 def test_unconverged_error_bars_warn_once(tmp_path):
-    from kelr_dist.pipeline.estimate import ConvergenceWarning
+    from kelr_dist.pipeline.warnings import ConvergenceWarning
 
     simulate("ou", tmp_path / "short.zarr", 4000, chunk=2000, progress=False)
     with pytest.warns(ConvergenceWarning, match=r"error bars of \d+ of \d+ response entries"):

@@ -6,11 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.kernels.bases import TensorBasis
-from kelr_dist.kernels.coordinates import fit_basis
-from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.bases.coordinates import fit_basis
+from kelr_dist.kernels.bases.families import TensorBasis
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.operator import (
     DensityScore,
     Forcing,
     FunctionScore,
@@ -20,7 +19,8 @@ from kelr_dist.kernels.response import (
     relative_to_lag0,
     response_reduction,
 )
-from kelr_dist.kernels.selection import choose_delta, choose_order, criteria_reduction
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.scores.selection import choose_delta, choose_order, criteria_reduction
 from kelr_dist.models.registry import make_model
 
 NAMES = ("x1", "x2")
@@ -114,7 +114,9 @@ def test_chunks_by_segments_equal_one_segment(monkeypatch, forcing):
         origin=x.mean(axis=0),
     )
     whole = reduce_in_memory(reduction, x, [1400, 1600])
-    monkeypatch.setattr("kelr_dist.kernels.blocking.SEGMENT_BYTES", 1)  # one base block each
+    monkeypatch.setattr(
+        "kelr_dist.kernels.response.blocking.SEGMENT_BYTES", 1
+    )  # one base block each
     split = reduce_in_memory(reduction, x, [1400, 1600])
     for name in scores:
         w, s = whole[name], split[name]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.scan import nonfinite_reduction
+from kelr_dist.kernels.survey.scan import nonfinite_reduction
 
 
 @pytest.mark.parametrize("chunks", [None, 7, 33, [50, 1, 49]])

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, Laguerre
 from kelr_dist.kernels.reduction import BlockInfo, reduce_in_memory
-from kelr_dist.kernels.score_matching import (
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.score_matching import (
     Candidate,
     GramSums,
     PolynomialFeatures,

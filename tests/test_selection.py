@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kelr_dist.kernels.bases import Coordinate, Hermite, Laguerre, TensorBasis
-from kelr_dist.kernels.coordinates import fit_basis
-from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.bases.coordinates import fit_basis
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, Laguerre, TensorBasis
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.selection import (
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.scores.selection import (
     ERROR_WINDOW,
     N_BINS,
     Criteria,

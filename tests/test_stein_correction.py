@@ -4,22 +4,22 @@ identity it restores, its chunking invariance and its gain on a biased score."""
 import numpy as np
 import pytest
 
-from kelr_dist.kernels.quasi_gaussian import gaussian_score
+from kelr_dist.kernels.baselines.quasi_gaussian import gaussian_score
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.refit import refit_reduction
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.operator import (
     Forcing,
     FunctionScore,
     constant_forcing,
     identity_observable,
     response_reduction,
 )
-from kelr_dist.kernels.stein_correction import (
+from kelr_dist.kernels.response.stein_correction import (
     FourierFeatures,
     affine_fit,
     augmented,
     corrected_response,
 )
+from kelr_dist.kernels.scores.refit import refit_reduction
 from kelr_dist.models.registry import make_model
 
 NAMES = ("x1", "x2")

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from kelr_dist import estimate_response
-from kelr_dist.kernels import response as response_module
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.operator import (
     FunctionScore,
     constant_forcing,
     identity_observable,
     jackknife_stderr,
     response_reduction,
 )
+from kelr_dist.kernels.response.operator import operator as response_module
 from kelr_dist.models.registry import make_model
 
 

@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 
 from kelr_dist import estimate_response
-from kelr_dist.kernels.bases import Coordinate, Hermite, TensorBasis
-from kelr_dist.kernels.density import KernelDensity
-from kelr_dist.kernels.folds import Folds
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, TensorBasis
 from kelr_dist.kernels.reduction import reduce_in_memory
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.operator import (
     DensityScore,
     Observable,
     constant_forcing,
     identity_observable,
     response_reduction,
 )
-from kelr_dist.kernels.score_matching import (
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
+from kelr_dist.kernels.scores.score_matching import (
     RCOND,
     PolynomialFeatures,
     ScaledGram,
@@ -29,7 +29,7 @@ from kelr_dist.kernels.score_matching import (
     solve_weights,
 )
 from kelr_dist.models.registry import make_model
-from kelr_dist.pipeline.estimate import BiasWarning, SensitivityWarning
+from kelr_dist.pipeline.warnings import BiasWarning, SensitivityWarning
 from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
 
 

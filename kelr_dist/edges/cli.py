@@ -483,11 +483,11 @@ def _result_info(store: str, attrs: dict[str, Any], as_json: bool) -> str:
 
 
 def _scan(trajectory: Any) -> dict[str, Any]:
-    """Non-finite values of ``trajectory`` (:mod:`kelr_dist.kernels.scan` on the engine, in
+    """Non-finite values of ``trajectory`` (:mod:`kelr_dist.kernels.survey.scan` on the engine, in
     this process, one block at a time) as a JSON-ready dict."""
     from kelr_dist.data.store import checksums
     from kelr_dist.engine.passes import run_reduction
-    from kelr_dist.kernels.scan import nonfinite_reduction
+    from kelr_dist.kernels.survey.scan import nonfinite_reduction
 
     result = run_reduction(trajectory, nonfinite_reduction(), SYNCHRONOUS, progress=None)
     names = [str(c) for c in trajectory["component"].values]
@@ -553,13 +553,14 @@ def _run_estimate(
 
     ``options`` are the validated keyword options of ``estimate_response``. Everything that
     can be checked from the metadata (outputs, the store, the options against its shape:
-    :func:`~kelr_dist.pipeline.estimate.check_inputs`) is checked before a cluster starts,
+    :func:`~kelr_dist.pipeline.inputs.check_inputs`) is checked before a cluster starts,
     and named by the ``job`` file's name when there is one (``job.yaml: ...``, as its schema
     errors are); the outputs are written once the estimate is complete.
     """
     from kelr_dist.edges.report import headline, write_figures
     from kelr_dist.engine.cluster import close_embedded_cluster
-    from kelr_dist.pipeline.estimate import check_inputs, estimate_response
+    from kelr_dist.pipeline.estimate import estimate_response
+    from kelr_dist.pipeline.inputs import check_inputs
     from kelr_dist.pipeline.result import write_result
 
     try:

@@ -1,7 +1,7 @@
 """Responses of whole distributions: labelled families, and the PDF predicted under a forcing.
 
 An estimate with a distribution observable (``observable="pdf"``, ``"moments"`` or
-``"exceedance"``, :mod:`kelr_dist.kernels.distribution`) records its grid in
+``"exceedance"``, :mod:`kelr_dist.kernels.observables.distribution`) records its grid in
 ``attrs["distribution"]``. :func:`distribution_response` reshapes the result's ``i`` dimension
 into one component's family, labelled as xarray wants it: ``bin`` (bin centres in data units;
 responses in density per unit), ``moment`` (1..4) or ``quantile`` (levels, with the thresholds in
@@ -20,7 +20,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.edges.analysis import ErrorModel, predict_response
-from kelr_dist.kernels.distribution import DistributionGrid, parse_distribution_spec
+from kelr_dist.kernels.observables.distribution import DistributionGrid, parse_distribution_spec
 
 DIMS = {"pdf": "bin", "moments": "moment", "exceedance": "quantile"}
 
@@ -42,7 +42,7 @@ def distribution_record(result: xr.Dataset) -> dict[str, Any]:
 
 def distribution_grid(result: xr.Dataset) -> DistributionGrid:
     """The estimate's distribution observable, to evaluate the same functions on other samples
-    (``kelr_dist.kernels.distribution.distribution_values(grid, x)``, ``x (n, d)``)."""
+    (``kelr_dist.kernels.observables.distribution.distribution_values(grid, x)``, ``x (n, d)``)."""
     record = distribution_record(result)
     spec = parse_distribution_spec(record["spec"])
     assert spec is not None

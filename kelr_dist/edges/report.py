@@ -35,7 +35,7 @@ from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.edges.distribution_plot import distribution_figures
 from kelr_dist.edges.plotting import new_figure
-from kelr_dist.kernels.response import relative_to_lag0
+from kelr_dist.kernels.response.operator import relative_to_lag0
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -221,7 +221,7 @@ BY_CONSTRUCTION = "0 (by construction)"
 
 
 #: what the table prints for a share of ``k(0)`` that is not defined: no observable row's
-#: ``k(0)`` is away from 0 (:func:`~kelr_dist.kernels.response.relative_to_lag0`)
+#: ``k(0)`` is away from 0 (:func:`~kelr_dist.kernels.response.operator.relative_to_lag0`)
 NO_SHARE = "—"
 
 
@@ -466,9 +466,13 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     ``p_M`` within two orders) with the band of the automatic rule (within 2x its least);
     ``R_M`` (eq. 53) and ``δ`` (eq. 52), with the paper's ``δ_M`` dashed. The automatic rule:
     the smallest order after which ``η`` stays below the convergence line whose ``ε̃_M`` is in
-    the band (:func:`kelr_dist.kernels.selection.choose_order`).
+    the band (:func:`kelr_dist.kernels.scores.selection.choose_order`).
     """
-    from kelr_dist.kernels.selection import convergence, one_standard_error_floor, windowed_max
+    from kelr_dist.kernels.scores.selection import (
+        convergence,
+        one_standard_error_floor,
+        windowed_max,
+    )
 
     orders = ds["order"].values
     order = chosen_order(ds)

@@ -30,7 +30,7 @@ from kelr_dist.models.mala import MalaSystem
 from kelr_dist.models.parameters import parameter, real
 
 if TYPE_CHECKING:
-    from kelr_dist.models.registry import Model
+    from kelr_dist.models.protocol import Model
 
 
 @dataclass(eq=False)

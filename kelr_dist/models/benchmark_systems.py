@@ -42,7 +42,7 @@ from kelr_dist.models.parameters import (
 from kelr_dist.models.sampling import points, run_blocks, start
 
 if TYPE_CHECKING:
-    from kelr_dist.models.registry import Model
+    from kelr_dist.models.protocol import Model
 
 
 @compiled

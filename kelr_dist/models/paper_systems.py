@@ -28,7 +28,7 @@ from kelr_dist.models.parameters import (
 from kelr_dist.models.sampling import points, run_blocks, start
 
 if TYPE_CHECKING:
-    from kelr_dist.models.registry import Model
+    from kelr_dist.models.protocol import Model
 
 # --------------------------------------------------------------------------------------------
 # Ornstein-Uhlenbeck

@@ -39,7 +39,8 @@ from kelr_dist.data.writer import (
     write_samples,
 )
 from kelr_dist.kernels.checks import is_whole
-from kelr_dist.models.registry import Model, make_model
+from kelr_dist.models.protocol import Model
+from kelr_dist.models.registry import make_model
 
 # progress record: [samples written, PCG64 state (hi, lo), inc (hi, lo), has_uint32,
 #                   uinteger, model state as float64 bits (d)]
@@ -219,7 +220,7 @@ def simulate(
 
     Parameters
     ----------
-    model : a :class:`kelr_dist.models.registry.Model` or a name (one of ``MODEL_NAMES``)
+    model : a :class:`kelr_dist.models.protocol.Model` or a name (one of ``MODEL_NAMES``)
         built with default parameters.
     path : where the zarr store is written; an incomplete store made by an earlier call with
         the same settings is resumed, a complete one is returned as it is.

@@ -1,11 +1,12 @@
 """The survey of a distribution observable: its grid and thresholds from the data.
 
-A ``pdf``, ``moments`` or ``exceedance`` observable (:mod:`kelr_dist.kernels.distribution`) is
-placed on the data: the bin grid from the survey's extremes, mean and standard deviation, the
-thresholds at the data's quantiles. :func:`survey_for` runs the survey (read 1) and, for ``pdf``
-and ``exceedance``, a light histogram read for the quantiles and the observables' equilibrium
-means ``Ā``; the result records the fitted grid in ``attrs["distribution"]``
-(:func:`distribution_attrs`), from which :mod:`kelr_dist.edges.distribution` labels it.
+A ``pdf``, ``moments`` or ``exceedance`` observable
+(:mod:`kelr_dist.kernels.observables.distribution`) is placed on the data: the bin grid from the
+survey's extremes, mean and standard deviation, the thresholds at the data's quantiles.
+:func:`survey_for` runs the survey (read 1) and, for ``pdf`` and ``exceedance``, a light histogram
+read for the quantiles and the observables' equilibrium means ``Ā``; the result records the fitted
+grid in ``attrs["distribution"]`` (:func:`distribution_attrs`), from which
+:mod:`kelr_dist.edges.distribution` labels it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from kelr_dist.kernels.distribution import (
+from kelr_dist.kernels.observables.distribution import (
     DistributionObservable,
     PendingDistribution,
     histogram_reduction,
     resolve_distribution,
 )
-from kelr_dist.kernels.response import Observable, identity_observable
+from kelr_dist.kernels.response.operator import Observable, identity_observable
 from kelr_dist.pipeline.steps import Passes, Survey, survey_data
 
 
@@ -29,10 +30,10 @@ def survey_for(
     passes: Passes, observable: Observable | PendingDistribution, covariance: bool = False
 ) -> tuple[Survey, Observable]:
     """Read 1 (:func:`~kelr_dist.pipeline.steps.survey_data`) and the observable it settles: a
-    :class:`~kelr_dist.kernels.distribution.PendingDistribution` becomes an
-    :class:`~kelr_dist.kernels.response.Observable` on the data's grid, its ``Ā`` the survey's
-    centre (after one histogram read for ``pdf`` and ``exceedance``); any other observable is
-    returned as it is."""
+    :class:`~kelr_dist.kernels.observables.distribution.PendingDistribution` becomes an
+    :class:`~kelr_dist.kernels.response.operator.Observable` on the data's grid, its ``Ā`` the
+    survey's centre (after one histogram read for ``pdf`` and ``exceedance``); any other observable
+    is returned as it is."""
     if not isinstance(observable, PendingDistribution):
         return survey_data(passes, observable, covariance), observable
     survey = survey_data(passes, identity_observable(observable.components), covariance)

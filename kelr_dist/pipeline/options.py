@@ -36,17 +36,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from kelr_dist.kernels.basis_spec import parse_basis_spec, split_entries
+from kelr_dist.kernels.bases.spec import parse_basis_spec, split_entries
 from kelr_dist.kernels.checks import is_whole
-from kelr_dist.kernels.distribution import (
-    KINDS,
-    DistributionSpec,
-    PendingDistribution,
-    parse_distribution_spec,
-)
-from kelr_dist.kernels.folds import DEFAULT_FOLDS, MAX_FOLDS
-from kelr_dist.kernels.heldout import ESTIMATORS
-from kelr_dist.kernels.observables import (
+from kelr_dist.kernels.observables.builtin import (
     Angles,
     WrappedJacobian,
     angle_names,
@@ -55,13 +47,21 @@ from kelr_dist.kernels.observables import (
     square_derivative,
     wrap_bandwidth,
 )
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.observables.distribution import (
+    KINDS,
+    DistributionSpec,
+    PendingDistribution,
+    parse_distribution_spec,
+)
+from kelr_dist.kernels.response.operator import (
     Forcing,
     Observable,
     constant_forcing,
     function_reference,
     identity_observable,
 )
+from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS, MAX_FOLDS
+from kelr_dist.kernels.scores.heldout import ESTIMATORS
 
 INDEX_SETS = ("auto", "total", "box", "adaptive")
 DELTA_RULES = ("auto", "paper")
@@ -343,9 +343,10 @@ class FunctionSpec:
     names: tuple[str, ...] | None = None
 
     def observable(self, components: Sequence[str], circle: Circle | None = None) -> Observable:
-        """The :class:`~kelr_dist.kernels.response.Observable` for the store's ``components``,
-        some of them on a ``circle`` (:class:`Circle`): the identity then carries the jump of
-        the wrapped angles in its derivative, and ``angles`` gives their cosines and sines."""
+        """The :class:`~kelr_dist.kernels.response.operator.Observable` for the store's
+        ``components``, some of them on a ``circle`` (:class:`Circle`): the identity then carries
+        the jump of the wrapped angles in its derivative, and ``angles`` gives their cosines and
+        sines."""
         periods = (0.0,) * len(components) if circle is None else circle.periods
         if self.name == "identity":
             if circle is None or not any(circle.wrapped):
@@ -364,7 +365,7 @@ class FunctionSpec:
         return Observable(self.names, self.function)
 
     def forcing(self, components: Sequence[str]) -> Forcing:
-        """The :class:`~kelr_dist.kernels.response.Forcing` for ``components``."""
+        """The :class:`~kelr_dist.kernels.response.operator.Forcing` for ``components``."""
         if self.name == "constant":
             return constant_forcing(components)
         function = linear_forcing if self.name == "linear" else self.function
@@ -431,7 +432,8 @@ def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool
 
 def _observable(value: Any) -> FunctionSpec | Observable | DistributionSpec:
     """An observable; the distribution ones (``pdf``, ``moments``, ``exceedance``, with their
-    parameters, :func:`~kelr_dist.kernels.distribution.parse_distribution_spec`) as a spec."""
+    parameters, :func:`~kelr_dist.kernels.observables.distribution.parse_distribution_spec`) as a
+    spec."""
     if isinstance(value, DistributionSpec):
         return value
     if isinstance(value, str):
@@ -531,7 +533,7 @@ class EstimateOptions(_Options):
     basis: Annotated[Any, _checks(_basis)] = option(
         "auto",
         "'auto' or one entry per component, e.g. 'laguerre(theta=1),hermite' "
-        "(kelr_dist.kernels.basis_spec)",
+        "(kelr_dist.kernels.bases.spec)",
         metavar="auto|SPEC",
     )
     order: Annotated[Order, _checks(_order)] = option(

@@ -15,12 +15,12 @@ import zarr
 
 from kelr_dist.data.atomic import write_datasets
 from kelr_dist.data.store import parse_json_attr
-from kelr_dist.kernels.bases import TensorBasis
-from kelr_dist.kernels.basis_spec import coordinates_from_spec
-from kelr_dist.kernels.density import KernelDensity
-from kelr_dist.kernels.heldout import Choice
-from kelr_dist.kernels.response import Forcing, Observable, ResponseResult
-from kelr_dist.kernels.selection import typical_error
+from kelr_dist.kernels.bases.families import TensorBasis
+from kelr_dist.kernels.bases.spec import coordinates_from_spec
+from kelr_dist.kernels.response.operator import Forcing, Observable, ResponseResult
+from kelr_dist.kernels.scores.heldout import Choice
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
+from kelr_dist.kernels.scores.selection import typical_error
 from kelr_dist.pipeline.steps import KernelEmbeddingChoice
 
 
@@ -62,7 +62,7 @@ def assemble_result(
         if result.model_shift is not None:
             data[f"{name}_model_shift"] = (dims, result.model_shift)
         # the blocking behind each standard error: block size K and whether sigma_K reached
-        # its plateau (kelr_dist.kernels.blocking); unconverged error bars are too small
+        # its plateau (kelr_dist.kernels.response.blocking); unconverged error bars are too small
         data[f"{name}_block_size"] = (dims, np.asarray(result.blocking.block_size, dtype=np.int64))
         data[f"{name}_converged"] = (dims, np.asarray(result.blocking.converged, dtype=bool))
         suffix = name[len("response") :]

@@ -35,47 +35,39 @@ import xarray as xr
 
 from kelr_dist.data.store import IN_MEMORY, as_trajectory
 from kelr_dist.engine.passes import run_reductions, scatter_trajectory
-from kelr_dist.kernels.adaptive_index import GrowthPath, dictionary, grow, reached_edge
-from kelr_dist.kernels.bases import Coordinate, IndexSet, TensorBasis
-from kelr_dist.kernels.coordinates import (
-    Periodicity,
-    choose_basis,
-    gamma_reduction_for,
-    periodicity,
-)
-from kelr_dist.kernels.density import KernelDensity, coefficient_reduction
-from kelr_dist.kernels.folds import Folds, fold_stderr
-from kelr_dist.kernels.heldout import (
-    Choice,
-    FoldLosses,
-    density_loss_reduction,
-)
-from kelr_dist.kernels.kde import (
+from kelr_dist.kernels.baselines.kde import (
     DEFAULT_MAX_GRID_BYTES,
     BinnedKDE,
     binned_kde_reduction,
     default_grid,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.moments import (
-    CoordinateError,
-    EdgeStatistics,
-    Moments,
-    WrapStatistics,
-    edge_reduction,
-    moments_reduction,
-    wrap_reduction,
+from kelr_dist.kernels.baselines.quasi_gaussian import SampleMoments, mean_covariance_reduction
+from kelr_dist.kernels.bases.coordinates import (
+    Periodicity,
+    choose_basis,
+    gamma_reduction_for,
+    periodicity,
 )
-from kelr_dist.kernels.quasi_gaussian import SampleMoments, mean_covariance_reduction
+from kelr_dist.kernels.bases.families import Coordinate, IndexSet, TensorBasis
 from kelr_dist.kernels.reduction import Reduction
-from kelr_dist.kernels.refit import Request, refit_reduction
-from kelr_dist.kernels.response import (
+from kelr_dist.kernels.response.operator import (
     DensityScore,
     Observable,
     ResponseResult,
     observable_mean_reduction,
 )
-from kelr_dist.kernels.score_matching import (
+from kelr_dist.kernels.response.stein_correction import ExtendedScore, FourierFeatures
+from kelr_dist.kernels.scores.folds import Folds, fold_stderr
+from kelr_dist.kernels.scores.heldout import (
+    Choice,
+    FoldLosses,
+    density_loss_reduction,
+)
+from kelr_dist.kernels.scores.index_sets import GrowthPath, dictionary, grow, reached_edge
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.scores.refit import Request, refit_reduction
+from kelr_dist.kernels.scores.score_matching import (
     RIDGES,
     Candidate,
     GramSums,
@@ -89,7 +81,7 @@ from kelr_dist.kernels.score_matching import (
     held_out_candidates,
     held_out_losses,
 )
-from kelr_dist.kernels.selection import (
+from kelr_dist.kernels.scores.selection import (
     ERROR_WINDOW,
     Criteria,
     active_coordinates,
@@ -97,8 +89,16 @@ from kelr_dist.kernels.selection import (
     choose_order,
     criteria_reduction,
 )
-from kelr_dist.kernels.stein_correction import ExtendedScore, FourierFeatures
-from kelr_dist.kernels.subsample import strided_rows_reduction
+from kelr_dist.kernels.survey.moments import (
+    CoordinateError,
+    EdgeStatistics,
+    Moments,
+    WrapStatistics,
+    edge_reduction,
+    moments_reduction,
+    wrap_reduction,
+)
+from kelr_dist.kernels.survey.subsample import strided_rows_reduction
 
 #: the kernel embedding's highest order scanned: the largest total-degree set whose work per
 #: sample, ~(d + 1) P flops for the P basis functions (coefficients, p and its d derivatives, the
@@ -145,7 +145,7 @@ def score_matching_features(
     """The features of the Gram pass: total degree ``degree + 1`` for a given degree (the one
     above is its neighbour, :attr:`ScoreMatchingChoice.neighbours`), else
     :func:`score_matching_max_degree`, or (``adaptive``) the dictionary the adaptive index set
-    grows in (:func:`kelr_dist.kernels.adaptive_index.dictionary`, at most
+    grows in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`, at most
     :data:`SM_MAX_DICTIONARY` features)."""
     d = len(coordinates)
     if adaptive:
@@ -253,7 +253,7 @@ def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Tr
 
 def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncation | None:
     """A :class:`Truncation` when the adaptive index set reached the dictionary's highest degree
-    along a coordinate (:func:`kelr_dist.kernels.adaptive_index.reached_edge`) and the step that
+    along a coordinate (:func:`kelr_dist.kernels.scores.index_sets.reached_edge`) and the step that
     added it lowered the held-out loss (the largest such fall): growth there was stopped by the
     dictionary, not by the data."""
     features, path = choice.sums.features, choice.path
@@ -394,15 +394,16 @@ def declared_periods(trajectory: xr.DataArray) -> list[float | None] | None:
 def find_periodic(
     passes: Passes, survey: Survey, basis: str | Sequence[Any] = "auto"
 ) -> list[Periodicity | None]:
-    """The periodic components (:func:`kelr_dist.kernels.coordinates.periodicity`): declared by
-    the spec or the trajectory's ``periods`` attribute, or found wrapped in the survey. No read."""
+    """The periodic components (:func:`kelr_dist.kernels.bases.coordinates.periodicity`): declared
+    by the spec or the trajectory's ``periods`` attribute, or found wrapped in the survey. No
+    read."""
     declared = declared_periods(passes.trajectory)
     return periodicity(survey.moments, basis, survey.wraps, declared)
 
 
 @contextmanager
 def _named_components(passes: Passes) -> Iterator[None]:
-    """Re-raise a :class:`~kelr_dist.kernels.moments.CoordinateError` (NaN, too large values,
+    """Re-raise a :class:`~kelr_dist.kernels.survey.moments.CoordinateError` (NaN, too large values,
     a constant component) naming the store and the component."""
     try:
         yield
@@ -548,9 +549,10 @@ def settle_index_set(
 ) -> tuple[KernelDensity, Order | None]:
     """The kernel embedding's density and order on its index set. With ``index_set="auto"`` the
     fitted total-degree ``density`` is kept, or, when at most one coordinate is active
-    (:func:`kelr_dist.kernels.selection.active_coordinates`), refitted by ``folds`` on a box with
-    order 0 on the others and ``max_order`` (default: the 1-D budget) on the active one, as in the
-    paper's Langevin example (§5.2; read 2b); a given ``order`` then applies to the active one."""
+    (:func:`kelr_dist.kernels.scores.selection.active_coordinates`), refitted by ``folds`` on a box
+    with order 0 on the others and ``max_order`` (default: the 1-D budget) on the active one, as in
+    the paper's Langevin example (§5.2; read 2b); a given ``order`` then applies to the active
+    one."""
     active = active_coordinates(density) if index_set == "auto" else None
     if active is None or active.sum() > 1 or active.all():
         return density, order
@@ -607,7 +609,7 @@ class ScoreMatchingChoice:
     def condition(self) -> float:
         """Condition number of the chosen features' Gram matrix (all rows) scaled to unit
         diagonal, the matrix the weights are solved with
-        (:class:`~kelr_dist.kernels.score_matching.ScaledGram`)."""
+        (:class:`~kelr_dist.kernels.scores.score_matching.ScaledGram`)."""
         keep = self.pick.keep(self.sums.features)
         gram, _ = self.sums.means()
         return ScaledGram.of(gram[np.ix_(keep, keep)]).condition
@@ -625,7 +627,7 @@ class ScoreMatchingChoice:
         same ridge, with what it is: a higher total degree (two: a score of a symmetric density
         gains only from every other degree), or a later step of the adaptive growth (``None``:
         no richer model). The response's change to it
-        (:attr:`~kelr_dist.kernels.response.ResponseResult.model_shift`) is how much the
+        (:attr:`~kelr_dist.kernels.response.operator.ResponseResult.model_shift`) is how much the
         estimate still depends on the model, which its error bars do not measure."""
         if self.path is None:
             richer = min(self.degree + 2, self.sums.features.degree)
@@ -661,11 +663,11 @@ def choose_score_matching(
     gram: GramSums, degree: int | None = None, adaptive: bool = False
 ) -> ScoreMatchingChoice:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
-    :func:`kelr_dist.kernels.score_matching.choose_candidate`); refit on every fold. No read.
+    :func:`kelr_dist.kernels.scores.score_matching.choose_candidate`); refit on every fold. No read.
 
     ``adaptive``: ``gram`` holds the sums of a dictionary
     (:func:`score_matching_features`); the index set is grown in it from the linear features
-    by held-out loss (:func:`kelr_dist.kernels.adaptive_index.grow`), then the ridge is chosen
+    by held-out loss (:func:`kelr_dist.kernels.scores.index_sets.grow`), then the ridge is chosen
     for that set."""
     if not adaptive:
         candidates = held_out_candidates(gram, None if degree is None else [degree])
@@ -696,7 +698,8 @@ PILOT_MIN_STRIDE = 5
 #: the kernel embedding is left out when its pilot held-out loss is above score matching's (fitted
 #: to all samples) by more than this many standard errors of their paired difference over folds:
 #: fitted to fewer samples, the kernel embedding is, if anything, worse than on all of them, so
-#: such a gap, in the comparison the estimate makes (kernels/heldout.py), is one it would not close
+#: such a gap, in the comparison the estimate makes (kernels/scores/heldout.py), is one it would
+#: not close
 PILOT_MARGIN = 5.0
 
 
@@ -814,8 +817,8 @@ class Responses:
 
 def extend_score(passes: Passes, score: Any, moments: Moments, stride: int = 1) -> ExtendedScore:
     """Read 3f: ``score`` refitted with random Fourier features beside the affine ones
-    (:class:`~kelr_dist.kernels.stein_correction.ExtendedScore`, features scaled by the data's
-    ``moments``): the neighbour outside a polynomial span that the sensitivity check compares
+    (:class:`~kelr_dist.kernels.response.stein_correction.ExtendedScore`, features scaled by the
+    data's ``moments``): the neighbour outside a polynomial span that the sensitivity check compares
     the response with; on every ``stride``-th row, as the Gram pass (:func:`gram_stride`)."""
     features = FourierFeatures.draw(moments.mean, moments.std)
     return refit_scores(passes, [(score, features, None)], stride=stride, name="fourier moments")[0]
@@ -829,9 +832,9 @@ def refit_scores(
     name: str = "score refits",
 ) -> list[ExtendedScore]:
     """One read that refits each ``(score, features, fold)`` as ``score + V [z̃, φ]`` (eq. 1 of
-    :mod:`~kelr_dist.kernels.stein_correction`; :func:`~kelr_dist.kernels.refit.refit_reduction`)
-    on every ``stride``-th row, without held-out ``fold`` of ``folds`` when it is given, every
-    score evaluated once per block."""
+    :mod:`~kelr_dist.kernels.response.stein_correction`;
+    :func:`~kelr_dist.kernels.scores.refit.refit_reduction`) on every ``stride``-th row, without
+    held-out ``fold`` of ``folds`` when it is given, every score evaluated once per block."""
     return passes(refit_reduction(requests, folds, stride, name))[0]
 
 
@@ -842,8 +845,8 @@ def respond(
 ) -> Responses:
     """Read 4: the response pass ``response`` (conjugate variables and lagged sums for every
     score, eq. 5, eq. 6, the lag-0 Stein residuals and the affine Stein correction: built by
-    :func:`kelr_dist.kernels.response.response_reduction`) and, with ``held_out``, the kernel
-    embedding's held-out loss, in the same read."""
+    :func:`kelr_dist.kernels.response.operator.response_reduction`) and, with ``held_out``, the
+    kernel embedding's held-out loss, in the same read."""
     reductions = [response]
     if held_out is not None:
         choice, folds = held_out

@@ -5,15 +5,15 @@ coordinate, or one comma-separated entry per coordinate, each ``auto``, ``hermit
 ``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or
 ``laguerre(theta=..,beta=..,loc=..,scale=..)``, ``fourier(period=..,loc=..)`` with any subset of
 the keys (``beta >= 1/2``, ``theta > -1``, ``scale > 0``, ``period > 0``); omitted values are
-chosen from the data (the family is then fixed; :mod:`kelr_dist.kernels.coordinates`). A
+chosen from the data (the family is then fixed; :mod:`kelr_dist.kernels.bases.coordinates`). A
 ``fourier`` entry declares a periodic component (an angle) of that ``period`` in the data's units
 (``fourier(period=360)`` for degrees); ``loc`` is its wrap point (the lower edge of the window
 ``[loc, loc + period)`` the values are stored in; default: ``-period/2`` or 0, whichever window
 holds the data) and ``scale = period / 2π`` maps it to radians (a spec gives ``period`` or
-``scale``, not both). A list of :class:`~kelr_dist.kernels.bases.Coordinate`,
-:class:`~kelr_dist.kernels.bases.Hermite` or :class:`~kelr_dist.kernels.bases.Laguerre` (loc and
-scale from the data) or entry strings is accepted too. :func:`format_basis` writes a spec that
-parses back to the same coordinates.
+``scale``, not both). A list of :class:`~kelr_dist.kernels.bases.families.Coordinate`,
+:class:`~kelr_dist.kernels.bases.families.Hermite` or
+:class:`~kelr_dist.kernels.bases.families.Laguerre` (loc and scale from the data) or entry strings
+is accepted too. :func:`format_basis` writes a spec that parses back to the same coordinates.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from kelr_dist.kernels.bases import Coordinate, Fourier, Hermite, Laguerre
+from kelr_dist.kernels.bases.families import Coordinate, Fourier, Hermite, Laguerre
 
 _KEYS = {
     "hermite": ("beta", "loc", "scale"),

@@ -18,12 +18,12 @@ when ``p ŝ → 0`` at the edges of the support) gives it up to a constant that 
 differences of their Fisher divergences, truth-free. Evaluated on samples the estimator was not
 fitted on it is free of the optimism of in-sample fits (a high-order expansion always fits its
 own sample better); folds are whole chains or long contiguous blocks
-(:mod:`kelr_dist.kernels.folds`) so that "unseen" holds despite time correlation.
+(:mod:`kelr_dist.kernels.scores.folds`) so that "unseen" holds despite time correlation.
 
 The two families.
 
-* Score matching (:mod:`kelr_dist.kernels.score_matching`) minimises ``J`` itself; its held-out
-  ``J``
+* Score matching (:mod:`kelr_dist.kernels.scores.score_matching`) minimises ``J`` itself; its
+held-out ``J``
   comes exactly from each fold's Gram sums (no extra pass) and ranks its degrees and ridges.
 * The kernel embedding's score ``∇p_M / p_M`` on ``{p_M ≥ δ}`` (eq. 46) has a jump at the
   edge of that set, where ``∇·ŝ`` is a surface measure and ``J`` is undefined. It is scored
@@ -43,7 +43,7 @@ What it does not do. ``J`` is not used to tune δ within the kernel embedding: t
 samples carry much of ``E[A Bᵀ]`` while they weigh little in the Fisher divergence ``F``, so the
 δ with the least ``F`` need not have the least response error; it is used only to choose between
 the families (see docs/benchmarks.md, section 'Tuning constants'). The lag-0 Stein residual
-(:mod:`kelr_dist.kernels.response`) then reports what bias is left.
+(:mod:`kelr_dist.kernels.response.operator`) then reports what bias is left.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.kernels.density import KernelDensity, Order
-from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.score_matching import Candidate
+from kelr_dist.kernels.scores.folds import Folds, fold_stderr
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, Order
+from kelr_dist.kernels.scores.score_matching import Candidate
 
 #: the kernel embedding's held-out loss uses every HELDOUT_STRIDE-th sample (by time index)
 HELDOUT_STRIDE = 4
@@ -76,8 +76,8 @@ def smooth_density_loss(
 
     Given ``p`` and its derivatives in the mapped coordinates ``y = (x - loc) / scale`` (as the
     held-out pass does) it is the loss of the standardized score, the units score matching's
-    candidates are scored in too (:func:`~kelr_dist.kernels.score_matching.hyvarinen_loss`), and
-    free of the Jacobian's ``1 / Π scale`` (which overflows for data in very small units)."""
+    candidates are scored in too (:func:`~kelr_dist.kernels.scores.score_matching.hyvarinen_loss`),
+    and free of the Jacobian's ``1 / Π scale`` (which overflows for data in very small units)."""
     denominator = (p * p + delta * delta)[:, None]
     score = p[:, None] * gradient / denominator
     g2 = gradient * gradient

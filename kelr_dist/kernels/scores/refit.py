@@ -1,16 +1,16 @@
 """One read that refits estimated scores on test functions: ``ŝ + V [z̃, φ]`` by eq. (1).
 
 Each request is a base score ``ŝ`` (an estimate, its refits without each fold, its neighbouring
-models) with a feature set ``φ`` (:class:`~kelr_dist.kernels.stein_correction.Features`) and the
-held-out fold its sums leave out (a fold refit's refit is fitted without that fold too): random
-Fourier features, which reach outside a polynomial span, or the observable's own functions
-(:class:`~kelr_dist.kernels.stein_correction.ObservableFeatures`), which make the lag-0 identity
-``k(0) = Ê[∂A]`` hold for every column of ``A`` (the bins of a PDF, say). The chunk sums
+models) with a feature set ``φ`` (:class:`~kelr_dist.kernels.response.stein_correction.Features`)
+and the held-out fold its sums leave out (a fold refit's refit is fitted without that fold too):
+random Fourier features, which reach outside a polynomial span, or the observable's own functions
+(:class:`~kelr_dist.kernels.response.stein_correction.ObservableFeatures`), which make the lag-0
+identity ``k(0) = Ê[∂A]`` hold for every column of ``A`` (the bins of a PDF, say). The chunk sums
 ``Σ ŝ [z̃, φ]ᵀ`` per request and ``Σ [z̃, φ][z̃, φ]ᵀ``, ``Σ ∂[z̃, φ]`` per feature set, by blocks
-of :data:`~kelr_dist.kernels.score_matching.FEATURE_ROWS` rows and by fold, with every base
-evaluated once per block (:func:`~kelr_dist.kernels.response.evaluate_scores`); the finalize
-solves eq. (1) per request on its rows
-(:meth:`~kelr_dist.kernels.stein_correction.ExtendedScore.fit`).
+of :data:`~kelr_dist.kernels.scores.score_matching.FEATURE_ROWS` rows and by fold, with every base
+evaluated once per block (:func:`~kelr_dist.kernels.response.operator.evaluate_scores`); the
+finalize solves eq. (1) per request on its rows
+(:meth:`~kelr_dist.kernels.response.stein_correction.ExtendedScore.fit`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from kelr_dist.kernels.density import row_blocks
-from kelr_dist.kernels.folds import Folds
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.response import Score, evaluate_scores
-from kelr_dist.kernels.score_matching import FEATURE_ROWS
-from kelr_dist.kernels.stein_correction import ExtendedScore, Features, refit_design
+from kelr_dist.kernels.response.operator import Score, evaluate_scores
+from kelr_dist.kernels.response.stein_correction import ExtendedScore, Features, refit_design
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.kernel_embedding import row_blocks
+from kelr_dist.kernels.scores.score_matching import FEATURE_ROWS
 
 #: a request: a base score, the features it is refitted on, and the held-out fold its sums leave
 #: out (``None``: every row) — a fold refit's refit leaves out the same fold, so the jackknife
@@ -127,9 +127,10 @@ def refit_reduction(
     name: str = "score refits",
 ) -> Reduction:
     """The read that refits each ``(base, features, fold)`` of ``requests`` as
-    ``base + V [z̃, φ]`` (eq. 1; :class:`~kelr_dist.kernels.stein_correction.ExtendedScore`) on
-    the rows whose time index is a multiple of ``stride``, leaving out held-out ``fold`` of
-    ``folds`` (:class:`~kelr_dist.kernels.folds.Folds`) when it is not ``None``; finalizes to the
+    ``base + V [z̃, φ]`` (eq. 1;
+    :class:`~kelr_dist.kernels.response.stein_correction.ExtendedScore`) on the rows whose time
+    index is a multiple of ``stride``, leaving out held-out ``fold`` of ``folds``
+    (:class:`~kelr_dist.kernels.scores.folds.Folds`) when it is not ``None``; finalizes to the
     refitted scores in the requests' order."""
     requests = tuple(requests)
     if folds is None and any(fold is not None for _, _, fold in requests):

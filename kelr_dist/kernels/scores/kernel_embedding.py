@@ -3,15 +3,14 @@
 The coefficients are plain sample means, ``ĉ_m = (1/N) Σ_n Π_k ψ_{m_k}(y_{n,k}) W^{1-β}(y_{n,k})``
 (eq. 39), so a block of samples contributes the partial sums ``Σ_n Π_k T_k[n, m_k]`` — with
 per-coordinate tables ``T_k`` these are one matrix product ``T_1ᵀ H`` (``H`` the products of
-the other coordinates' tables, see :class:`~kelr_dist.kernels.bases.TensorBasis`). The same layout
-makes
+the other coordinates' tables, see :class:`~kelr_dist.kernels.bases.families.TensorBasis`). The
+same layout makes
 ``p_M`` and ``∇p_M`` at many points two matrix products: ``p = rowsum((Ψ_1 C) ⊙ H_Ψ)``.
 
 Partial sums (``chunk``), their combination (``+``) and the finished estimate (``finalize``) are
 kept apart as a :class:`~kelr_dist.kernels.reduction.Reduction`. Every kernel here works on row
-sub-blocks (:meth:`~kelr_dist.kernels.bases.TensorBasis.row_block`) so its memory does not grow
-with the
-block it is given.
+sub-blocks (:meth:`~kelr_dist.kernels.bases.families.TensorBasis.row_block`) so its memory does not
+grow with the block it is given.
 """
 
 from __future__ import annotations
@@ -22,10 +21,10 @@ from functools import partial
 
 import numpy as np
 
-from kelr_dist.kernels.bases import ROW_BLOCK, Fourier, Laguerre, TensorBasis, Workspace
+from kelr_dist.kernels.bases.families import ROW_BLOCK, Fourier, Laguerre, TensorBasis, Workspace
 from kelr_dist.kernels.compiled import compiled
-from kelr_dist.kernels.folds import Folds, fold_stderr
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction, add_partials
+from kelr_dist.kernels.scores.folds import Folds, fold_stderr
 
 Order = int | tuple[int, ...] | None
 
@@ -130,9 +129,10 @@ def coefficient_sums(
     layout. ``sumsq`` holds ``Σ (Π_k T_k)²`` over the ``n'`` rows whose time index is a
     multiple of :data:`VARIANCE_STRIDE` (the Monte-Carlo variance needs no more, and this
     halves the matrix products; the subsample does not depend on the chunking). A basis that
-    varies in its first coordinate only (:attr:`~kelr_dist.kernels.bases.TensorBasis.first_only`,
-    not Fourier) is summed by that coordinate's recurrence, without the tables
-    (:meth:`~kelr_dist.kernels.bases.Family.moments`).
+    varies in its first coordinate only
+    (:attr:`~kelr_dist.kernels.bases.families.TensorBasis.first_only`, not Fourier) is summed by
+    that coordinate's recurrence, without the tables
+    (:meth:`~kelr_dist.kernels.bases.families.Family.moments`).
     """
     x = check_samples(basis, x)
     orders = basis.max_orders
@@ -177,7 +177,7 @@ class KernelDensity:
     coefficients : ``ĉ_m``, ``(P,)`` in ``basis.indices`` order (eq. 39).
     variances : Monte-Carlo variance of each ``ĉ_m`` for independent samples, ``(P,)``.
     n : number of samples.
-    fold_sums, fold_counts : per held-out fold (:mod:`kelr_dist.kernels.folds`) the sums of
+    fold_sums, fold_counts : per held-out fold (:mod:`kelr_dist.kernels.scores.folds`) the sums of
         eq. 39's
         integrands ``(K, P)`` and the samples ``(K,)``, when the pass was split by fold.
     """
@@ -315,7 +315,7 @@ class KernelDensity:
         not. Whole folds are held out, so time correlation within a fold does not bias it. For
         β = 1 the norm weighs the tails by ``W^{-1}``, where high-order noise is largest, so the
         loss turns up at lower orders than a plain L² loss would: as the floor of the order
-        rule (:func:`~kelr_dist.kernels.selection.least_adequate_order`) it errs on the safe
+        rule (:func:`~kelr_dist.kernels.scores.selection.least_adequate_order`) it errs on the safe
         side. The mean over folds and its standard error over folds are returned.
         """
         if self.fold_sums is None or self.fold_counts is None:
@@ -401,7 +401,7 @@ def _one_coordinate(
     """:func:`evaluate_on_basis` (in the mapped coordinates, no Hessian) of a basis whose
     functions vary in the first coordinate only (:attr:`TensorBasis.first_only`):
     ``p = S(y_1) Π_k Ψ_0(y_k)`` with the first coordinate's series ``S``
-    summed by its recurrence (:meth:`~kelr_dist.kernels.bases.Family.series`), no tables;
+    summed by its recurrence (:meth:`~kelr_dist.kernels.bases.families.Family.series`), no tables;
     ``coefficients`` ``(count, M_1 + 1)``."""
     first, *rest = basis.coordinates
     sums, slopes = first.family.series(first.mapped(x[:, 0]), coefficients)

@@ -1,7 +1,7 @@
 """Per-coordinate statistics passes: moments and tail statistics, and the Gamma MLE.
 
 They feed step 1 of the algorithm in §4 of the paper (the basis per coordinate,
-:mod:`kelr_dist.kernels.coordinates`): Hermite β from the sample excess kurtosis (Remark
+:mod:`kelr_dist.kernels.bases.coordinates`): Hermite β from the sample excess kurtosis (Remark
 1), Laguerre θ from the Gamma maximum-likelihood fit of each coordinate (§3.2).
 
 Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
@@ -20,14 +20,14 @@ Two light passes, each a :class:`kelr_dist.kernels.reduction.Reduction`:
    jump by more than half the period, and the mean squares of the circular step
    ``min(|Δ|, P - |Δ|)`` over all steps and over the jumps. Wrapped angles jump by nearly a
    whole period at the wrap while their ordinary steps are small
-   (:func:`kelr_dist.kernels.coordinates.periodicity`). Result: :class:`WrapStatistics`.
+   (:func:`kelr_dist.kernels.bases.coordinates.periodicity`). Result: :class:`WrapStatistics`.
 3. :func:`edge_reduction` — in the same read: the :data:`EDGE_SAMPLES` smallest and largest
    values of each coordinate (merged by keeping the extremes of both partials), whose spacing
    tells a density that vanishes at the data's edge from one that does not (a wall, clipped
    data): :class:`EdgeStatistics`.
 4. :func:`gamma_reduction` — only for Laguerre coordinates whose θ is to be estimated: sums of
    ``y`` and ``log y`` for ``y = (x - loc) / scale`` (shift from pass 1), finalized into the
-   Gamma MLE (:class:`GammaFit`). :func:`~kelr_dist.kernels.coordinates.gamma_reduction_for`
+   Gamma MLE (:class:`GammaFit`). :func:`~kelr_dist.kernels.bases.coordinates.gamma_reduction_for`
    builds it from pass 1 and a spec (or returns ``None`` when no coordinate needs it).
 
 Moments are the population (biased) ones, as ``numpy.var``, ``scipy.stats.skew`` and

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kelr_dist.kernels.score_matching import RCOND
+from kelr_dist.kernels.scores.score_matching import RCOND
 
 
 def _periodic(periods: np.ndarray | None, d: int) -> np.ndarray:
@@ -241,7 +241,7 @@ class ObservableFeatures:
     of ``A`` to a constant forcing has its exact value at lag 0 (``k(0) = Ê[∂_j A_i]``).
 
     ``observable``: ``x (n, d) -> (n, q)`` with ``jacobian(x, steps) -> (n, q, d)``
-    (:class:`~kelr_dist.kernels.response.Observable`); ``steps`` ``(d,)`` its central
+    (:class:`~kelr_dist.kernels.response.operator.Observable`); ``steps`` ``(d,)`` its central
     differences when it has no derivative."""
 
     observable: Any

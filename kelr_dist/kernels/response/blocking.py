@@ -20,8 +20,8 @@ Levels and blocks
 One FFT pass
     The block sums of ``y`` for all lags over one block of ``K0`` rows are the lagged sums of
     that block (its ``A`` rows plus ``S`` look-ahead rows):
-    :func:`kelr_dist.kernels.lagged.blockwise_lagged_sums` gives them for all blocks of a chunk in
-    one
+    :func:`kelr_dist.kernels.response.lagged.blockwise_lagged_sums` gives them for all blocks of a
+    chunk in one
     batched FFT, and their total *is* the chunk's lagged sums. Higher levels add pairs of
     blocks. The ``K = 1`` level needs ``sum_n y_n^2 = lagged_sums(a**2, b**2)`` (element-wise
     squares).
@@ -55,8 +55,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kelr_dist.kernels.lagged import blockwise_lagged_sums, check_lagged_pair, lagged_sums
 from kelr_dist.kernels.reduction import BlockInfo
+from kelr_dist.kernels.response.lagged import blockwise_lagged_sums, check_lagged_pair, lagged_sums
 
 Partial = dict
 
@@ -201,12 +201,12 @@ def response_block_partial(
         :func:`segment_length`.
     ones : the last ``ones`` columns of ``b`` are 1 on every row (the constant feature of the
         Stein correction): their lagged sums are window sums of ``a``, with no transform
-        (:func:`kelr_dist.kernels.lagged.window_sums`).
+        (:func:`kelr_dist.kernels.response.lagged.window_sums`).
 
     Returns
     -------
-    dict with ``"sums"`` ``(S+1, q, d)`` (exactly :func:`kelr_dist.kernels.lagged.lagged_sums` of
-    the
+    dict with ``"sums"`` ``(S+1, q, d)`` (exactly
+    :func:`kelr_dist.kernels.response.lagged.lagged_sums` of the
     chunk), ``"squares"`` (the same for ``y^2``), ``"counts"`` ``(S+1,)`` pairs per lag,
     ``"n_blocks"`` ``(J,)``, ``"block_mean"`` and ``"block_m2"`` ``(J, S+1, q, d)`` for the blocks
     covered completely, ``"edges"`` ``{(chain, level, block): (rows, block sum)}`` for the cut

@@ -14,8 +14,8 @@ The sums are cross-correlations, computed by real FFTs of length ``next_fast_len
 sub-blocks of ``K`` rows of ``b`` (each with its own ``S`` rows of ``a`` look-ahead), so the
 cost is ``O(L log L)``, not ``O(L S)``, and memory stays at a few ``(K + S) x (q + d)``
 spectra. :func:`blockwise_lagged_sums` returns the per-sub-block sums (the block-averaging
-error bars of :mod:`kelr_dist.kernels.blocking` are built on them); :func:`lagged_sums` adds the
-sub-blocks up in the frequency domain, so it needs only ``q d`` inverse transforms in all.
+error bars of :mod:`kelr_dist.kernels.response.blocking` are built on them); :func:`lagged_sums`
+adds the sub-blocks up in the frequency domain, so it needs only ``q d`` inverse transforms in all.
 """
 
 from __future__ import annotations

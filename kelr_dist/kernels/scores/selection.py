@@ -48,10 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from kelr_dist.kernels.bases import Fourier, TensorBasis, Workspace
+from kelr_dist.kernels.bases.families import Fourier, TensorBasis, Workspace
 from kelr_dist.kernels.compiled import compiled, contracted
-from kelr_dist.kernels.density import KernelDensity, check_samples, row_blocks
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, check_samples, row_blocks
 
 #: histogram grid: |p| in [2^{t/4}, 2^{(t+1)/4}) for t = T_MIN..T_MAX (clamped at both ends)
 T_MIN = -4 * 90
@@ -175,8 +175,8 @@ def _recurrence_sweep(
 ):  # pragma: no cover - compiled
     """:func:`_sweep` for a basis whose functions vary in the first coordinate only: the
     running sums ``p_M = Σ_{m ≤ M} c_m Ψ_m(x) h`` built as the three-term recurrence of
-    :func:`kelr_dist.kernels.bases._recurrence_series` runs (``Ψ_0 = start``, the tail product
-    ``h = tails``, all ``(n,)``), each order's statistics taken from ``low`` on. No tables:
+    :func:`kelr_dist.kernels.bases.families._recurrence_series` runs (``Ψ_0 = start``, the tail
+    product ``h = tails``, all ``(n,)``), each order's statistics taken from ``low`` on. No tables:
     each row block's running rows stay in the first-level cache."""
     n = x.shape[0]
     cur = np.empty(SWEEP_TILE)
@@ -332,8 +332,9 @@ class Criteria:
     eta_noise : the independent-sample noise level of ``η_M``.
     n : number of samples; ``pos``/``neg``/``zeros``: the histograms of ``p_M(X_n)``.
     held_out_loss, held_out_loss_stderr : the held-out L² loss of each order and its standard
-        error over folds (:meth:`~kelr_dist.kernels.density.KernelDensity.held_out_l2`);
-        ``None`` when the estimate was not fitted by fold.
+        error over folds
+        (:meth:`~kelr_dist.kernels.scores.kernel_embedding.KernelDensity.held_out_l2`); ``None``
+        when the estimate was not fitted by fold.
     lowest : the lowest order swept (:func:`sweep_sums`); the statistics of the orders below it
         are NaN.
     """

@@ -14,9 +14,9 @@ equals the Fisher divergence ``½ E|s_W - s|²`` minus ``½ E|s|²`` (integratio
 
 Features. Tensor products of each coordinate's orthonormal polynomials — ``ψ_m`` (Hermite) or
 ``ℓ^{(θ)}_m`` (Laguerre) in the same affine maps ``y = (x - loc) / scale`` as the kernel
-embedding (:mod:`kelr_dist.kernels.bases`), without the weight — over the total-degree set
+embedding (:mod:`kelr_dist.kernels.bases.families`), without the weight — over the total-degree set
 ``|m|_1 ≤ q``, or any downward-closed set of multi-indices (an adaptive set,
-:mod:`kelr_dist.kernels.adaptive_index`). The features of degree ``q' ≤ q`` (of any
+:mod:`kelr_dist.kernels.scores.index_sets`). The features of degree ``q' ≤ q`` (of any
 downward-closed subset) are a subset, so one pass at the highest degree gives the sums of every
 lower degree. The linear features are in the span for
 ``q ≥ 1``, so the unregularised fit satisfies the sample Stein identity ``Ê[x s_Wᵀ] = -I``
@@ -27,8 +27,8 @@ multimodal or heavy-tailed density at high degree, so the solve goes through the
 eigen-decomposition of ``G`` scaled to unit diagonal (:class:`ScaledGram`; eigenvalues below
 ``1e-10`` of the largest dropped: rounding in the sums, ~1e-14 relative, must not be amplified to
 the size of the weights) with an optional ridge ``α`` relative to its mean eigenvalue.
-The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.kernels.folds`): the sums are
-kept
+The degree and ``α`` are chosen on held-out folds (:mod:`kelr_dist.kernels.scores.folds`): the sums
+are kept
 per fold, each candidate is fitted on all folds but one and its loss ``J`` evaluated on the one
 left out — exactly, from that fold's ``G`` and ``b`` — so choosing needs no further pass.
 
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from kelr_dist.kernels.bases import Coordinate, TensorBasis, polynomials
-from kelr_dist.kernels.density import row_blocks
-from kelr_dist.kernels.folds import Folds, fold_stderr
+from kelr_dist.kernels.bases.families import Coordinate, TensorBasis, polynomials
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.scores.folds import Folds, fold_stderr
+from kelr_dist.kernels.scores.kernel_embedding import row_blocks
 
 #: ridge factors α tried by the held-out selection (λ = α tr(G) / P)
 RIDGES = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
@@ -72,8 +72,8 @@ class PolynomialFeatures:
     ``P_m`` are the coordinate family's orthonormal polynomials (weight exponent 0) in the
     mapped coordinate ``y_k = (x_k - loc_k) / scale_k``. Without ``index_set`` the set is the
     total degree ``|m_a|_1 ≤ degree``, laid out as the kernel embedding's basis functions
-    (:class:`~kelr_dist.kernels.bases.TensorBasis`); with ``index_set`` (multi-indices, each
-    ``d`` whole numbers, every backward neighbour ``m - e_k`` in the set) it is that set and
+    (:class:`~kelr_dist.kernels.bases.families.TensorBasis`); with ``index_set`` (multi-indices,
+    each ``d`` whole numbers, every backward neighbour ``m - e_k`` in the set) it is that set and
     ``degree`` its largest total degree (:meth:`of_indices`).
     """
 

@@ -33,7 +33,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.response import Observable
+from kelr_dist.kernels.response.operator import Observable
 
 KINDS = ("pdf", "moments", "exceedance")
 #: B-spline degree of each bin kernel
@@ -384,8 +384,9 @@ def resolve_distribution(
 
 @dataclass(frozen=True)
 class DistributionObservable(Observable):
-    """The :class:`~kelr_dist.kernels.response.Observable` of a fitted :class:`DistributionGrid`
-    (its functions pickle by reference, with the grid, for the workers)."""
+    """The :class:`~kelr_dist.kernels.response.operator.Observable` of a fitted
+    :class:`DistributionGrid` (its functions pickle by reference, with the grid, for the
+    workers)."""
 
     grid: DistributionGrid | None = None
 

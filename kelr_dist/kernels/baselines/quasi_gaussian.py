@@ -2,8 +2,8 @@
 
 :func:`mean_covariance_reduction` gives count, mean and co-moment matrix merged by the parallel
 formula of Chan, Golub & LeVeque (also min and max, which fix the KDE grid of
-:mod:`kelr_dist.kernels.kde`); :func:`gaussian_score` is ``grad log p = -Sigma^{-1} (x - mu)``
-of the fitted Gaussian.
+:mod:`kelr_dist.kernels.baselines.kde`); :func:`gaussian_score` is ``grad log p = -Sigma^{-1} (x -
+mu)`` of the fitted Gaussian.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from kelr_dist.kernels.kde import as_finite_array, as_samples
+from kelr_dist.kernels.baselines.kde import as_finite_array, as_samples
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction
 
 

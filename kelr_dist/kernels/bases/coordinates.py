@@ -2,9 +2,10 @@
 
 Step 1 of the algorithm in §4 of the paper ("for each dimension, run a statistical test to
 identify the tail of the marginal distribution of p_eq ... choose an appropriate RKHS basis"),
-from the statistics of :mod:`kelr_dist.kernels.moments`. :func:`choose_basis` turns them and a
-spec (:mod:`kelr_dist.kernels.basis_spec`) into one :class:`~kelr_dist.kernels.bases.Coordinate`
-per component; :func:`fit_basis` runs the whole flow in memory.
+from the statistics of :mod:`kelr_dist.kernels.survey.moments`. :func:`choose_basis` turns them and
+a spec (:mod:`kelr_dist.kernels.bases.spec`) into one
+:class:`~kelr_dist.kernels.bases.families.Coordinate` per component; :func:`fit_basis` runs the
+whole flow in memory.
 
 Automatic rule (spec entry ``auto``), per coordinate with sample mean μ, standard deviation σ,
 skewness γ₁, excess kurtosis γ₂, minimum and maximum:
@@ -41,7 +42,7 @@ skewness γ₁, excess kurtosis γ₂, minimum and maximum:
   every sample (else the minimum).
 
 Wrapped components (:func:`detect_periods`, from
-:class:`~kelr_dist.kernels.moments.WrapStatistics`): for a usual period ``P`` (2π or 360) a
+:class:`~kelr_dist.kernels.survey.moments.WrapStatistics`): for a usual period ``P`` (2π or 360) a
 component is taken as a wrapped angle when all of
 
 1. every sample lies in one usual window of length ``P``;
@@ -65,9 +66,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kelr_dist.kernels.bases import Coordinate, Fourier, Hermite, Laguerre
-from kelr_dist.kernels.basis_spec import Entry, parse_basis_spec
-from kelr_dist.kernels.moments import (
+from kelr_dist.kernels.bases.families import Coordinate, Fourier, Hermite, Laguerre
+from kelr_dist.kernels.bases.spec import Entry, parse_basis_spec
+from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
+from kelr_dist.kernels.survey.moments import (
     CoordinateError,
     GammaFit,
     Moments,
@@ -76,7 +78,6 @@ from kelr_dist.kernels.moments import (
     moments_reduction,
     wrap_reduction,
 )
-from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
 
 SKEWNESS_THRESHOLD = 0.5
 """|skewness| above which a marginal counts as clearly skewed."""
@@ -281,21 +282,22 @@ def choose_basis(
     spec: str | Sequence[object] = "auto",
     periodic: Sequence[Periodicity | None] | None = None,
 ) -> list[Coordinate]:
-    """One :class:`~kelr_dist.kernels.bases.Coordinate` per component (algorithm step 1, §4).
+    """One :class:`~kelr_dist.kernels.bases.families.Coordinate` per component (algorithm step 1,
+    §4).
 
     Parameters
     ----------
     moments : pass-0 statistics (:func:`moments_reduction`).
     gamma : the result of the pass :func:`gamma_reduction_for` returns, when it returns one
         (Laguerre coordinates whose θ is chosen from the data).
-    spec : ``"auto"``, a comma-separated spec or a list (:mod:`kelr_dist.kernels.basis_spec`).
+    spec : ``"auto"``, a comma-separated spec or a list (:mod:`kelr_dist.kernels.bases.spec`).
     periodic : :func:`periodicity` of the components (default: those the spec declares).
 
     Returns
     -------
     list of ``d`` coordinates. Raises :class:`ValueError` for a bad spec (naming the entry),
     a Laguerre shift above the data minimum, or a constant coordinate (a
-    :class:`~kelr_dist.kernels.moments.CoordinateError`).
+    :class:`~kelr_dist.kernels.survey.moments.CoordinateError`).
     """
     entries = _resolved_entries(moments, spec, periodic)
     return [_coordinate(moments, gamma, k, name, p) for k, (name, p) in enumerate(entries)]

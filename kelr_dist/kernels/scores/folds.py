@@ -1,7 +1,7 @@
 """Held-out folds of a trajectory that respect time correlation: whole chains or long blocks.
 
-Held-out selection (:mod:`kelr_dist.kernels.heldout`) fits every candidate on all folds but one and
-scores
+Held-out selection (:mod:`kelr_dist.kernels.scores.heldout`) fits every candidate on all folds but
+one and scores
 it on the one left out. Samples of a time series are correlated, so a fold must not interleave
 with the others at the scale of the correlation time: with at least ``K`` chains a fold is a set of
 whole chains (chain ``c`` goes to fold ``c mod K``); otherwise each chain is cut into ``K``

@@ -4,13 +4,14 @@ The total-degree set spends its features evenly on every coordinate and interact
 a high-degree dependence on one coordinate, or on one pair, needs a few high-degree indices there
 and none elsewhere. The set is grown greedily from the linear features (the quasi-Gaussian
 score) inside a larger *dictionary* whose Gram sums the one Gram pass already holds per held-out
-fold (:class:`~kelr_dist.kernels.score_matching.GramSums`): at each step the candidates are the
+fold (:class:`~kelr_dist.kernels.scores.score_matching.GramSums`): at each step the candidates are
+the
 *reduced margin* of the set (the indices of the dictionary not in the set whose backward
 neighbours ``m - e_k`` all are, so the set stays downward closed), and the candidate that lowers
 the held-out Hyvärinen loss most is added. Growth stops when no candidate lowers it, or when it
 has not reached a new minimum for :data:`PATIENCE` steps. Of the nested sets on the path, the
 smallest whose loss is within one standard error of the least is kept (the one-standard-error
-rule of :func:`~kelr_dist.kernels.score_matching.choose_candidate`).
+rule of :func:`~kelr_dist.kernels.scores.score_matching.choose_candidate`).
 
 Every candidate of a step is scored in closed form: adding feature ``a`` to a set ``S`` whose
 training Gram ``G_S`` has inverse ``A`` changes the training fit by ``w_a u`` with
@@ -32,9 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kelr_dist.kernels.bases import Coordinate
-from kelr_dist.kernels.folds import fold_stderr
-from kelr_dist.kernels.score_matching import GramSums, PolynomialFeatures
+from kelr_dist.kernels.bases.families import Coordinate
+from kelr_dist.kernels.scores.folds import fold_stderr
+from kelr_dist.kernels.scores.score_matching import GramSums, PolynomialFeatures
 
 #: growth stops after this many steps without a new least held-out loss (a later step could
 #: still fall below it; the one-standard-error rule picks among the sets on the path)
@@ -107,7 +108,7 @@ class GrowthPath:
     def chosen_step(self) -> int:
         """The fewest steps whose loss is within one standard error of the least (paired over
         folds with the least and capped at the least's own, as
-        :func:`~kelr_dist.kernels.score_matching.choose_candidate` does)."""
+        :func:`~kelr_dist.kernels.scores.score_matching.choose_candidate` does)."""
         losses = self.losses
         best = int(np.nanargmin(losses))
         if self.fold_losses.shape[1] < 2:
@@ -167,7 +168,7 @@ def grow(sums: GramSums, start: np.ndarray) -> GrowthPath:
     """Grow a downward-closed set inside ``sums.features`` (the dictionary) from ``start``
     (``(P,)`` bool, downward closed) by held-out Hyvärinen loss (module docstring), in the
     standardized coordinates of the features' maps as
-    :func:`~kelr_dist.kernels.score_matching.hyvarinen_loss` scores them.
+    :func:`~kelr_dist.kernels.scores.score_matching.hyvarinen_loss` scores them.
 
     A step adds the candidate of the reduced margin with the largest fall of the held-out loss,
     or a candidate together with one of the indices it admits (``m + e_k``) when that pair falls

@@ -9,11 +9,11 @@ The linear response operator of an observable ``A`` to a forcing ``c(x) δf(t)``
   ``B̂ = 0`` elsewhere (eq. 46; the sum is still divided by ``N - s``);
 * :class:`FunctionScore` — a known score (the exact FDT response), the quasi-Gaussian score;
 * :class:`KDEScore` — the Gaussian KDE baseline;
-* :class:`kelr_dist.kernels.score_matching.ScoreModel` — the score-matching fit.
+* :class:`kelr_dist.kernels.scores.score_matching.ScoreModel` — the score-matching fit.
 
 :func:`response_reduction` computes all of them in one pass: per block, ``A`` on the block and
 its halo, ``B`` for every score, and the lagged sums with their block-averaging partials
-(:mod:`kelr_dist.kernels.blocking`), so the data are read once.
+(:mod:`kelr_dist.kernels.response.blocking`), so the data are read once.
 
 Covariance form. The observable enters centred, ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)``
 with ``Ā`` its mean over the trajectory (from an earlier pass). For the true score ``E[B] = 0``
@@ -38,8 +38,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kelr_dist.kernels.bases import TensorBasis
-from kelr_dist.kernels.blocking import (
+from kelr_dist.kernels.bases.families import TensorBasis
+from kelr_dist.kernels.compiled import compiled
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.response.blocking import (
     BlockingResult,
     aligned_segments,
     block_standard_error,
@@ -49,12 +51,8 @@ from kelr_dist.kernels.blocking import (
     response_block_partial,
     segment_length,
 )
-from kelr_dist.kernels.compiled import compiled
-from kelr_dist.kernels.density import KernelDensity, Order, evaluate_on_basis
-from kelr_dist.kernels.lagged import strided_lagged_sums
-from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.score_matching import ScoreModel
-from kelr_dist.kernels.stein_correction import (
+from kelr_dist.kernels.response.lagged import strided_lagged_sums
+from kelr_dist.kernels.response.stein_correction import (
     ExtendedScore,
     affine_fit,
     augmented,
@@ -63,6 +61,8 @@ from kelr_dist.kernels.stein_correction import (
     correction_width,
     divergence_sums,
 )
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, Order, evaluate_on_basis
+from kelr_dist.kernels.scores.score_matching import ScoreModel
 
 
 class Score(Protocol):
@@ -115,7 +115,7 @@ class DensityScore:
     def many(scores: Sequence[DensityScore], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each score at ``x (n, d)``, as its call gives it; scores whose truncations share a
         basis (an estimate and its refits without each fold) share its tables
-        (:func:`~kelr_dist.kernels.density.evaluate_on_basis`)."""
+        (:func:`~kelr_dist.kernels.scores.kernel_embedding.evaluate_on_basis`)."""
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(scores)
         groups: dict[TensorBasis, list[int]] = {}
         for k, score in enumerate(scores):
@@ -285,8 +285,8 @@ class ResponseResult:
     n: int
     stein: BlockingResult
     #: the affine Stein correction ``V (d, d + 1)`` applied
-    #: (:mod:`kelr_dist.kernels.stein_correction`) and the uncorrected estimate's lag-0 Stein
-    #: residual; ``None`` when not corrected
+    #: (:mod:`kelr_dist.kernels.response.stein_correction`) and the uncorrected estimate's lag-0
+    #: Stein residual; ``None`` when not corrected
     correction: np.ndarray | None = None
     uncorrected_stein: BlockingResult | None = None
     #: the estimator's own standard error ``(S+1, q, d)`` from the delete-a-group jackknife over
@@ -446,7 +446,7 @@ def jackknife_stderr(replicates: np.ndarray) -> np.ndarray:
     """Delete-a-group jackknife standard error from ``K`` leave-one-group-out estimates
     ``θ_(f)`` stacked on axis 0: ``sqrt((K - 1)/K Σ_f (θ_(f) - θ̄)²)`` (Efron & Stein 1981;
     Shao & Tu, *The Jackknife and Bootstrap*, 1995, §5.2, groups of equal size). The groups
-    are the held-out folds (:mod:`kelr_dist.kernels.folds`), each much longer than the
+    are the held-out folds (:mod:`kelr_dist.kernels.scores.folds`), each much longer than the
     correlation time, so the deleted groups are nearly independent."""
     k = replicates.shape[0]
     spread = replicates - replicates.mean(axis=0)
@@ -478,8 +478,8 @@ class _ResponseKernel:
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by the blocking's segments
-        (:func:`~kelr_dist.kernels.blocking.segment_length`, aligned to the base blocks; each
-        with the next ``S`` rows as its halo), merged like separate chunks: every array of a
+        (:func:`~kelr_dist.kernels.response.blocking.segment_length`, aligned to the base blocks;
+        each with the next ``S`` rows as its halo), merged like separate chunks: every array of a
         segment stays under the workers' mmap threshold and is reused from the heap, where
         whole-chunk arrays would take fresh pages on every task (see docs/benchmarks.md,
         section 'Tuning constants')."""
@@ -673,11 +673,11 @@ def replicate_counts(info: BlockInfo, stride: int, max_lag: int) -> np.ndarray:
 
 def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each score's ``(∇ log p, kept)`` at ``x (n, d)``, sharing work: a refit
-    (:class:`~kelr_dist.kernels.stein_correction.ExtendedScore`) starts from its base's values,
-    every base once, and the refits on one feature set share its values; the kernel-embedding
-    scores together (:meth:`DensityScore.many`: an estimate and its refits share the basis
-    tables), and the score-matching models together (:meth:`ScoreModel.many`: they share the
-    feature values)."""
+    (:class:`~kelr_dist.kernels.response.stein_correction.ExtendedScore`) starts from its base's
+    values, every base once, and the refits on one feature set share its values; the
+    kernel-embedding scores together (:meth:`DensityScore.many`: an estimate and its refits share
+    the basis tables), and the score-matching models together (:meth:`ScoreModel.many`: they share
+    the feature values)."""
     roots = [score.base if isinstance(score, ExtendedScore) else score for score in scores]
     index: dict[int, int] = {}
     unique: list[Score] = []
@@ -832,7 +832,7 @@ def _finalize(
 
 def _corrected(raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult) -> ResponseResult:
     """``raw`` with the affine Stein correction ``V`` applied to its response and its lag-0
-    Stein residual (:func:`kelr_dist.kernels.stein_correction.corrected_response`)."""
+    Stein residual (:func:`kelr_dist.kernels.response.stein_correction.corrected_response`)."""
     shape = raw.mean.shape + (weights.shape[1],)
     l_mean, l_stderr = (
         np.broadcast_to(v.reshape(shape[:2] + (-1, shape[-1])), shape)
@@ -879,17 +879,17 @@ def response_reduction(
     ``centre`` is ``Ā`` ``(q,)`` (default 0: no centring); ``scales`` ``(d,)`` the components'
     standard deviations (default 1), which set the central-difference steps of an observable
     given without its derivative and scale the correction's features. The scores named in
-    ``corrected`` get the affine Stein correction (:mod:`kelr_dist.kernels.stein_correction`,
-    features centred at ``origin`` ``(d,)``, default 0; use the sample mean; ``periods`` ``(d,)``
-    gives the components on a circle their periodic features) fitted from the same read.
-    ``replicates`` maps some score names to that score refitted without each held-out fold:
-    their responses are more columns of the same lagged sums (the response is linear in ``B``),
-    corrected as the score is, and give the estimate's jackknife standard error
-    (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`). ``neighbours`` maps
-    some score names to neighbouring models (a richer one, say): their responses, on
-    more columns, give :attr:`ResponseResult.model_shift`. ``unrefitted`` maps some score names
-    to the estimate before its refit on the observable's functions
-    (:func:`~kelr_dist.kernels.refit.refit_reduction`): its lag-0 Stein residual becomes the
+    ``corrected`` get the affine Stein correction
+    (:mod:`kelr_dist.kernels.response.stein_correction`, features centred at ``origin`` ``(d,)``,
+    default 0; use the sample mean; ``periods`` ``(d,)`` gives the components on a circle their
+    periodic features) fitted from the same read. ``replicates`` maps some score names to that
+    score refitted without each held-out fold: their responses are more columns of the same lagged
+    sums (the response is linear in ``B``), corrected as the score is, and give the estimate's
+    jackknife standard error (:attr:`ResponseResult.estimator_stderr`, :func:`jackknife_stderr`).
+    ``neighbours`` maps some score names to neighbouring models (a richer one, say): their
+    responses, on more columns, give :attr:`ResponseResult.model_shift`. ``unrefitted`` maps some
+    score names to the estimate before its refit on the observable's functions
+    (:func:`~kelr_dist.kernels.scores.refit.refit_reduction`): its lag-0 Stein residual becomes the
     score's uncorrected one. The replicates' and the neighbours' responses are the score's plus
     their difference from it, read on every ``replicate_stride``-th origin
     (:func:`replicate_stride`; 1, the default, reads them on every row). Finalizes to

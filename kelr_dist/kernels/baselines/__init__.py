@@ -1,0 +1,1 @@
+"""Baseline score estimators: the Gaussian kernel density estimate and the quasi-Gaussian FDT."""

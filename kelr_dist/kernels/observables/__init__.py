@@ -1,0 +1,1 @@
+"""Observables and forcings: the built-in ones and the distribution observables."""

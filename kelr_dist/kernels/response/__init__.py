@@ -1,0 +1,1 @@
+"""The response pass: conjugate variables, lagged sums, block-averaged errors, Stein correction."""

@@ -1,0 +1,1 @@
+"""Score estimators and their choice: kernel embedding, score matching, index sets, refits."""

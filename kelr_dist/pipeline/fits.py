@@ -1,0 +1,170 @@
+"""The fits the estimate composes from its steps: the kernel embedding, the response's scores.
+
+:func:`kernel_embedding` fits the kernel embedding of a :class:`~kelr_dist.pipeline.planning.Plan`
+(after a pilot when the plan asks for one); :func:`response_scores` gathers every score the
+response read evaluates, with their fold refits and richer neighbours, after refitting them on
+random Fourier features (read 3f) or on a distribution observable's own functions
+(:func:`refit_on_observable`, read 3r).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kelr_dist.kernels.response.operator import (
+    DIFFERENCE_STEP,
+    Score,
+)
+from kelr_dist.kernels.response.stein_correction import (
+    FourierFeatures,
+    ObservableFeatures,
+    StackedFeatures,
+)
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
+from kelr_dist.pipeline.inputs import Inputs
+from kelr_dist.pipeline.options import EstimateOptions
+from kelr_dist.pipeline.planning import Plan, Setting
+from kelr_dist.pipeline.steps import (
+    Fits,
+    KernelEmbeddingChoice,
+    Passes,
+    Pilot,
+    ScoreMatchingChoice,
+    choose_kernel_embedding,
+    extend_score,
+    fit_estimators,
+    gram_stride,
+    pilot_kernel_embedding,
+    refit_scores,
+    settle_index_set,
+)
+
+#: the response variables of estimated scores, which get the affine Stein correction
+ESTIMATED = ("response_kernel_embedding", "response_score_matching")
+
+
+#: the scores of a response read by response variable, their refits without each fold, their
+#: neighbouring models (:meth:`Plan.scores`)
+Scores = tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]
+
+
+def response_scores(
+    passes: Passes,
+    inputs: Inputs,
+    setting: Setting,
+    plan: Plan,
+    fitted: tuple[KernelEmbeddingChoice | None, ScoreMatchingChoice | None, Fits],
+) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
+    """The scores of the response read (:meth:`Plan.scores`), after read 3f (score matching
+    refitted with random Fourier features, its neighbour outside a polynomial span) or, for a
+    distribution observable, read 3r (:func:`refit_on_observable`, which fits that neighbour
+    too); with the estimates before read 3r (empty without it)."""
+    ke, sm, fits = fitted
+    extended = None
+    fourier = sm is not None and plan.features is not None and setting.periods is None
+    if fourier and not plan.refit:
+        assert sm is not None and plan.features is not None
+        n_samples = math.prod(inputs.trajectory.shape[:2])
+        stride = gram_stride(n_samples, plan.features.size, plan.correlation)
+        extended = extend_score(passes, sm.model, setting.survey.moments, stride)
+    found = plan.scores(ke, sm, fits, extended)
+    if not plan.refit:
+        return (*found, {})
+    fourier_base = sm.model if fourier and sm is not None else None
+    return refit_on_observable(passes, setting, found, inputs.folds, fourier_base)
+
+
+def refit_on_observable(
+    passes: Passes,
+    setting: Setting,
+    fitted: Scores,
+    folds: Folds,
+    fourier_base: Score | None = None,
+) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
+    """Read 3r: every estimated score of ``fitted`` (scores, their refits without each fold,
+    their neighbouring models) refitted on the affine features and the observable's own
+    functions (:class:`~kelr_dist.kernels.response.stein_correction.ObservableFeatures`; a refit
+    without fold ``f`` of ``folds`` on the other folds' rows), so that for a constant forcing the
+    response of each column of ``A`` has its exact lag-0 value; with
+    ``fourier_base`` (score matching), that score refitted on random Fourier features beside
+    them becomes one more neighbour of it (the sensitivity check outside a polynomial span).
+    Returns the refitted scores, refits and neighbours, and the estimates before the refit,
+    whose lag-0 Stein residuals stay the evidence of their bias."""
+    scores, replicates, neighbours = fitted
+    moments = setting.survey.moments
+    features = ObservableFeatures(
+        setting.observable, moments.mean, moments.std, DIFFERENCE_STEP * moments.std
+    )
+    names = [name for name in ESTIMATED if name in scores]
+    groups = [
+        (name, kind, members)
+        for name in names
+        for kind, members in (
+            ("score", (scores[name],)),
+            ("replicates", replicates.get(name, ())),
+            ("neighbours", neighbours.get(name, ())),
+        )
+    ]
+    # a fold refit is refitted without its fold: the jackknife then sees the refit's variance
+    requests: list[tuple[Score, Any, int | None]] = [
+        (s, features, fold if kind == "replicates" else None)
+        for _, kind, members in groups
+        for fold, s in enumerate(members)
+    ]
+    if fourier_base is not None:
+        fourier = FourierFeatures.draw(moments.mean, moments.std)
+        requests.append((fourier_base, StackedFeatures((fourier, features)), None))
+    refitted = iter(refit_scores(passes, requests, folds))
+    out: dict[str, dict[str, Any]] = {"score": dict(scores), "replicates": dict(replicates)}
+    out["neighbours"] = dict(neighbours)
+    for name, kind, members in groups:
+        if members:
+            new = tuple(next(refitted) for _ in members)
+            out[kind][name] = new[0] if kind == "score" else new
+    if fourier_base is not None:
+        name = "response_score_matching"
+        out["neighbours"][name] = (*out["neighbours"].get(name, ()), next(refitted))
+    return out["score"], out["replicates"], out["neighbours"], {n: scores[n] for n in names}
+
+
+def kernel_embedding(
+    passes: Passes,
+    options: EstimateOptions,
+    inputs: Inputs,
+    plan: Plan,
+    density: KernelDensity | None,
+    sm: ScoreMatchingChoice | None,
+) -> tuple[KernelEmbeddingChoice | None, Pilot | None]:
+    """The kernel embedding of the plan (``None`` when it is not fitted), from the ``density`` of
+    read 2 or, after a pilot that finds it can still win, from its own read 2k; and the pilot."""
+    if plan.density_basis is None:
+        return None, None
+    pilot = None
+    if plan.pilot and sm is not None:
+        pilot = pilot_kernel_embedding(
+            passes,
+            plan.density_basis,
+            sm,
+            options.folds,
+            order=inputs.order,
+            delta=options.delta,
+            index_set=plan.index_set,
+            max_order=options.max_order,
+        )
+        if pilot is not None and pilot.skips_kernel_embedding:
+            return None, pilot
+        density = fit_estimators(
+            passes, density_basis=plan.density_basis, folds=inputs.folds
+        ).density
+    assert density is not None
+    density, order = settle_index_set(
+        passes,
+        density,
+        inputs.order,
+        index_set=plan.index_set,
+        max_order=options.max_order,
+        folds=inputs.folds,
+    )
+    return choose_kernel_embedding(passes, density, order, options.delta), pilot

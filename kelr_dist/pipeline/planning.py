@@ -1,0 +1,206 @@
+"""Read 1 settled and the estimate planned: what the survey fixes, then what to fit.
+
+:func:`settle` runs read 1 (and 1b) into a :class:`Setting` (the survey, the periodic
+components, the basis per coordinate, the observable with its centre); :func:`plan_estimate`
+turns the options and the setting into a :class:`Plan` (which families to fit and on which
+bases, the baselines, the Stein correction, whether a pilot runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kelr_dist.kernels.baselines.quasi_gaussian import SampleMoments, gaussian_score
+from kelr_dist.kernels.bases.coordinates import WINDOW_TOLERANCE, Periodicity
+from kelr_dist.kernels.bases.families import Coordinate, TensorBasis
+from kelr_dist.kernels.observables.distribution import DistributionObservable, PendingDistribution
+from kelr_dist.kernels.response.operator import (
+    FunctionScore,
+    KDEScore,
+    Observable,
+    Score,
+    observable_mean_reduction,
+)
+from kelr_dist.kernels.scores.score_matching import PolynomialFeatures
+from kelr_dist.pipeline.distribution import survey_for
+from kelr_dist.pipeline.inputs import Inputs
+from kelr_dist.pipeline.options import Circle, EstimateOptions
+from kelr_dist.pipeline.steps import (
+    Fits,
+    KernelEmbeddingChoice,
+    Passes,
+    ScoreMatchingChoice,
+    Survey,
+    choose_coordinates,
+    correlation_time,
+    find_periodic,
+    index_set_for,
+    kde_grid_and_bandwidth,
+    pilot_stride,
+    score_matching_features,
+)
+from kelr_dist.pipeline.warnings import warn_edges
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What read 1 (and 1b) settle before any fit: the survey, the periodic components, the
+    basis per coordinate, and the observable with its centre ``Ā`` and the periods."""
+
+    survey: Survey
+    periodic: list[Periodicity | None]
+    coordinates: tuple[Coordinate, ...]
+    observable: Observable
+    centre: np.ndarray
+    periods: np.ndarray | None
+
+
+def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
+    """Read 1 (moments, ``Ā``; :func:`~kelr_dist.pipeline.steps.survey_data`), the periodic
+    components, the :class:`EdgeWarning` of hard edges, the basis (read 1b when a Laguerre θ comes
+    from the data) and the observable on the circle (one light read for angles)."""
+    covariance = options.kde or options.gaussian
+    survey, observable = survey_for(passes, inputs.observable, covariance=covariance)
+    periodic = find_periodic(passes, survey, options.basis)
+    warn_edges(survey, periodic, [str(c) for c in passes.trajectory["component"].values])
+    coordinates = choose_coordinates(passes, survey, options.basis, periodic)
+    observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
+    return Setting(survey, periodic, coordinates, observable, centre, periods)
+
+
+def _on_the_circle(
+    passes: Passes,
+    options: EstimateOptions,
+    survey: Survey,
+    periodic: list[Periodicity | None],
+    observable: Observable,
+) -> tuple[Observable, np.ndarray, np.ndarray | None]:
+    """The observable, its centre ``Ā`` and the periods ``(d,)`` (None: no component on a
+    circle) once the periodic components are known: the identity then carries the wrapped
+    angles' jump in its derivative, and ``angles`` its cosines and sines, whose mean takes one
+    more (light) read."""
+    if all(p is None for p in periodic):
+        return observable, survey.centre, None
+    moments, components = survey.moments, [str(c) for c in passes.trajectory["component"].values]
+    periods = np.array([0.0 if p is None else p.period for p in periodic])
+    wraps = tuple(0.0 if p is None else p.loc for p in periodic)
+    wrapped = tuple(
+        p is not None
+        and moments.minimum[k] >= p.loc - WINDOW_TOLERANCE * p.period
+        and moments.maximum[k] <= p.loc + p.period * (1.0 + WINDOW_TOLERANCE)
+        for k, p in enumerate(periodic)
+    )
+    circle = Circle(tuple(periods), wraps, wrapped, int(moments.n.min()))
+    on_circle = options.observable_for(components, circle)
+    if isinstance(on_circle, PendingDistribution):  # settled on the data's grid by the survey
+        return observable, survey.centre, periods
+    if on_circle.names == observable.names:
+        return on_circle, survey.centre, periods
+    return on_circle, passes(observable_mean_reduction(on_circle))[0], periods
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an estimate fits and adds (:func:`plan_estimate`): the kernel embedding's first basis
+    and score matching's features (``None``: that family is not fitted), the index-set rule
+    (``"auto"`` resolves after the fit), the baselines, the affine correction, and whether a
+    pilot decides if the kernel embedding is carried past its fit."""
+
+    density_basis: TensorBasis | None
+    features: PolynomialFeatures | None
+    index_set: str
+    adaptive: bool  #: score matching's index set grown by held-out loss in ``features``
+    correlation: float | None  #: the rows' correlation time, which thins the adaptive Gram pass
+    kde_grid: tuple[Any, np.ndarray] | None
+    exact: Callable | None
+    gaussian: SampleMoments | None
+    corrected: bool
+    pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
+    #: the Stein correction is a refit on the observable's own functions (a distribution's
+    #: bins, powers or exceedances, outside the affine span): :func:`refit_on_observable`
+    refit: bool = False
+
+    @property
+    def affine(self) -> bool:
+        """Whether the estimated scores get the affine Stein correction in the response read."""
+        return self.corrected and not self.refit
+
+    def scores(
+        self,
+        ke: KernelEmbeddingChoice | None,
+        sm: ScoreMatchingChoice | None,
+        fits: Fits,
+        extended: Score | None = None,
+    ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]:
+        """The scores of the response read by response variable, the estimated ones refitted
+        without each fold (their jackknife error), and their neighbouring models (their
+        sensitivity; score matching's also ``extended``, outside its polynomial span), all in
+        the same read."""
+        scores: dict[str, Score] = {}
+        replicates: dict[str, tuple[Score, ...]] = {}
+        neighbours: dict[str, tuple[Score, ...]] = {}
+        if ke is not None:
+            scores["response_kernel_embedding"] = ke.score
+            replicates["response_kernel_embedding"] = ke.refits()
+            if ke.neighbours is not None:
+                neighbours["response_kernel_embedding"] = ke.neighbours[0]
+        if sm is not None:
+            scores["response_score_matching"] = sm.model
+            replicates["response_score_matching"] = sm.refits()
+            richer = () if sm.neighbours is None else sm.neighbours[0]
+            outside = () if extended is None else (extended,)
+            if richer or outside:
+                neighbours["response_score_matching"] = (*richer, *outside)
+        if self.exact is not None:
+            scores["response_exact"] = FunctionScore(self.exact)
+        if fits.kde is not None:
+            scores["response_kde"] = KDEScore(fits.kde)
+        if self.gaussian is not None:
+            sample = self.gaussian
+            scores["response_gaussian"] = FunctionScore(
+                gaussian_score(sample.mean, np.atleast_2d(sample.cov))
+            )
+        return scores, replicates, neighbours
+
+
+def plan_estimate(
+    passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
+) -> Plan:
+    """The families to fit, their bases, the baselines. With ``estimator="auto"`` on long data a
+    pilot (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`, reads of a subsample after
+    read 2) decides whether the kernel embedding can still win; read 2 then fits score matching
+    alone, and the kernel embedding is fitted to all samples (read 2k) only if it can."""
+    # "adaptive" grows score matching's index set; the kernel embedding's is then "auto"
+    adaptive = options.index_set == "adaptive"
+    index_set = "auto" if adaptive else options.index_set
+    if index_set == "auto" and isinstance(inputs.order, tuple):
+        index_set = "box"
+    basis = features = None
+    if options.estimator in ("auto", "kernel-embedding"):
+        basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
+    if options.estimator in ("auto", "score-matching"):
+        features = score_matching_features(setting.coordinates, inputs.degree, adaptive)
+    sample = setting.survey.sample
+    return Plan(
+        density_basis=basis,
+        features=features,
+        index_set=index_set,
+        adaptive=adaptive,
+        correlation=correlation_time(setting.survey) if adaptive else None,
+        kde_grid=kde_grid_and_bandwidth(sample) if options.kde and sample is not None else None,
+        exact=inputs.exact,
+        gaussian=sample if options.gaussian else None,
+        corrected=options.stein_correction,
+        # on a circle the bins at the wrap are not periodic: no Stein identity to enforce
+        refit=options.stein_correction
+        and isinstance(setting.observable, DistributionObservable)
+        and setting.periods is None,
+        pilot=options.pilot
+        and options.estimator == "auto"
+        and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
+    )
