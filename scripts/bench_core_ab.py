@@ -46,9 +46,9 @@ def worker(n: int, repeats: int, save: str) -> None:
 
     import numpy as np
 
+    from kelr_dist.kernels.bases import families as bases
     from kelr_dist.kernels.bases.coordinates import fit_basis
     from kelr_dist.kernels.bases.families import TensorBasis
-    from kelr_dist.kernels.bases.families import families as bases
     from kelr_dist.kernels.reduction import add_partials
     from kelr_dist.kernels.scores.kernel_embedding import (
         KernelDensity,

@@ -6,12 +6,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kelr_dist.kernels.reduction import Reduction, reduce_in_memory
+from kelr_dist.kernels.response import lagged
 from kelr_dist.kernels.response.lagged import (
     blockwise_lagged_sums,
     lagged_sums,
     strided_lagged_sums,
 )
-from kelr_dist.kernels.response.operator import lagged
 from kelr_dist.testing import lag_counts
 
 

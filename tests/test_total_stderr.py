@@ -9,6 +9,7 @@ import pytest
 
 from kelr_dist import estimate_response
 from kelr_dist.kernels.reduction import reduce_in_memory
+from kelr_dist.kernels.response import operator as response_module
 from kelr_dist.kernels.response.operator import (
     FunctionScore,
     constant_forcing,
@@ -16,7 +17,6 @@ from kelr_dist.kernels.response.operator import (
     jackknife_stderr,
     response_reduction,
 )
-from kelr_dist.kernels.response.operator import operator as response_module
 from kelr_dist.models.registry import make_model
 
 

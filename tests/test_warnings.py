@@ -29,8 +29,8 @@ from kelr_dist.kernels.scores.score_matching import (
     solve_weights,
 )
 from kelr_dist.models.registry import make_model
-from kelr_dist.pipeline.warnings import BiasWarning, SensitivityWarning
 from kelr_dist.pipeline.steps import choose_score_matching, score_matching_truncation
+from kelr_dist.pipeline.warnings import BiasWarning, SensitivityWarning
 
 
 def sample(name: str, n: int, seed: int = 5) -> tuple[np.ndarray, object]:
