@@ -151,6 +151,32 @@ def test_a_long_bad_value_is_quoted_short(tmp_path) -> None:
     assert len(line) < 300, len(line)
 
 
+@pytest.mark.parametrize("levels", [900, 10_000])
+def test_deeply_nested_yaml_is_one_line_naming_the_depth(levels, tmp_path) -> None:
+    deep = "[" * levels + "]" * levels
+    job = tmp_path / "deep.yaml"
+    job.write_text(
+        f"input: {{store: s.zarr}}\noutputs: {{result: r.zarr}}\nbasis: {{order: {deep}}}\n"
+    )
+    line = one_error_line(kelr("run", job), "run")
+    assert "deep.yaml: not valid YAML at line 3" in line
+    assert "nested deeper than 64 levels" in line and len(line) < 200
+    line = one_error_line(kelr("simulate", "ou", tmp_path / "s.zarr", "--param", f"gamma={deep}"),
+                          "simulate")  # fmt: skip
+    assert "cannot read the value of 'gamma=[[[" in line and len(line) < 300
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_50_mb_store_path_is_quoted_in_120_characters(tmp_path) -> None:
+    job = tmp_path / "long.yaml"
+    job.write_text(f"input: {{store: {'s' * 50 * 2**20}}}\noutputs: {{result: r.zarr}}\n")
+    line = one_error_line(kelr("run", job), "run")
+    assert "long.yaml:" in line and "sss..." in line
+    assert max(map(len, line.split())) <= 120 and len(line) < 300, len(line)
+    line = one_error_line(kelr("info", tmp_path / ("p" * 300)), "info")
+    assert max(map(len, line.split())) <= 120, line
+
+
 def test_aliases_in_a_model_parameter_are_refused(tmp_path) -> None:
     run = kelr("simulate", "ou", tmp_path / "s.zarr", "--samples", "1000",
                "--param", "gamma=[&a [1, 0], *a]")  # fmt: skip

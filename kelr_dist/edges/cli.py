@@ -31,10 +31,12 @@ from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, load_yam
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 from kelr_dist.models.registry import MODEL_NAMES
 from kelr_dist.pipeline.options import (
+    SHOWN_CHARS,
     ClusterOptions,
     EstimateOptions,
     Name,
     checked,
+    shown,
 )
 
 #: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors)
@@ -45,7 +47,12 @@ MAX_COUNT_DIGITS = 18  # a count on the command line has at most 19 digits (< 1e
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """``text`` on one line, each run of more than ``SHOWN_CHARS`` characters without a space
+    (a long path or value quoted in a message) cut to ``SHOWN_CHARS`` with ``...``."""
+    return " ".join(
+        word if len(word) <= SHOWN_CHARS else word[: SHOWN_CHARS - 3] + "..."
+        for word in str(text).split()
+    )
 
 
 class KelrGroup(click.Group):
@@ -210,7 +217,9 @@ def _model_params(ctx: click.Context, param: click.Parameter, values: Sequence[s
         try:
             params[key.strip()] = load_yaml(text)
         except yaml.YAMLError:
-            raise click.BadParameter(f"cannot read the value of {item!r}", ctx, param) from None
+            raise click.BadParameter(
+                f"cannot read the value of {shown(item)}", ctx, param
+            ) from None
     return params
 
 

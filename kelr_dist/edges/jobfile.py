@@ -91,9 +91,17 @@ class JobError(ValueError):
     """A job file that breaks the schema (message: file, key path, problem)."""
 
 
+#: deepest nesting of lists and mappings a YAML document may have (the composer recurses once
+#: per level: a few hundred levels would exhaust Python's stack)
+MAX_YAML_DEPTH = 64
+
+
 class _NoAliasLoader(yaml.SafeLoader):
     """YAML's safe loader without aliases (``*name``): a few hundred bytes of nested aliases
-    ("billion laughs") would expand to gigabytes before anything could be validated."""
+    ("billion laughs") would expand to gigabytes before anything could be validated; and
+    without nesting deeper than ``MAX_YAML_DEPTH`` levels."""
+
+    depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -104,7 +112,18 @@ class _NoAliasLoader(yaml.SafeLoader):
                 f"aliases (*{event.anchor}) are not allowed here; write the value out",
                 event.start_mark,
             )
-        return super().compose_node(parent, index)
+        if self.depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"lists and mappings nested deeper than {MAX_YAML_DEPTH} levels are not read",
+                self.peek_event().start_mark,
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def load_yaml(text: str) -> Any:
