@@ -233,6 +233,25 @@ def test_metadata_shape_of_1e12_samples_is_refused_in_5_s(store, tmp_path) -> No
     assert not (tmp_path / "out.zarr").exists()
 
 
+def test_shape_edited_only_in_the_array_metadata_of_a_consolidated_store(store, tmp_path) -> None:
+    edited = tmp_path / "edited.zarr"
+    shutil.copytree(store, edited)
+    assert "consolidated_metadata" in json.loads((edited / "zarr.json").read_text())
+    array = edited / "x" / "zarr.json"  # the copy the data are read through, not the root's
+    meta = json.loads(array.read_text())
+    meta["shape"][1] = 10**12
+    array.write_text(json.dumps(meta))
+    expected = (
+        f"store '{edited}', variable 'x': its metadata say shape (1, {10**12}, 2), but the "
+        f"store's consolidated metadata say (1, {SAMPLES}, 2)"
+    )
+    for command in (["info", edited], ["estimate", edited, tmp_path / "out.zarr", *FAST]):
+        started = time.monotonic()
+        line = one_error_line(kelr(*command, timeout=60), command[0])
+        assert expected in line and time.monotonic() - started < 60
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_generated_store_whose_n_samples_disagrees_with_its_shape(store, tmp_path) -> None:
     shorter = tmp_path / "shorter.zarr"
     shutil.copytree(store, shorter)

@@ -164,13 +164,14 @@ def _check_metadata(source: str, variable: str) -> None:
     a zarr array is left to :func:`xarray.open_zarr` to name; an incomplete generated store
     (whose chunks are still being written) to its own message.
     """
-    try:
-        group = zarr.open_group(source, mode="r")
+    try:  # the metadata the data are opened with (OPEN_OPTIONS: not the consolidated copy)
+        group = zarr.open_group(source, mode="r", use_consolidated=False)
         array = group[variable]
     except Exception:  # not a store, no such variable: xarray.open_zarr says which
         return
     if not isinstance(array, zarr.Array) or group.attrs.get("complete") is False:
         return
+    _check_consolidated(source, variable, array)
     shape = tuple(int(n) for n in array.shape)
     files = tuple(int(n) for n in (array.shards or array.chunks))
     grid = tuple(-(-n // c) for n, c in zip(shape, files, strict=True))
@@ -222,6 +223,27 @@ def _check_metadata(source: str, variable: str) -> None:
             f"{_human_bytes(budget)} ({CLIENT_MEMORY_SHARE:.0%} of this machine's available "
             "memory); rechunk the store into fewer, longer time chunks",
         )
+
+
+def _check_consolidated(source: str, variable: str, array: zarr.Array) -> None:
+    """Refuse a store whose consolidated metadata (the copy in the root ``zarr.json`` or
+    ``.zmetadata``) describe ``variable`` otherwise than its own metadata: one of the two was
+    edited or damaged, and a reader that trusts the consolidated copy would size its work from
+    one and read the data through the other."""
+    try:
+        copy = zarr.open_group(source, mode="r", use_consolidated=True)[variable]
+    except Exception:  # no consolidated metadata, or none for this variable
+        return
+    for field in ("shape", "chunks", "dtype"):
+        own, consolidated = getattr(array, field), getattr(copy, field)
+        if own != consolidated:
+            raise _error(
+                source,
+                variable,
+                f"its metadata say {field} {own}, but the store's consolidated metadata say "
+                f"{consolidated}: one of the two copies was edited or damaged; restore the "
+                "store (or rewrite its consolidated metadata with zarr.consolidate_metadata)",
+            )
 
 
 def _dimension_names(array: zarr.Array) -> list[str]:
