@@ -302,6 +302,20 @@ def test_damaged_chunk_is_named_with_exit_2(damage, store, tmp_path) -> None:
     assert not out.exists()
 
 
+def test_a_deleted_chunk_in_the_middle_is_named_with_exit_2(store, tmp_path) -> None:
+    holed = tmp_path / "holed.zarr"
+    shutil.copytree(store, holed)
+    (holed / "x" / "c" / "0" / "1" / "0").unlink()  # the second of four: not the last
+    where = (
+        f"store '{holed}', variable 'x': 1 of its 4 chunk files are missing, the first "
+        f"'x/c/0/1/0' (chain 0, time {CHUNK}-{2 * CHUNK - 1}, component 0-1)"
+    )
+    assert where in one_error_line(kelr("info", holed, "--scan"), "info")
+    out = tmp_path / "out.zarr"
+    assert where in one_error_line(kelr("estimate", holed, out, *FAST), "estimate")
+    assert not out.exists()
+
+
 def test_scan_of_an_intact_store_says_it_verified_checksums(store) -> None:
     run = kelr("info", store, "--scan")
     assert run.returncode == 0, run.stderr

@@ -29,6 +29,7 @@ their per-chain progress records (an incomplete store's message says how far it 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -158,7 +159,8 @@ def _check_metadata(source: str, variable: str) -> None:
     chunk files would make the client build a task graph without bound. So, from the metadata
     and one listing of the variable's chunk files: the chunk files must reach the last chunk of
     the grid along every axis (a store whose data end earlier has a damaged or hand-edited
-    shape); a generated store's ``n_samples`` and ``chains`` must be its shape; and the blocks
+    shape), and every chunk of the grid must be stored (a hole would read as the fill value);
+    the consolidated copy of the metadata, when there is one, must agree; a generated store's ``n_samples`` and ``chains`` must be its shape; and the blocks
     the client would hold (chains x time chunks, ``CLIENT_BYTES_PER_BLOCK`` each) must fit in
     ``CLIENT_MEMORY_SHARE`` of the machine's available memory. Anything that does not open as
     a zarr array is left to :func:`xarray.open_zarr` to name; an incomplete generated store
@@ -176,7 +178,8 @@ def _check_metadata(source: str, variable: str) -> None:
     files = tuple(int(n) for n in (array.shards or array.chunks))
     grid = tuple(-(-n // c) for n, c in zip(shape, files, strict=True))
     names = _dimension_names(array)
-    reach = _chunk_files_reach(array, len(grid))
+    stored = _chunk_files(array, len(grid))
+    reach = tuple(max((i[a] + 1 for i in stored), default=0) for a in range(len(grid)))
     short = [a for a, (r, g) in enumerate(zip(reach, grid, strict=True)) if r < g]
     if short and all(shape):  # not an empty array
         axis = short[0]
@@ -193,6 +196,8 @@ def _check_metadata(source: str, variable: str) -> None:
             f"{names[axis]!r}), but {found}: the metadata (zarr.json) does not match the data; "
             "restore the store or correct its shape",
         )
+    if all(shape):
+        _check_every_chunk(source, variable, array, stored, grid, names)
     attrs = group.attrs
     for key, dim in (("n_samples", "time"), ("chains", "chain")):
         said = attrs.get(key)
@@ -256,33 +261,73 @@ def _dimension_names(array: zarr.Array) -> list[str]:
     return [str(n) for n in names]
 
 
-def _chunk_files_reach(array: zarr.Array, ndim: int) -> tuple[int, ...]:
-    """One more than the largest chunk (or shard) index with a stored object, per axis (0
-    along every axis when nothing is stored), from one listing of the array's keys."""
+def _chunk_files(array: zarr.Array, ndim: int) -> set[tuple[int, ...]]:
+    """The chunk (or shard) indices with a stored object, from one listing of the array's
+    keys."""
     from zarr.core.sync import sync
 
-    metadata = array.metadata
-    if isinstance(metadata, ArrayV3Metadata):
-        encoding = metadata.chunk_key_encoding
-        separator = getattr(encoding, "separator", "/")
-        lead = "" if getattr(encoding, "name", "default") == "v2" else f"c{separator}"
-    else:  # zarr format 2: keys "0.0.0" (or "0/0/0"), no prefix
-        separator, lead = metadata.dimension_separator or ".", ""
+    separator, lead = _key_format(array)
     prefix = f"{array.path}/" if array.path else ""
 
     async def keys() -> list[str]:
         return [key async for key in array.store_path.store.list_prefix(prefix)]
 
-    reach = [0] * ndim
+    stored = set()
     for key in sync(keys()):
         relative = key[len(prefix) :]
         if not relative.startswith(lead):
             continue
         parts = relative[len(lead) :].split(separator)
-        if len(parts) != ndim or not all(p.isdigit() for p in parts):
-            continue
-        reach = [max(r, int(p) + 1) for r, p in zip(reach, parts, strict=True)]
-    return tuple(reach)
+        if len(parts) == ndim and all(p.isdigit() for p in parts):
+            stored.add(tuple(int(p) for p in parts))
+    return stored
+
+
+def _key_format(array: zarr.Array) -> tuple[str, str]:
+    """The separator of a chunk key's indices and the prefix before them (``"/"``, ``"c/"``
+    for zarr 3's default keys; zarr 2: ``"."`` or ``"/"``, no prefix)."""
+    metadata = array.metadata
+    if isinstance(metadata, ArrayV3Metadata):
+        encoding = metadata.chunk_key_encoding
+        separator = getattr(encoding, "separator", "/")
+        lead = "" if getattr(encoding, "name", "default") == "v2" else f"c{separator}"
+        return separator, lead
+    return metadata.dimension_separator or ".", ""
+
+
+def _check_every_chunk(
+    source: str,
+    variable: str,
+    array: zarr.Array,
+    stored: set[tuple[int, ...]],
+    grid: tuple[int, ...],
+    names: list[str],
+) -> None:
+    """Refuse a store with a hole: a chunk file of the grid that is not stored (deleted, or
+    never written) would be read as the fill value, samples that were never simulated. The
+    first missing one is named with its key and the entries it holds; the work is bounded by
+    the number of stored chunks."""
+    within = sum(all(i < g for i, g in zip(index, grid, strict=True)) for index in stored)
+    if within == math.prod(grid):
+        return
+    missing = next(i for i in itertools.product(*map(range, grid)) if i not in stored)
+    separator, lead = _key_format(array)
+    prefix = f"{array.path}/" if array.path else ""
+    key = prefix + lead + separator.join(map(str, missing))
+    files = tuple(int(n) for n in (array.shards or array.chunks))
+    ranges = [
+        (name, i * n, min((i + 1) * n, size) - 1)
+        for name, i, n, size in zip(names, missing, files, array.shape, strict=True)
+    ]
+    where = ", ".join(f"{n} {a}" if a == b else f"{n} {a}-{b}" for n, a, b in ranges)
+    raise _error(
+        source,
+        variable,
+        f"{math.prod(grid) - within} of its {math.prod(grid)} chunk files are missing, the "
+        f"first {key!r} ({where}): it would be read as the fill value; restore the store from "
+        "a copy or regenerate it (a store written with write_empty_chunks=False leaves out "
+        "chunks that hold only the fill value: rewrite it with write_empty_chunks=True)",
+    )
 
 
 def _available_memory() -> int:
