@@ -160,8 +160,9 @@ def _check_metadata(source: str, variable: str) -> None:
     and one listing of the variable's chunk files: the chunk files must reach the last chunk of
     the grid along every axis (a store whose data end earlier has a damaged or hand-edited
     shape), and every chunk of the grid must be stored (a hole would read as the fill value);
-    the consolidated copy of the metadata, when there is one, must agree; a generated store's ``n_samples`` and ``chains`` must be its shape; and the blocks
-    the client would hold (chains x time chunks, ``CLIENT_BYTES_PER_BLOCK`` each) must fit in
+    the consolidated copy of the metadata, when there is one, must agree; a generated store's
+    ``n_samples`` and ``chains`` must be its shape; and the blocks the client would hold
+    (chains x time chunks, ``CLIENT_BYTES_PER_BLOCK`` each) must fit in
     ``CLIENT_MEMORY_SHARE`` of the machine's available memory. Anything that does not open as
     a zarr array is left to :func:`xarray.open_zarr` to name; an incomplete generated store
     (whose chunks are still being written) to its own message.
