@@ -38,7 +38,14 @@ SMALL = {"max_order": 8, "max_lag": 20}  # fast settings shared by the equality 
 # attributes that legitimately differ between two runs of the same estimate
 #: attributes of the run, not of the result (store_reads: 1 when the workers kept the store in
 #: memory, else one per pass)
-RUN_ATTRS = ("created", "runtime_seconds", "chunking", "store", "store_reads")
+RUN_ATTRS = (
+    "created",
+    "runtime_seconds",
+    "chunking",
+    "store",
+    "store_fingerprint",
+    "store_reads",
+)
 
 
 # --- module-level callbacks (worker processes import them) -------------------------------------

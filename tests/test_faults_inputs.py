@@ -27,6 +27,8 @@ import zarr
 from conftest import dask_processes_in
 
 from kelr_dist import estimate_response
+from kelr_dist.data.store import TrajectoryError, open_trajectory, store_fingerprint
+from kelr_dist.engine.passes import observe_graphs
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.result import write_result
 
@@ -314,6 +316,34 @@ def test_a_deleted_chunk_in_the_middle_is_named_with_exit_2(store, tmp_path) -> 
     out = tmp_path / "out.zarr"
     assert where in one_error_line(kelr("estimate", holed, out, *FAST), "estimate")
     assert not out.exists()
+
+
+def test_a_store_rewritten_between_two_passes_is_refused(store, tmp_path) -> None:
+    rewritten = tmp_path / "rewritten.zarr"
+    shutil.copytree(store, rewritten)
+    sent = []
+
+    def rewrite_after_the_first_pass(graph) -> None:
+        sent.append(graph)
+        if len(sent) == 2:  # the second pass is sent: the first read the store as opened
+            run = kelr("simulate", "ou", rewritten, "--samples", SAMPLES, "--chunk", CHUNK,
+                       "--seed", "4", "--overwrite", "--quiet")  # fmt: skip
+            assert run.returncode == 0, run.stderr
+
+    with observe_graphs(rewrite_after_the_first_pass), pytest.raises(TrajectoryError) as err:
+        estimate_response(rewritten, client="synchronous", max_lag=40, max_order=20,
+                          progress=False)  # fmt: skip
+    message = str(err.value)
+    assert message.startswith(f"store '{rewritten}', variable 'x': the store changed while it")
+    assert "a result would mix two datasets" in message and "\n" not in message
+    assert len(sent) == 2  # refused at the end of the pass that read it changed
+
+
+def test_the_store_fingerprint_is_in_the_result(store, result) -> None:
+    fingerprint = result.attrs["store_fingerprint"]
+    assert re.fullmatch("[0-9a-f]{32}", fingerprint)
+    assert fingerprint == store_fingerprint(str(store), "x")
+    assert open_trajectory(store).attrs["store_fingerprint"] == fingerprint
 
 
 def test_scan_of_an_intact_store_says_it_verified_checksums(store) -> None:

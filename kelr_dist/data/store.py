@@ -29,10 +29,12 @@ their per-chain progress records (an incomplete store's message says how far it 
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -140,11 +142,93 @@ def open_trajectory(
         if not Path(source).exists():
             raise _error(source, variable, "the store does not exist")
     _check_metadata(source, variable)
+    fingerprint = store_fingerprint(source, variable)
     ds = open_store_dataset(source, variable)
     if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
         decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
         ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
-    return as_trajectory(ds, variable, source=source, dt=dt)
+    trajectory = as_trajectory(ds, variable, source=source, dt=dt)
+    if fingerprint is not None:
+        trajectory.attrs["store_fingerprint"] = fingerprint
+    return trajectory
+
+
+# --------------------------------------------------------------------------------------------
+# a store that changes while it is read
+# --------------------------------------------------------------------------------------------
+
+
+def store_fingerprint(source: str, variable: str) -> str | None:
+    """A digest of what a read of ``variable`` in the store at ``source`` depends on: the
+    store's and the variable's metadata and attributes, and the key, size and (local stores)
+    modification time of every object under the variable, from one listing; None when
+    ``source`` does not open as a zarr group holding ``variable``.
+
+    Two fingerprints differ when the store was rewritten, appended to or had a chunk replaced
+    in between (:func:`check_unchanged`); the cost is one listing and, locally, one ``stat``
+    per chunk file.
+    """
+    from zarr.core.sync import sync
+
+    try:
+        group = zarr.open_group(source, mode="r", use_consolidated=False)
+        array = group[variable]
+    except Exception:  # not a store: nothing to fingerprint
+        return None
+    if not isinstance(array, zarr.Array):
+        return None
+    store = array.store_path.store
+    prefix = f"{array.path}/" if array.path else ""
+    local = "://" not in source
+
+    async def listing() -> list[tuple[str, int, int]]:
+        found = []
+        async for key in store.list_prefix(prefix):
+            if local:
+                stat = os.stat(os.path.join(source, key))
+                found.append((key, stat.st_size, stat.st_mtime_ns))
+            else:
+                found.append((key, int(await store.getsize(key)), 0))
+        return sorted(found)
+
+    try:
+        objects = sync(listing())
+    except OSError:  # a file removed between the listing and its stat: the store is changing
+        objects = [("<changing>", 0, time.time_ns())]
+    described = {
+        "group": group.attrs.asdict(),
+        "array": array.metadata.to_dict(),
+        "objects": objects,
+    }
+    text = json.dumps(described, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def check_unchanged(trajectory: xr.DataArray) -> None:
+    """Refuse to go on reading a trajectory whose store changed since it was opened (its
+    ``attrs["store_fingerprint"]``, see :func:`store_fingerprint`): a result would mix two
+    datasets. Nothing to check for a trajectory without a fingerprint (in memory, not a
+    zarr store).
+
+    Raises
+    ------
+    TrajectoryError
+        the store's fingerprint is not the one taken when it was opened.
+    """
+    taken = trajectory.attrs.get("store_fingerprint")
+    source = trajectory.attrs.get("store")
+    if not isinstance(taken, str) or not isinstance(source, str):
+        return
+    variable = str(trajectory.name) if trajectory.name is not None else "x"
+    now = store_fingerprint(source, variable)
+    if now != taken:
+        raise _error(
+            source,
+            variable,
+            f"the store changed while it was read (fingerprint {taken} when it was opened, "
+            f"{now or 'no readable store'} now: rewritten, appended to or a chunk replaced); "
+            "a result would mix two datasets: estimate again once nothing writes the store",
+        )
 
 
 # --------------------------------------------------------------------------------------------

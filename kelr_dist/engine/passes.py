@@ -32,6 +32,7 @@ import xarray as xr
 from distributed import Client, KilledWorker
 from tqdm.auto import tqdm
 
+from kelr_dist.data.store import check_unchanged
 from kelr_dist.engine.failures import PassContext, check_store_on_workers
 from kelr_dist.engine.graph import (
     MIN_TASKS,
@@ -143,7 +144,8 @@ def run_reductions(
     ValueError
         Invalid trajectory, reductions or ``split_every``.
     TrajectoryError
-        A worker cannot open the trajectory's store (message: the store, the worker, why).
+        A worker cannot open the trajectory's store (message: the store, the worker, why), or
+        the store changed since it was opened (checked before and after the pass).
     ClusterError
         A block kept killing the workers that ran it (dask's ``KilledWorker``), the
         connection to the scheduler was lost, the workers kept dying or were paused for
@@ -163,6 +165,8 @@ def run_reductions(
     """
     if isinstance(client, str) and client != SYNCHRONOUS:
         raise ValueError(f"client={client!r} must be a distributed.Client or {SYNCHRONOUS!r}")
+    opened = trajectory  # its store is checked unchanged before and after the pass
+    check_unchanged(opened)
     if not isinstance(client, str) and client.status == "running":
         trajectory = scatter_trajectory(trajectory, client)
     graph = build_graph(trajectory, reductions, split_every=split_every, task_bytes=task_bytes)
@@ -170,6 +174,7 @@ def run_reductions(
         observer(graph)
     if isinstance(client, str):  # SYNCHRONOUS
         (partials,) = dask.compute(graph.total, scheduler="synchronous")
+        check_unchanged(opened)
         return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
     where = PassContext.of(trajectory, graph, client)
     where.require_connection(client)
@@ -225,6 +230,7 @@ def run_reductions(
         with suppress(Exception):  # a client whose scheduler is gone may fail to cancel
             client.cancel([total, *pending.values()])
         raise
+    check_unchanged(opened)
     return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
 
 

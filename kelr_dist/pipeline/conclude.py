@@ -135,6 +135,7 @@ def conclude(
         "store_reads": passes.store_reads,
         "chunking": [int(c) for c in traj.chunks[1]] if traj.chunks else [int(n)],
         "store": str(traj.attrs.get("store", IN_MEMORY)),
+        "store_fingerprint": str(traj.attrs.get("store_fingerprint", "")),
         "variable": str(traj.name),
         "kelr_dist_version": __version__,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
