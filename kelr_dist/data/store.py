@@ -36,6 +36,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -478,19 +479,24 @@ class ChunkReader:
     region that fails to read is one :class:`TrajectoryError` line: store, variable, chain,
     time range, the stored chunk and the reason."""
 
-    def __init__(self, data: xr.Variable, source: str, variable: str) -> None:
+    def __init__(
+        self, data: xr.Variable, source: str, variable: str, frames: BloscFrames | None = None
+    ) -> None:
         self.data, self.source, self.variable = data, source, variable
         self.shape, self.dtype, self.ndim = data.shape, data.dtype, data.ndim
         self.chunks = data.encoding.get("chunks") or data.shape
+        self.frames = frames
 
     @classmethod
     def of(cls, source: str, variable: str) -> ChunkReader:
         """The reader of ``variable`` in the store at ``source`` (metadata only: no chunk)."""
         lazy = xr.open_dataset(source, engine="zarr", chunks=None, cache=False, **OPEN_OPTIONS)
-        return cls(lazy[variable].variable, source, variable)
+        return cls(lazy[variable].variable, source, variable, BloscFrames.of(source, variable))
 
     def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
         try:
+            if self.frames is not None:
+                self.frames.check(key, self.shape)
             return np.asarray(self.data[key].values)
         except Exception as exc:  # whatever the codecs raise: truncated, garbage, checksum
             raise _error(self.source, self.variable, self._where(key, exc)) from None
@@ -507,10 +513,85 @@ class ChunkReader:
             rows, chunk = region["time"]
             parts.append(f"time {rows.start}-{rows.stop - 1} (stored chunk {rows.start // chunk})")
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        advice = (
+            "; rewrite the store with a checksum (crc32c, as kelr simulate writes) so that any "
+            "damage fails its read"
+            if isinstance(exc, TruncatedFrame)
+            else ""
+        )
         return (
             f"a damaged chunk at {', '.join(parts) or 'an unknown position'} cannot be read "
-            f"({reason}); restore the store from a copy or regenerate it"
+            f"({reason}); restore the store from a copy or regenerate it{advice}"
         )
+
+
+class TruncatedFrame(ValueError):
+    """A Blosc chunk file shorter than its own header says."""
+
+
+@dataclass(frozen=True)
+class BloscFrames:
+    """The chunk files of a local store's variable compressed by Blosc with no checksum after
+    it, checked against their own header before they are decoded: Blosc decodes a truncated
+    frame past its end (a crash of the whole process, about one read in four), and nothing
+    else catches the damage. Plain data (a path and the key format): pickled to workers."""
+
+    directory: str
+    chunks: tuple[int, ...]
+    separator: str
+    lead: str
+
+    #: a Blosc frame's header: its compressed size, header included, is bytes 12-16
+    HEADER = 16
+
+    @classmethod
+    def of(cls, source: str, variable: str) -> BloscFrames | None:
+        """The check for ``variable`` in the store at ``source``; None unless it is a local,
+        unsharded store whose outermost codec is Blosc (a checksum after Blosc already
+        catches a truncated frame)."""
+        if "://" in source:
+            return None
+        try:
+            array = zarr.open_array(source, path=variable, mode="r", use_consolidated=False)
+        except Exception:  # not a zarr array: the read names the problem
+            return None
+        metadata = array.metadata
+        if isinstance(metadata, ArrayV3Metadata):
+            names = [str(codec.to_dict().get("name", "")) for codec in metadata.codecs]
+            outermost = names[-1] if names else ""
+        else:
+            compressor = getattr(metadata, "compressor", None)
+            outermost = str(getattr(compressor, "codec_id", ""))
+        if outermost != "blosc" or array.shards is not None:
+            return None
+        separator, lead = _key_format(array)
+        directory = os.path.join(source, *array.path.split("/"))
+        return cls(directory, tuple(int(c) for c in array.chunks), separator, lead)
+
+    def check(self, key: tuple[slice, ...], shape: tuple[int, ...]) -> None:
+        """Raise :class:`TruncatedFrame` for the first chunk file under the region ``key`` of
+        an array of ``shape`` that is shorter than its header says (a chunk not stored is
+        left to the read: it is the fill value)."""
+        spans = [
+            range(r.start // c, (r.stop - 1) // c + 1) if len(r) else range(0)
+            for r, c in zip(
+                (range(n)[k] for n, k in zip(shape, key, strict=True)), self.chunks, strict=True
+            )
+        ]
+        for index in itertools.product(*spans):
+            name = self.lead + self.separator.join(map(str, index))
+            path = os.path.join(self.directory, *name.split("/"))
+            try:
+                with open(path, "rb") as file:
+                    head, size = file.read(self.HEADER), os.fstat(file.fileno()).st_size
+            except FileNotFoundError:
+                continue
+            said = int.from_bytes(head[12:16], "little") if len(head) == self.HEADER else None
+            if said is None or said > size:
+                raise TruncatedFrame(
+                    f"chunk file {name!r} holds {size} bytes, its Blosc header says "
+                    f"{said if said is not None else 'at least 16'}: truncated"
+                )
 
 
 def as_trajectory(
