@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import xarray as xr
 import zarr
+from conftest import dask_processes_in
 from numcodecs import Blosc
 from zarr.codecs import BloscCodec
-from conftest import dask_processes_in
 
 from kelr_dist import estimate_response
 from kelr_dist.data.store import TrajectoryError, open_trajectory, store_fingerprint
