@@ -423,6 +423,32 @@ def test_worker_that_cannot_open_the_store_is_named(store, client, tmp_path, rec
     assert "PermissionError" in message
 
 
+def test_score_function_the_workers_cannot_import_is_named_before_any_block(
+    store, client, tmp_path
+) -> None:
+    """``--score MOD:FN`` whose module is a file in the directory ``kelr`` runs in: the
+    client imports it, the cluster's workers (started elsewhere) cannot. One line naming the
+    function and a worker, before any block runs."""
+    (tmp_path / "scores_here_only.py").write_text("def score(x):\n    return -x\n")
+    out = tmp_path / "out.zarr"
+    run = subprocess.run(
+        [sys.executable, "-m", "kelr_dist.edges.cli", "estimate", str(store), str(out),
+         "--scheduler", client.scheduler.address, "--exact", "--score", "scores_here_only:score",
+         "--max-lag", str(MAX_LAG), "--quiet"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert re.match(
+        r"kelr estimate: error: the score function scores_here_only:score cannot be loaded on "
+        r"worker tcp://127\.0\.0\.1:\d+( \(and 1 other worker\))?: ModuleNotFoundError: No "
+        r"module named 'scores_here_only'; its module must be importable on every worker",
+        line,
+    ), line
+    assert not out.exists()
+
+
 def test_unreadable_block_names_pass_chunk_store_and_worker(
     store, client, tmp_path, record_property
 ) -> None:

@@ -2,7 +2,8 @@
 
 :class:`PassContext` turns a failed or cancelled future of a pass into one exception whose
 message names where it failed; :func:`check_store_on_workers` fails a pass at once when a
-worker cannot open its store.
+worker cannot open its store; :func:`check_functions_on_workers` fails an estimate before any
+block runs when a worker cannot load a user's function.
 """
 
 from __future__ import annotations
@@ -224,3 +225,56 @@ def check_store_on_workers(trajectory: xr.DataArray, client: Client, where: Pass
             f"cannot open the store: {problem}; the store must be on storage every worker "
             "sees, at the same path"
         )
+
+
+def _loads_problem(payload: bytes) -> str | None:
+    """On a worker: why the pickled ``payload`` cannot be loaded here (its module is not
+    importable, ...)."""
+    import pickle
+
+    try:
+        pickle.loads(payload)  # noqa: S301 - what this client itself sends the workers
+    except Exception as err:  # any reason is reported
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def check_functions_on_workers(functions: dict[str, Any], client: Client | str) -> None:
+    """Fail before any block runs, naming the function and the worker, when a worker cannot
+    load one of ``functions`` (``{what: object}``: a score function, an observable, a
+    forcing given by the user).
+
+    A function is sent to the workers by reference (its module and name): a module importable
+    here but not on a worker (a file in the client's directory, a package installed only
+    here) would otherwise fail the first block that uses it, in a traceback from inside the
+    worker.
+
+    Raises
+    ------
+    ValueError
+        a worker cannot load a function; the message says which, where and why.
+    """
+    from distributed.protocol.pickle import dumps
+
+    from kelr_dist.kernels.response.operator import function_reference
+
+    if isinstance(client, str):  # no workers: this process runs the blocks
+        return
+    for what, function in functions.items():
+        if function is None:
+            continue
+        try:
+            answers = client.run(_loads_problem, dumps(function), on_error="return")
+        except Exception:  # no answer: the tasks will tell
+            return
+        problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
+        if problems:
+            worker, problem = problems[0]
+            others = len(problems) - 1
+            more = f" (and {others} other worker{'s' if others > 1 else ''})" if others else ""
+            raise ValueError(
+                f"the {what} {function_reference(function)} cannot be loaded on worker "
+                f"{worker}{more}: {problem}; its module must be importable on every worker "
+                "(installed there, or on the workers' PYTHONPATH), not only where the "
+                "estimate is started"
+            )

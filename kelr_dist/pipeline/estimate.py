@@ -45,6 +45,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.engine.cluster import client_for
+from kelr_dist.engine.failures import check_functions_on_workers
 from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
 from kelr_dist.kernels.response.blocking import fitted_base_block
 from kelr_dist.kernels.response.operator import (
@@ -209,6 +210,14 @@ def estimate_response(
     inputs = check_inputs(trajectory, options, dt)
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
+        check_functions_on_workers(
+            {
+                "score function": options.score,
+                "observable": getattr(options.observable, "function", None),
+                "forcing": getattr(options.forcing, "function", None),
+            },
+            run_on,
+        )
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
