@@ -83,6 +83,38 @@ class KillOnBlock(WorkerPlugin):
         os._exit(1)
 
 
+class KillAllOnBlock(WorkerPlugin):
+    """Ends every worker process of the cluster at once when one starts block ``(0, k)`` of
+    pass ``pass_name``, once (the ``directory`` holds a file per worker process, named by its
+    pid, and the marker ``killed``)."""
+
+    name = "kelr-fault-all"
+
+    def __init__(self, pass_name: str, directory: str, k: int = 1):
+        self.inner = KillOnBlock(pass_name, k=k)
+        self.directory = Path(directory)
+
+    def setup(self, worker) -> None:
+        (self.directory / str(os.getpid())).touch()
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish != "executing" or not isinstance(key, tuple) or len(key) != 3:
+            return
+        if not (isinstance(key[0], str) and self.inner.pattern.match(key[0])):
+            return
+        if tuple(key[1:]) != self.inner.block:
+            return
+        try:
+            os.close(os.open(self.directory / "killed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        for pid in (int(p.name) for p in self.directory.iterdir() if p.name.isdigit()):
+            if pid != os.getpid():
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        os._exit(1)
+
+
 def tree_digest(path: Path) -> dict[str, str]:
     """``{relative file path: sha256}`` of every file under ``path``."""
     return {
@@ -177,6 +209,18 @@ def test_worker_killed_in_a_pass_gives_the_same_result(
     result = estimate_response(store, client=client, **FAST)
     record_property("seconds_to_outcome", round(time.monotonic() - started, 1))
     assert marker.exists(), f"no worker was killed in pass {pass_name!r}"
+    assert_same_result(result, reference)
+
+
+def test_all_workers_killed_at_once_gives_the_same_result(store, reference, tmp_path) -> None:
+    """Both worker processes killed together in the response pass, the store kept in their
+    memory: the kept blocks are read from the store again on the workers their nannies start
+    (whose addresses are new), and the result is the clean run's."""
+    with killable_cluster() as client:
+        client.register_plugin(KillAllOnBlock("response", str(tmp_path)), name=KillAllOnBlock.name)
+        result = estimate_response(store, client=client, **FAST)
+    assert (tmp_path / "killed").exists(), "the workers were not killed"
+    assert result.attrs["store_reads"] == 1  # the store was kept in the workers' memory
     assert_same_result(result, reference)
 
 

@@ -95,6 +95,12 @@ class PassContext:
                 "start workers, or see their logs for why they died (e.g. killed for exceeding "
                 "their memory limit: give them more memory)"
             )
+        if left == 0:
+            return ClusterError(
+                f"{stuck}: its tasks wait while the {connected} connected workers run none of "
+                "them (no worker meets what the scheduler asks of them, e.g. restrictions to "
+                "workers that are gone); see the scheduler's log"
+            )
         return ClusterError(
             f"{stuck}: {left} workers left while the pass waited; see the workers' logs for why "
             "they died (e.g. killed for exceeding their memory limit: give them more memory)"

@@ -9,11 +9,18 @@ setting of the scheduler process (a scheduler started elsewhere has it off) and 
 tasks already sent to a paused worker, so :class:`Watch` looks at the scheduler's workers
 (``Client.processing``, ``Client.scheduler_info``: status, memory, memory limit) every few
 seconds while no task of the pass finishes, and raises :class:`ClusterError` with one line.
+
+A third case it repairs: a task whose loose worker restrictions (the kept blocks of
+:func:`kelr_dist.engine.placement.keep_in_memory`) name only workers that are gone (all
+workers lost at once) is left in 'no-worker' by dask even when new workers join; such
+restrictions are dropped (:func:`_unrestrict_from_lost_workers`), so the blocks are read from
+the store again on the new workers.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from typing import Any
 
 import dask
@@ -69,6 +76,9 @@ class Watch:
             workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
         except Exception:  # the client's own failure ends the pass's futures
             return
+        if present and now - self.alive_at >= self.interval:
+            with suppress(Exception):  # an old scheduler: dask's own rules then
+                self.client.run_on_scheduler(_unrestrict_from_lost_workers)
         self._check_alive(now, present)
         self._check_paused(now, present, workers)
 
@@ -112,3 +122,26 @@ def _over_target(worker: dict[str, Any]) -> bool:
     target = dask.config.get("distributed.worker.memory.target")
     memory = worker.get("metrics", {}).get("memory", 0)
     return bool(limit and target and memory > float(target) * limit)
+
+
+def _unrestrict_from_lost_workers(dask_scheduler: Any) -> int:
+    """On the scheduler: drop the loose worker restrictions of 'no-worker' tasks that name only
+    workers no longer connected, and send those tasks to the workers there are; returns how
+    many. (Dask looks for a worker among the restricted ones only when a worker joins, and
+    falls back to any worker only while one of them is connected.)"""
+    workers = dask_scheduler.workers
+    stuck = [
+        ts
+        for ts in dask_scheduler.unrunnable
+        if ts.loose_restrictions
+        and ts.worker_restrictions
+        and not any(w in workers for w in ts.worker_restrictions)
+    ]
+    for ts in stuck:
+        ts.worker_restrictions = None
+        ts.loose_restrictions = False
+    if stuck and workers:
+        dask_scheduler.transitions(
+            {ts.key: "processing" for ts in stuck}, stimulus_id=f"kelr-lost-{time.time()}"
+        )
+    return len(stuck)
