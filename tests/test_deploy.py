@@ -8,12 +8,14 @@ group once ``kelr_dist.edges.cli`` exists). A file type this module cannot parse
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import json
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,12 +27,15 @@ import click
 import dask.config
 import numpy as np
 import pytest
+import xarray as xr
 import yaml
+from conftest import free_port
 from distributed.cli.dask_scheduler import main as dask_scheduler_cli
 from distributed.cli.dask_worker import main as dask_worker_cli
 
 from kelr_dist import estimate_response
 from kelr_dist.edges.cli import main as cli_main
+from kelr_dist.models.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -698,6 +703,75 @@ def test_sbatch_directives():
         assert directive.split("=")[0] in known, directive
     names = [argv[:2] for name, argv in COMMANDS if name == "deploy/slurm/kelr.sbatch"]
     assert ["dask", "scheduler"] in names and ["dask", "worker"] in names
+
+
+def test_sbatch_cluster_speaks_tls_with_the_dashboard_on_loopback():
+    text = (DEPLOY / "slurm" / "kelr.sbatch").read_text()
+    commands = [argv for name, argv in COMMANDS if name == "deploy/slurm/kelr.sbatch"]
+    (scheduler,) = [argv for argv in commands if argv[:2] == ["dask", "scheduler"]]
+    (worker,) = [argv for argv in commands if argv[:2] == ["dask", "worker"]]
+    options = dict(zip(scheduler[2::1], [*scheduler[3:], ""], strict=True))
+    assert options["--host"].startswith("tls://")
+    assert options["--dashboard-address"].startswith("127.0.0.1:")
+    for argv, role in ((scheduler, "scheduler"), (worker, "worker")):
+        assert {"--tls-ca-file", "--tls-cert", "--tls-key"} <= set(argv), argv
+        assert argv[argv.index("--tls-cert") + 1].endswith(f"/{role}.pem")
+    assert "--no-dashboard" in worker
+    assert 'SCHEDULER="tls://' in text and "tcp://" not in text
+    assert "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT" in text
+
+
+def test_jobqueue_script_uses_tls_loopback_dashboard_and_write_result():
+    tree = ast.parse((DEPLOY / "slurm" / "jobqueue_slurm.py").read_text())
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    (cluster,) = [c for c in calls if isinstance(c.func, ast.Name) and c.func.id == "SLURMCluster"]
+    keywords = {keyword.arg: keyword.value for keyword in cluster.keywords}
+    assert ast.literal_eval(keywords["protocol"]) == "tls" and "security" in keywords
+    options = ast.literal_eval(keywords["scheduler_options"])
+    assert options["dashboard_address"].startswith("127.0.0.1:")
+    (made,) = [c for c in calls if isinstance(c.func, ast.Name) and c.func.id == "Security"]
+    security = {keyword.arg: keyword.value for keyword in made.keywords}
+    assert ast.literal_eval(security["require_encryption"]) is True
+    attributes = {c.func.attr for c in calls if isinstance(c.func, ast.Attribute)}
+    assert "write_result" in attributes and "to_zarr" not in attributes
+
+
+@pytest.mark.slow
+def test_sbatch_recipe_runs_over_tls(tmp_path):
+    """The recipe itself, run by bash on this machine (``srun`` replaced by a script that runs
+    its command once): certificates from make-certs.sh, a TLS scheduler and worker, and kelr's
+    info, estimate and report against them."""
+    certs, bin_ = tmp_path / "certs", tmp_path / "bin"
+    host = socket.gethostname()
+    subprocess.run([str(DEPLOY / "tls" / "make-certs.sh"), str(certs), host, "localhost"],
+                   check=True, capture_output=True)  # fmt: skip
+    bin_.mkdir()
+    srun = bin_ / "srun"
+    srun.write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n')
+    srun.chmod(0o755)
+    store, out = tmp_path / "ou.zarr", tmp_path / "response.zarr"
+    simulate("ou", store, 20_000, chunk=5_000, seed=3, progress=False)
+    env = os.environ | {
+        "PATH": f"{bin_}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "KELR_TLS_CERTS": str(certs),
+        "KELR_SCHEDULER_PORT": str(free_port()),
+        "TMPDIR": str(tmp_path),
+    }
+    run = subprocess.Popen(
+        ["bash", str(DEPLOY / "slurm" / "kelr.sbatch"), str(store), str(out)], env=env,
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = run.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)  # the worker srun started
+    assert run.returncode == 0, stderr[-3000:]
+    result = xr.open_zarr(out, consolidated=False)
+    assert result.attrs["n_samples"] == 20_000
+    assert (tmp_path / "response-figures").is_dir()
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, object]:
