@@ -407,6 +407,24 @@ def test_damaged_chunk_on_the_embedded_cluster(store, tmp_path) -> None:
 NESTED = "[" * 100_000 + "]" * 100_000
 
 
+def test_a_10_mb_model_attribute_is_neither_copied_nor_printed_whole(store, tmp_path) -> None:
+    huge = tmp_path / "huge.zarr"
+    shutil.copytree(store, huge)
+    zarr.open_group(huge, mode="r+", use_consolidated=False).attrs["model"] = "m" * 10 * 2**20
+    info = kelr("info", huge)
+    assert info.returncode == 0, info.stderr
+    assert len(info.stdout) < 10_000 and "(cut: 10485760 characters)" in info.stdout
+    out = tmp_path / "out.zarr"
+    run = kelr("estimate", huge, out, *FAST)
+    assert run.returncode == 0, run.stderr
+    model = xr.open_zarr(out, consolidated=False).attrs["model"]
+    assert model.startswith("mmm") and model.endswith("... (cut: 10485760 characters)")
+    assert len(model) < 3000
+    report = kelr("report", out)
+    assert report.returncode == 0, report.stderr
+    assert len(report.stdout) < 10_000 and "mmm..." in report.stdout
+
+
 def test_nested_model_params_in_a_store(store, tmp_path) -> None:
     nested = tmp_path / "nested.zarr"
     shutil.copytree(store, nested)

@@ -1038,6 +1038,15 @@ def parse_json_attr(text: str, name: str = "attribute") -> Any:
         raise ValueError(f"{name}: not valid JSON ({err})") from None
 
 
+def cut_attr(value: Any, limit: int = MAX_ATTR_CHARS) -> Any:
+    """A provenance attribute as results keep and commands show it: a text longer than
+    ``limit`` characters cut to ``limit``, with how long it was (a store's attributes can be
+    of any size); anything else as it is."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}... (cut: {len(value)} characters)"
+    return value
+
+
 def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     """A summary of a validated trajectory (from :func:`open_trajectory`) for ``kelr info``.
 
@@ -1052,6 +1061,7 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     when it would not).
     """
     origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}
+    origin.update({k: cut_attr(v) for k, v in origin.items() if k != "model_params"})
     if isinstance(origin.get("model_params"), str):
         try:
             origin["model_params"] = parse_json_attr(origin["model_params"], "model_params")

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import numpy as np
 import xarray as xr
 
-from kelr_dist.data.store import parse_json_attr
+from kelr_dist.data.store import cut_attr, parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.edges.distribution_plot import distribution_figures
 from kelr_dist.edges.plotting import new_figure
@@ -53,6 +53,8 @@ ESTIMATES = {
 ERROR_HORIZON = 10.0
 #: characters per line of a figure's title (the criteria figure's reason is wrapped, not clipped)
 TITLE_WIDTH = 130
+#: most characters of a model's name the report's table shows (a store's attribute can be long)
+SHOWN_MODEL = 120
 #: grid points per axis of the density figure, by dimension (at most ~2e5 points)
 DENSITY_GRID = {1: 400, 2: 161, 3: 41}
 # the density figure shows where the marginal exceeds this fraction of its maximum
@@ -356,7 +358,7 @@ def headline(ds: xr.Dataset, name: str) -> str:
 def summary(ds: xr.Dataset, name: str | None = None) -> str:
     """The report table of a result (several lines, no trailing newline)."""
     a = ds.attrs
-    origin = f"model {a['model']}, " if "model" in a else ""
+    origin = f"model {cut_attr(a['model'], SHOWN_MODEL)}, " if "model" in a else ""
     t_max = float(ds["time"].values[-1])
     rows = [
         ("result", name or a.get("store", "")),

@@ -17,6 +17,7 @@ import xarray as xr
 from kelr_dist import __version__
 from kelr_dist.data.store import (
     IN_MEMORY,
+    cut_attr,
 )
 from kelr_dist.kernels.bases.coordinates import Periodicity
 from kelr_dist.kernels.bases.spec import format_basis
@@ -139,7 +140,11 @@ def conclude(
         "variable": str(traj.name),
         "kelr_dist_version": __version__,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        **{k: json_attr(traj.attrs[k]) for k in ("model", "model_params") if k in traj.attrs},
+        **{
+            k: cut_attr(json_attr(traj.attrs[k]))
+            for k in ("model", "model_params")
+            if k in traj.attrs
+        },
     }
     if ke is not None:
         attrs.update(
