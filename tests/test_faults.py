@@ -576,6 +576,23 @@ def test_full_disk_during_write_result_keeps_the_previous_result(writer, referen
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.zarr"]
 
 
+def test_full_disk_during_report_figures_leaves_no_folder_and_names_the_path(
+    reference, tmp_path
+) -> None:
+    result, figures = tmp_path / "result.zarr", tmp_path / "new" / "figures"
+    write_result(reference, result)
+    report = """
+        from kelr_dist.edges.cli import main
+        main(["report", sys.argv[2], "--figures", sys.argv[3]])
+    """
+    run = run_limited(report, 2_000, str(result), str(figures))  # no figure fits
+    assert run.returncode == 2, run.stdout + run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("kelr report: error: [Errno 27] File too large: "), line
+    assert f"'{figures}/" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.zarr"]  # no empty folder
+
+
 def test_full_disk_during_simulate_leaves_a_resumable_store(tmp_path) -> None:
     """The disk fills after a few chunks: the store stays incomplete (and says so); the same
     call without the limit resumes it into exactly the store of an uninterrupted run."""

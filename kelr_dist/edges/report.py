@@ -25,6 +25,7 @@ import os
 import re
 import textwrap
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -895,9 +896,14 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
     -------
     The paths written. Each file is written to a temporary name and renamed, so an
     interrupted report leaves no truncated PNG.
+
+    Raises
+    ------
+    OSError
+        a figure that cannot be written (a full disk, no permission), naming its path; the
+        folders this call made are removed again with what it wrote in them.
     """
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
     figures = {"response.png": plot_responses(ds)}
     if "candidate_loss" in ds:
         figures["selection.png"] = plot_selection(ds)
@@ -908,11 +914,24 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
         if density is not None:
             figures["density.png"] = density
     figures.update(distribution_figures(ds))  # a pdf estimate's distribution_<j>.png
-    written = []
-    for name, fig in figures.items():
-        target = folder / name
-        partial = folder / f".{name}.partial"
-        fig.savefig(partial, dpi=110, format="png")
-        os.replace(partial, target)
-        written.append(target)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    written: list[Path] = []
+    target = folder
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, fig in figures.items():
+            target, partial = folder / name, folder / f".{name}.partial"
+            fig.savefig(partial, dpi=110, format="png")
+            os.replace(partial, target)
+            written.append(target)
+    except OSError as err:
+        for path in (folder / f".{n}.partial" for n in figures):
+            path.unlink(missing_ok=True)
+        if made:
+            for path in written:
+                path.unlink(missing_ok=True)
+            for path in made:
+                with suppress(OSError):
+                    path.rmdir()
+        raise OSError(err.errno, err.strerror or str(err), str(target)) from None
     return written
