@@ -425,6 +425,22 @@ def test_a_10_mb_model_attribute_is_neither_copied_nor_printed_whole(store, tmp_
     assert len(report.stdout) < 10_000 and "mmm..." in report.stdout
 
 
+def one_array_forcing(x):
+    """A forcing that forgets its divergence: returns c only."""
+    return x.copy()
+
+
+def test_a_forcing_that_returns_one_array_is_named(store) -> None:
+    with pytest.raises(ValueError) as err:
+        estimate_response(store, forcing=one_array_forcing, client="synchronous", max_lag=40,
+                          max_order=20, progress=False)  # fmt: skip
+    message = str(err.value)
+    assert message.startswith(
+        "the forcing test_faults_inputs:one_array_forcing returned one ndarray of shape ("
+    ), message
+    assert "a forcing returns a pair (c, dc)" in message and "\n" not in message
+
+
 def test_nested_model_params_in_a_store(store, tmp_path) -> None:
     nested = tmp_path / "nested.zarr"
     shutil.copytree(store, nested)

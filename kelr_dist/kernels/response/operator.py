@@ -254,9 +254,20 @@ class Forcing:
         """``c`` and ``∂_i c_i`` at ``x (n, d)``, each ``(n, d)``."""
         if self.function is None:
             return np.ones(x.shape), np.zeros(x.shape)
-        c, dc = (
-            np.asarray(v, dtype=np.float64) for v in call_user_function("forcing", self.function, x)
-        )
+        returned = call_user_function("forcing", self.function, x)
+        if not (isinstance(returned, tuple | list) and len(returned) == 2):
+            what = (
+                f"a {type(returned).__name__} of {len(returned)} values"
+                if isinstance(returned, tuple | list)
+                else f"one {type(returned).__name__}"
+                + (f" of shape {np.shape(returned)}" if hasattr(returned, "shape") else "")
+            )
+            raise ValueError(
+                f"the forcing {function_reference(self.function)} returned {what}; a forcing "
+                "returns a pair (c, dc): the profile c and its divergence terms dc_i = ∂_i c_i, "
+                f"each of shape {x.shape} (eq. 5)"
+            )
+        c, dc = (np.asarray(v, dtype=np.float64) for v in returned)
         if c.shape != x.shape or dc.shape != x.shape:
             raise ValueError(
                 f"forcing returned shapes {c.shape} and {dc.shape}, expected {x.shape} each"
