@@ -179,29 +179,19 @@ def store_fingerprint(source: str, variable: str) -> str | None:
     if not isinstance(array, zarr.Array):
         return None
     store = array.store_path.store
-    prefix = f"{array.path}/" if array.path else ""
-    local = "://" not in source
 
-    async def listing() -> list[tuple[str, int, int]]:
-        found = []
-        async for key in store.list_prefix(prefix):
-            if local:
-                stat = os.stat(os.path.join(source, key))
-                found.append((key, stat.st_size, stat.st_mtime_ns))
-            else:
-                found.append((key, int(await store.getsize(key)), 0))
-        return sorted(found)
+    def described(key: str) -> tuple[str, int, int]:
+        if "://" in source:
+            return key, int(sync(store.getsize(key))), 0
+        stat = os.stat(os.path.join(source, key))
+        return key, stat.st_size, stat.st_mtime_ns
 
     try:
-        objects = sync(listing())
+        objects = sorted(described(key) for key in _keys(array))
     except OSError:  # a file removed between the listing and its stat: the store is changing
         objects = [("<changing>", 0, time.time_ns())]
-    described = {
-        "group": group.attrs.asdict(),
-        "array": array.metadata.to_dict(),
-        "objects": objects,
-    }
-    text = json.dumps(described, sort_keys=True, default=str)
+    state = {"group": group.attrs.asdict(), "array": array.metadata.to_dict(), "objects": objects}
+    text = json.dumps(state, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -347,19 +337,26 @@ def _dimension_names(array: zarr.Array) -> list[str]:
     return [str(n) for n in names]
 
 
-def _chunk_files(array: zarr.Array, ndim: int) -> set[tuple[int, ...]]:
-    """The chunk (or shard) indices with a stored object, from one listing of the array's
-    keys."""
+def _keys(array: zarr.Array) -> list[str]:
+    """The keys of every object under ``array`` in its store (chunks and metadata), from one
+    listing."""
     from zarr.core.sync import sync
 
-    separator, lead = _key_format(array)
     prefix = f"{array.path}/" if array.path else ""
 
     async def keys() -> list[str]:
         return [key async for key in array.store_path.store.list_prefix(prefix)]
 
+    return sync(keys())
+
+
+def _chunk_files(array: zarr.Array, ndim: int) -> set[tuple[int, ...]]:
+    """The chunk (or shard) indices with a stored object, from one listing of the array's
+    keys."""
+    separator, lead = _key_format(array)
+    prefix = f"{array.path}/" if array.path else ""
     stored = set()
-    for key in sync(keys()):
+    for key in _keys(array):
         relative = key[len(prefix) :]
         if not relative.startswith(lead):
             continue

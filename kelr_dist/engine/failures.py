@@ -204,6 +204,18 @@ def _store_problem(path: str, variable: str) -> str | None:
     return None
 
 
+def _first_problem(answers: dict[str, Any]) -> tuple[str, str] | None:
+    """The first worker (by address) whose ``client.run`` answer is a problem (a text), as
+    ``"ADDRESS (and N other workers)"``, and its problem; None when no worker has one."""
+    problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
+    if not problems:
+        return None
+    worker, problem = problems[0]
+    others = len(problems) - 1
+    more = f" (and {others} other worker{'s' if others > 1 else ''})" if others else ""
+    return worker + more, problem
+
+
 def check_store_on_workers(trajectory: xr.DataArray, client: Client, where: PassContext) -> None:
     """Fail at once, naming the store and the worker, when a worker cannot open the store.
 
@@ -221,13 +233,11 @@ def check_store_on_workers(trajectory: xr.DataArray, client: Client, where: Pass
         answers = client.run(_store_problem, store, variable, on_error="return")
     except Exception:  # no answer: the tasks will tell
         return
-    problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
-    if problems:
-        worker, problem = problems[0]
-        others = len(problems) - 1
-        more = f" (and {others} other worker{'s' if others > 1 else ''})" if others else ""
+    found = _first_problem(answers)
+    if found is not None:
+        worker, problem = found
         raise TrajectoryError(
-            f"store {store!r}, variable {variable!r}: {where.name}: worker {worker}{more} "
+            f"store {store!r}, variable {variable!r}: {where.name}: worker {worker} "
             f"cannot open the store: {problem}; the store must be on storage every worker "
             "sees, at the same path"
         )
@@ -273,14 +283,12 @@ def check_functions_on_workers(functions: dict[str, Any], client: Client | str) 
             answers = client.run(_loads_problem, dumps(function), on_error="return")
         except Exception:  # no answer: the tasks will tell
             return
-        problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
-        if problems:
-            worker, problem = problems[0]
-            others = len(problems) - 1
-            more = f" (and {others} other worker{'s' if others > 1 else ''})" if others else ""
+        found = _first_problem(answers)
+        if found is not None:
+            worker, problem = found
             raise ValueError(
                 f"the {what} {function_reference(function)} cannot be loaded on worker "
-                f"{worker}{more}: {problem}; its module must be importable on every worker "
+                f"{worker}: {problem}; its module must be importable on every worker "
                 "(installed there, or on the workers' PYTHONPATH), not only where the "
                 "estimate is started"
             )
