@@ -44,6 +44,7 @@ _EXPORTS = {
     "density_from_result": "pipeline.result",
     "estimate_response": "pipeline.estimate",
     "BiasWarning": "pipeline.warnings",
+    "ConditioningWarning": "pipeline.warnings",
     "ConvergenceWarning": "pipeline.warnings",
     "EdgeWarning": "pipeline.warnings",
     "DisagreementWarning": "pipeline.warnings",

@@ -121,7 +121,7 @@ def kde_response(store: Path, client: Any, max_lag: int) -> tuple[xr.Dataset, Bi
     """The KDE-baseline response alone (Silverman bandwidth, binned KDE): survey, binning,
     response pass; returns ``response_kde`` (+ ``_stderr``) and the KDE."""
     passes, components = steps_on(store, client)
-    survey = survey_data(passes, identity_observable(components), covariance=True)
+    survey = survey_data(passes, identity_observable(components))
     assert survey.sample is not None
     kde = fit_estimators(passes, kde_grid=kde_grid_and_bandwidth(survey.sample)).kde
     assert kde is not None
