@@ -8,6 +8,7 @@ import pytest
 
 from kelr_dist import ConditioningWarning, estimate_response
 from kelr_dist.kernels.response.stein_correction import affine_fit
+from kelr_dist.kernels.scores.selection import convergence, windowed_max
 
 
 def _ar1(n: int, d: int, seed: int = 0) -> np.ndarray:
@@ -59,3 +60,19 @@ def test_an_ill_conditioned_gram_matrix_is_warned_about() -> None:
     assert ds.attrs["gram_condition"] > 1e10
     assert any(issubclass(w.category, ConditioningWarning) for w in caught)
     assert "ConditioningWarning: score matching's Gram matrix" in ds.attrs["warnings"]
+
+
+def test_a_nan_shell_norm_is_not_converged() -> None:
+    # η at order 2 is not finite: orders 0..2 have an unknown later shell, not a vanishing one
+    eta = np.array([1.0, 0.5, np.nan, 0.01, 0.01, np.nan])  # the last: the scan's end
+    later_max, line = convergence(eta)
+    assert line == pytest.approx(0.02)
+    np.testing.assert_array_equal(later_max <= line, [False, False, False, True, True, True])
+    # a NaN at the level the scan ends at leaves no order converged
+    later_max, line = convergence(np.array([1.0, 0.5, 0.01, np.nan, np.nan]))
+    assert not np.any(later_max <= line)
+
+
+def test_a_nan_error_bound_is_never_the_least() -> None:
+    np.testing.assert_array_equal(windowed_max(np.array([0.3, np.nan, 0.2, 0.1]), 0),
+                                  [0.3, np.inf, 0.2, 0.1])  # fmt: skip
