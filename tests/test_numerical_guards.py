@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from kelr_dist import ConditioningWarning, estimate_response
+from kelr_dist.kernels.bases.families import Coordinate, Hermite, TensorBasis
 from kelr_dist.kernels.response.stein_correction import affine_fit
+from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
 from kelr_dist.kernels.scores.selection import convergence, windowed_max
 
 
@@ -76,3 +78,63 @@ def test_a_nan_shell_norm_is_not_converged() -> None:
 def test_a_nan_error_bound_is_never_the_least() -> None:
     np.testing.assert_array_equal(windowed_max(np.array([0.3, np.nan, 0.2, 0.1]), 0),
                                   [0.3, np.inf, 0.2, 0.1])  # fmt: skip
+
+
+def _with_outlier(n: int = 20000, sigmas: float = 30.0) -> np.ndarray:
+    x = _ar1(n, 2, seed=1)
+    x[n // 2, 0] = sigmas
+    return x
+
+
+def test_a_beta_that_cannot_work_on_gaussian_tails_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"component 'x1': basis beta=3 cannot work"):
+        estimate_response(
+            _with_outlier(), client="synchronous", max_lag=3, estimator="kernel-embedding",
+            basis="hermite(beta=3),hermite", order=10,
+        )  # fmt: skip
+
+
+def test_a_30_sigma_outlier_gives_a_finite_estimate_end_to_end() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = estimate_response(_with_outlier(), client="synchronous", max_lag=3)
+    both = [name for name in ("response_kernel_embedding", "response_score_matching") if name in ds]
+    for name in ["response", *both]:
+        assert np.isfinite(ds[name].values).all(), name
+    assert len(both) == 1
+
+
+def test_overflowing_coefficient_integrands_are_refused_naming_coordinate_order_and_beta() -> None:
+    x = _with_outlier()
+    basis = TensorBasis((Coordinate(Hermite()), Coordinate(Hermite(beta=3.0))), 10)
+    with pytest.raises(ValueError, match=r"coordinate 1 \(hermite\(beta=3\)\), order 0: its "
+                       r"integrand is beyond float64 on 1 of the samples"):  # fmt: skip
+        KernelDensity.fit(basis, x[:, ::-1])
+    one = TensorBasis((Coordinate(Hermite(beta=1.4)),), 40)  # the recurrence without tables
+    x[0, 0] = 70.0
+    with pytest.raises(ValueError, match=r"coordinate 0 \(hermite\(beta=1.4\)\), order"):
+        KernelDensity.fit(one, x[:, :1])
+
+
+@pytest.mark.parametrize(
+    ("y", "order", "weight"),
+    [(100.0, 300, 0.0), (25.0, 100, -2.0), (1e3, 200, -1.0), (-40.0, 50, -3.0)],
+)
+def test_weighted_polynomials_are_never_nan(y: float, order: int, weight: float) -> None:
+    values = Hermite().weighted_polynomials(np.array([y, -y, 0.0, 1.0]), order, weight)
+    assert not np.isnan(values).any()
+    assert np.isfinite(values[2:]).all()
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_the_coefficient_variance_takes_both_moments_from_the_same_rows(d: int) -> None:
+    # the rows of the variance's subsample (every 16th) are ±1, the others 5: the integrand y of
+    # order 1 has variance 1 there; E[y] of all rows (4.75) with E[y²] of those would give 0
+    x = np.full((1600, d), 5.0)
+    x[::16, 0] = np.resize([1.0, -1.0], 100)
+    if d == 2:
+        x[:, 1] = np.random.default_rng(0).normal(size=1600)
+    basis = TensorBasis(tuple(Coordinate(Hermite()) for _ in range(d)), 1)
+    density = KernelDensity.fit(basis, x)
+    first = np.flatnonzero((basis.indices[:, 0] == 1) & (basis.indices.sum(axis=1) == 1))[0]
+    assert density.variances[first] == pytest.approx(1.0 / 1600)
