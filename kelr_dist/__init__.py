@@ -40,6 +40,7 @@ _EXPORTS = {
     "ClusterError": "engine.cluster",
     "close_embedded_cluster": "engine.cluster",
     "get_client": "engine.cluster",
+    "WorkerTuning": "engine.cluster",
     "KernelDensity": "kernels.scores.kernel_embedding",
     "density_from_result": "pipeline.result",
     "estimate_response": "pipeline.estimate",
