@@ -41,6 +41,7 @@ import xarray as xr  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import kelr_dist  # noqa: E402
+import kelr_dist.edges.analysis  # noqa: E402, F401  (registers the .kelr accessor)
 from kelr_dist.kernels.baselines.kde import BinnedKDE  # noqa: E402
 from kelr_dist.kernels.response.operator import (  # noqa: E402
     DensityScore,
