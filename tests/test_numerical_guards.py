@@ -138,3 +138,23 @@ def test_the_coefficient_variance_takes_both_moments_from_the_same_rows(d: int) 
     density = KernelDensity.fit(basis, x)
     first = np.flatnonzero((basis.indices[:, 0] == 1) & (basis.indices.sum(axis=1) == 1))[0]
     assert density.variances[first] == pytest.approx(1.0 / 1600)
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"progress": "yes"}, r"^progress: expected true or false, got 'yes'$"),
+        ({"n_workers": 0}, r"^n_workers: expected a positive integer, got 0$"),
+        ({"client": 42}, r"^client: expected a distributed.Client, a scheduler address"),
+        ({"client": "synchronous", "n_workers": 2},
+         r"^n_workers applies to the embedded cluster only, not with client$"),
+        ({"memory_limit": -5}, r"^memory_limit: expected a memory size"),
+        ({"dt": float("nan")}, r"^dt: expected a positive finite number"),
+    ],
+)  # fmt: skip
+def test_the_cluster_keywords_and_dt_are_validated_by_the_options_model(
+    keywords: dict, message: str
+) -> None:
+    # refused before the trajectory is looked at (it is not even an array here)
+    with pytest.raises(ValueError, match=message):
+        estimate_response(object(), **keywords)

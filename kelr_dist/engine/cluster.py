@@ -559,16 +559,12 @@ def client_for(
     Raises
     ------
     ValueError
-        ``client`` is of another type; as :func:`get_client` otherwise.
+        as :func:`get_client` (``client`` itself is validated by the options model,
+        :class:`kelr_dist.pipeline.options.ClusterOptions`).
     """
     if client == SYNCHRONOUS or isinstance(client, Client):
         yield client
         return
-    if client is not None and not isinstance(client, str):
-        raise ValueError(
-            f"client={client!r} must be a distributed.Client, a scheduler address, "
-            f"{SYNCHRONOUS!r} or None"
-        )
     created_from_address = _scheduler_address(client) is not None
     made = get_client(client, n_workers=n_workers, memory_limit=memory_limit, quiet=quiet)
     try:
