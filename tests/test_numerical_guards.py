@@ -158,3 +158,20 @@ def test_the_cluster_keywords_and_dt_are_validated_by_the_options_model(
     # refused before the trajectory is looked at (it is not even an array here)
     with pytest.raises(ValueError, match=message):
         estimate_response(object(), **keywords)
+
+
+def test_the_adaptive_growth_starts_from_collinear_features_without_failing() -> None:
+    # the kernel-level growth, given two identical components: the start set's Gram matrix is
+    # singular, and its inverse is the guarded pseudo-inverse of score matching's solve
+    from kelr_dist.kernels.reduction import reduce_in_memory
+    from kelr_dist.kernels.scores.folds import Folds
+    from kelr_dist.kernels.scores.index_sets import dictionary, grow
+    from kelr_dist.kernels.scores.score_matching import gram_reduction
+
+    x = _ar1(8000, 1)
+    x = np.hstack([x, x])
+    coordinates = tuple(Coordinate(Hermite(), float(c.mean()), float(c.std())) for c in x.T)
+    features = dictionary(coordinates, 2, 30)
+    sums = reduce_in_memory(gram_reduction(features, Folds(4, 1, len(x))), x, 4000)
+    path = grow(sums, features.mask(1))
+    assert np.isfinite(path.losses[0]).all()
