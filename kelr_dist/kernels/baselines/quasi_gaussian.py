@@ -62,7 +62,9 @@ def collinear_component(cov: np.ndarray) -> tuple[int, float] | None:
 
 
 def _covariance_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> Partial:
-    x = as_samples("samples", x)
+    # non-finite samples are refused by the moments pass of the same read, which names them;
+    # here they only make the covariance non-finite
+    x = np.asarray(x, dtype=np.float64)
     if x.shape[0] == 0:
         d = x.shape[1]
         return {
