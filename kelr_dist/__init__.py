@@ -6,9 +6,10 @@ The main entry points::
     kelr_dist.open_trajectory(path)                      # validate a store
     kelr_dist.estimate_response(path_or_array, ...)      # the response k(lag, i, j)
 
-See ``docs/architecture.md`` for the module map. Importing the package registers the
-``Dataset.kelr`` accessor (:mod:`kelr_dist.edges.analysis`) as soon as xarray is imported
-(:mod:`kelr_dist.edges.accessor`), so that the package itself imports neither xarray nor pandas.
+See ``docs/architecture.md`` for the module map. The package itself imports neither xarray nor
+pandas. The ``Dataset.kelr`` accessor is registered by the module that defines it,
+:mod:`kelr_dist.edges.analysis`, when it is imported: ``import kelr_dist.edges.analysis``, or the
+first use of a name the package exports from it (``kelr_dist.predict_response``, ``step``, ...).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -17,10 +18,6 @@ try:
     __version__ = version("kelr_dist")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
-
-from kelr_dist.edges.accessor import register_when_xarray_is_imported  # noqa: E402
-
-register_when_xarray_is_imported()
 
 #: public name -> defining module; imported on first use (PEP 562), so that worker processes,
 #: which import the package to unpickle a kernel, load only the modules that kernel needs
@@ -40,10 +37,12 @@ _EXPORTS = {
     "ClusterError": "engine.cluster",
     "close_embedded_cluster": "engine.cluster",
     "get_client": "engine.cluster",
+    "WorkerTuning": "engine.cluster",
     "KernelDensity": "kernels.scores.kernel_embedding",
     "density_from_result": "pipeline.result",
     "estimate_response": "pipeline.estimate",
     "BiasWarning": "pipeline.warnings",
+    "ConditioningWarning": "pipeline.warnings",
     "ConvergenceWarning": "pipeline.warnings",
     "EdgeWarning": "pipeline.warnings",
     "DisagreementWarning": "pipeline.warnings",

@@ -41,6 +41,7 @@ import xarray as xr  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import kelr_dist  # noqa: E402
+import kelr_dist.edges.analysis  # noqa: E402, F401  (registers the .kelr accessor)
 from kelr_dist.kernels.baselines.kde import BinnedKDE  # noqa: E402
 from kelr_dist.kernels.response.operator import (  # noqa: E402
     DensityScore,
@@ -121,7 +122,7 @@ def kde_response(store: Path, client: Any, max_lag: int) -> tuple[xr.Dataset, Bi
     """The KDE-baseline response alone (Silverman bandwidth, binned KDE): survey, binning,
     response pass; returns ``response_kde`` (+ ``_stderr``) and the KDE."""
     passes, components = steps_on(store, client)
-    survey = survey_data(passes, identity_observable(components), covariance=True)
+    survey = survey_data(passes, identity_observable(components))
     assert survey.sample is not None
     kde = fit_estimators(passes, kde_grid=kde_grid_and_bandwidth(survey.sample)).kde
     assert kde is not None

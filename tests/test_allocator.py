@@ -8,6 +8,7 @@ from kelr_dist.engine.allocator import (
     TRIM_THRESHOLD,
     release_free_memory,
     release_when_full,
+    restore_allocator,
     thresholds,
     tune_allocator,
 )
@@ -38,3 +39,10 @@ def test_free_memory_goes_back_only_above_a_share_of_the_memory_limit():
     assert release_when_full(2**60) is False  # far below the limit
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert release_when_full(2**20) is True  # every Python process holds more than 0.5 MiB
+
+
+def test_the_thresholds_go_back_to_glibcs_when_the_tuning_is_removed():
+    tuned, restored = tune_allocator(300 * 2**20, one_arena=False), restore_allocator()
+    assert tuned == restored
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert restored is True

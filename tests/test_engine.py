@@ -22,7 +22,7 @@ from dask.callbacks import Callback
 from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
-from kelr_dist.engine.cluster import close_embedded_cluster, get_client
+from kelr_dist.engine.cluster import WorkerTuning, close_embedded_cluster, get_client
 from kelr_dist.engine.passes import (
     build_graph,
     keep_in_memory,
@@ -540,37 +540,37 @@ def blas_threads(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
     return np.array([max(p["num_threads"] for p in threadpool_info())])
 
 
-def thread_cap_in_this_process() -> tuple[int, int, int]:
-    """(pools before, after cap_thread_pools(1), after cap_thread_pools(8))."""
-    from threadpoolctl import threadpool_info
-
-    from kelr_dist.engine.graph import cap_thread_pools
-
-    def most() -> int:
-        return max(p["num_threads"] for p in threadpool_info())
-
-    before = most()
-    cap_thread_pools(1)
-    capped = most()
-    cap_thread_pools(8)  # never raised
-    return before, capped, most()
-
-
-def test_tasks_run_with_the_workers_share_of_blas_threads(monkeypatch) -> None:
-    """A worker process started with 2 BLAS threads (the caller's environment) and 2 task
-    threads: its tasks run BLAS at its share of the cores."""
+def test_a_users_workers_are_left_alone_unless_they_register_the_tuning(monkeypatch) -> None:
+    """A user's worker process started with 2 BLAS threads (the caller's environment) and 2
+    task threads: the passes leave its pools as they are; registering ``WorkerTuning`` lowers
+    them to the worker's share, and removing it puts them back."""
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         monkeypatch.setenv(name, "2")  # the nanny hands the caller's values to the worker
+    x = as_dask(np.zeros((1, 40, 2)), 10)
+    share = max(1, dask.system.CPU_COUNT // 2)
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
-        x = np.zeros((1, 40, 2))
-        seen = run_reduction(as_dask(x, 10), Reduction("blas", blas_threads), client)
-        assert client.submit(thread_cap_in_this_process, pure=False).result() == (1, 1, 1)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:  # fmt: skip
-        assert client.submit(thread_cap_in_this_process, pure=False).result() == (2, 1, 1)
-    share = max(1, dask.system.CPU_COUNT // 2)
-    assert seen[0] == 4 * min(2, share)  # four blocks, each at the worker's share
+        untouched = run_reduction(x, Reduction("blas", blas_threads), client)
+        client.register_plugin(WorkerTuning())
+        tuned = run_reduction(x, Reduction("blas", blas_threads), client)
+        client.unregister_worker_plugin(WorkerTuning.name)
+        undone = run_reduction(x, Reduction("blas", blas_threads), client)
+    assert untouched[0] == 4 * 2  # four blocks, each with the pools the worker started with
+    assert tuned[0] == 4 * min(2, share)  # each at the worker's share
+    assert undone[0] == 4 * 2
+
+
+def test_the_embedded_workers_run_at_their_share_of_blas_threads(monkeypatch) -> None:
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, "8")
+    close_embedded_cluster()
+    try:
+        client = get_client(n_workers=1, memory_limit="400MiB")
+        seen = run_reduction(as_dask(np.zeros((1, 40, 2)), 10), Reduction("blas", blas_threads),
+                             client)  # fmt: skip
+    finally:
+        close_embedded_cluster()
+    assert seen[0] == 4 * max(1, dask.system.CPU_COUNT)
 
 
 PASS_NAMES: list[str] = []

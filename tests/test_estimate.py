@@ -601,14 +601,14 @@ def test_dt_follows_one_rule_for_paths_datasets_and_arrays(tmp_path: Path) -> No
         xr.DataArray(x, dims=("time", "component"), coords={"time": 0.05 * np.arange(3_000)}),
     ]
     for data in own:
-        assert check_inputs(data, options, dt=0.05).trajectory.attrs["dt"] == 0.05
+        assert check_inputs(data, EstimateOptions(dt=0.05)).trajectory.attrs["dt"] == 0.05
         with pytest.raises(TrajectoryError, match=r"dt=0.1 given, but the data's .* says 0.05"):
-            check_inputs(data, options, dt=0.1)
-    assert check_inputs(without, options, dt=0.2).trajectory.attrs["dt"] == 0.2
+            check_inputs(data, EstimateOptions(dt=0.1))
+    assert check_inputs(without, EstimateOptions(dt=0.2)).trajectory.attrs["dt"] == 0.2
     with pytest.raises(TrajectoryError, match=r"no time step: .* \(or dt= to estimate_response\)"):
         check_inputs(without, options)
-    with pytest.raises(TrajectoryError, match="dt=-1.0 is not a positive finite number"):
-        check_inputs(xr.DataArray(x, dims=("time", "component")), options, dt=-1.0)
+    with pytest.raises(ValueError, match=r"^dt: expected a positive finite number"):
+        estimate_response(xr.DataArray(x, dims=("time", "component")), dt=-1.0)
 
 
 @pytest.mark.slow
@@ -658,8 +658,8 @@ def test_one_naming_rule_for_components_by_every_route(tmp_path: Path) -> None:
     values = store.values[0]
     routes = [values, pd.DataFrame(values), xr.DataArray(values, dims=("time", "component"))]
     for data in routes:
-        names = check_inputs(data, options, dt=0.1).trajectory["component"].values.tolist()
-        assert names == store["component"].values.tolist() == ["x1", "x2"]
+        names = check_inputs(data, EstimateOptions(dt=0.1)).trajectory["component"]
+        assert names.values.tolist() == store["component"].values.tolist() == ["x1", "x2"]
 
 
 def test_pandas_columns_name_the_components() -> None:

@@ -152,9 +152,15 @@ def test_import_kelr_dist_is_light_and_the_accessor_still_registers() -> None:
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
     )
     assert loaded == "[]"
-    # ds.kelr works in a session that imported the package, whichever is imported first
-    for first, second in (("kelr_dist", "xarray as xr"), ("xarray as xr", "kelr_dist")):
-        name = _fresh(f"import {first}; import {second}; print(type(xr.Dataset().kelr).__name__)")
+    # the package hooks nothing into the import system
+    hooked = _fresh(
+        "import sys; before = len(sys.meta_path); import kelr_dist; "
+        "print(len(sys.meta_path) - before, sys.modules.get('kelr_dist.edges.accessor'))"
+    )
+    assert hooked == "0 None"
+    # ds.kelr works once the module that defines it is imported, directly or through the package
+    for imports in ("import kelr_dist.edges.analysis", "import kelr_dist; kelr_dist.step"):
+        name = _fresh(f"{imports}; import xarray as xr; print(type(xr.Dataset().kelr).__name__)")
         assert name == "KelrAccessor"
 
 
@@ -224,3 +230,14 @@ def test_the_repository_tracks_no_built_files() -> None:
     assert {f.split("/")[0] for f in files} <= TRACKED_ROOT
     built = [f for f in files if f.endswith((".whl", ".tar.gz", ".so", ".pyc", ".egg"))]
     assert not built
+
+
+def test_no_figure_is_committed_twice() -> None:
+    import hashlib
+
+    figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    seen: dict[str, Path] = {}
+    for path in sorted(figures.rglob("*.png")):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest not in seen, f"{path} is a copy of {seen[digest]}"
+        seen[digest] = path

@@ -36,6 +36,7 @@ from kelr_dist.pipeline.options import (
     EstimateOptions,
     Name,
     checked,
+    python_only,
     shown,
 )
 
@@ -128,13 +129,14 @@ def cli_name(field: str) -> str:
 
 
 def _options_from(model: type[Any], exclude: Sequence[str] = ()) -> Callable[[Any], Any]:
-    """Click options generated from the fields of an options ``model``: name, help, default,
+    """Click options generated from the fields of an options ``model`` (not the Python
+    function's own, :func:`~kelr_dist.pipeline.options.python_only`): name, help, default,
     choices. Values are passed on as given (``None``: not given) and validated by the model
     (:func:`_validated`)."""
 
     def decorate(command: Any) -> Any:
         for name, info in reversed(list(model.model_fields.items())):
-            if name in exclude:
+            if name in exclude or python_only(info):
                 continue
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
             text = str(info.description)
@@ -661,7 +663,7 @@ def run(job_file: str, scheduler: str | None, overwrite: bool, quiet: bool) -> N
       kelr run job.yaml --scheduler tcp://scheduler:8786 --quiet
     """
     job: Job = load_job(job_file)
-    cluster = ClusterOptions(scheduler=scheduler) if scheduler else job.cluster
+    cluster = _validated(ClusterOptions, {"scheduler": scheduler}) if scheduler else job.cluster
     _run_estimate(
         job.store,
         job.options,

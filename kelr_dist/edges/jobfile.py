@@ -227,7 +227,11 @@ def parse_job(document: Any, source: str | os.PathLike[str]) -> Job:
             flat.update({field: getattr(value, key) for key, field in keys.items()})
     try:  # the rules between keys (max_lag with max_time, ...), named by their key paths
         models = [
-            checked(model, {k: flat[k] for k in model.model_fields}, KEY_PATHS.__getitem__)
+            checked(
+                model,
+                {k: v for k, v in flat.items() if k in model.model_fields},
+                KEY_PATHS.__getitem__,
+            )
             for model in (EstimateOptions, ClusterOptions, FileOptions)
         ]
     except OptionsError as err:

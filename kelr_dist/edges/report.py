@@ -480,7 +480,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     orders = ds["order"].values
     order = chosen_order(ds)
     marked = max(order) if isinstance(order, tuple) else order
-    eta = np.nan_to_num(np.asarray(ds["eta"].values, dtype=float), nan=0.0)
+    eta = np.asarray(ds["eta"].values, dtype=float)
     later_max, eta_line = convergence(eta)
     floor = (
         one_standard_error_floor(

@@ -22,11 +22,16 @@ worker holds more than :data:`RELEASE_SHARE` of its limit (:func:`release_when_f
 the next task reuses the heap: returned after every task, it would be faulted in again by every
 task.
 
-Only the engine calls these, in its tasks on Dask workers: importing :mod:`kelr_dist` changes
-nothing, and a ``"synchronous"`` run leaves the caller's allocator alone. The settings are glibc's
-``M_TRIM_THRESHOLD``, ``M_MMAP_THRESHOLD`` and ``M_ARENA_MAX`` (mallopt(3), the GNU C Library
-manual); the gain lies in the passes' combined working sets on the workers (see
-docs/benchmarks.md, section 'Tuning constants').
+Only the engine's worker plugin calls these
+(:class:`kelr_dist.engine.cluster.WorkerTuning`), in the embedded cluster's workers and, when a
+user registers it, in the workers of their own cluster: importing :mod:`kelr_dist` changes
+nothing, a ``"synchronous"`` run leaves the caller's allocator alone, and a user's cluster is
+left as it is unless asked. :func:`restore_allocator` puts the thresholds back when the plugin is
+removed (``M_ARENA_MAX`` is set for the embedded workers only, also through their start
+environment: glibc fixes the arena count once threads have made their arenas, so it cannot be
+undone). The settings are glibc's ``M_TRIM_THRESHOLD``, ``M_MMAP_THRESHOLD`` and
+``M_ARENA_MAX`` (mallopt(3), the GNU C Library manual); the gain lies in the passes' combined
+working sets on the workers (see docs/benchmarks.md, section 'Tuning constants').
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from typing import Any
 
 import psutil
@@ -72,14 +78,29 @@ def _glibc_function(name: str) -> Any:
         return None
 
 
-def tune_allocator(memory_limit: int | None = None) -> bool:
-    """Set glibc's mmap and trim thresholds (:func:`thresholds`) and keep threads started from
-    now on in the main arena; ``True`` if it took effect."""
+def tune_allocator(memory_limit: int | None = None, one_arena: bool = True) -> bool:
+    """Set glibc's mmap and trim thresholds (:func:`thresholds`) and, with ``one_arena``, keep
+    threads started from now on in the main arena; ``True`` if it took effect."""
+    mmap, trim = thresholds(memory_limit)
+    settings = [(_M_MMAP_THRESHOLD, mmap), (_M_TRIM_THRESHOLD, trim)]
+    return _mallopt(settings + ([(_M_ARENA_MAX, 1)] if one_arena else []))
+
+
+#: glibc's default mmap and trim thresholds (mallopt(3): 128 KiB each)
+GLIBC_THRESHOLD = 128 * 1024
+
+
+def restore_allocator() -> bool:
+    """Put glibc's mmap threshold back to its default and the trim threshold to the process's
+    ``MALLOC_TRIM_THRESHOLD_`` (Dask's nanny sets it) or the default; ``True`` on glibc."""
+    trim = int(os.environ.get("MALLOC_TRIM_THRESHOLD_", GLIBC_THRESHOLD))
+    return _mallopt([(_M_MMAP_THRESHOLD, GLIBC_THRESHOLD), (_M_TRIM_THRESHOLD, trim)])
+
+
+def _mallopt(settings: list[tuple[int, int]]) -> bool:
     mallopt = _glibc_function("mallopt")
     if mallopt is None:
         return False
-    mmap, trim = thresholds(memory_limit)
-    settings = ((_M_MMAP_THRESHOLD, mmap), (_M_TRIM_THRESHOLD, trim), (_M_ARENA_MAX, 1))
     return all(mallopt(option, value) == 1 for option, value in settings)
 
 

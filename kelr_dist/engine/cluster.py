@@ -16,7 +16,13 @@ and numba thread pools at its share of the cores (:func:`thread_share`), whateve
 environment says: the nanny passes ``OMP_NUM_THREADS`` & co. from the caller's environment to
 the worker interpreter it spawns (``distributed.nanny.pre-spawn-environ`` yields to the
 environment), so with ``OMP_NUM_THREADS=2`` on a 2-core machine two workers would start 2 BLAS
-threads each; :class:`ThreadLimits` sets the pools of the running worker to its share instead.
+threads each; :class:`WorkerTuning` sets the pools of the running worker to its share instead,
+and tunes its allocator (:mod:`kelr_dist.engine.allocator`).
+
+The workers of a user's own cluster (an address, a ``Client``) are left as they are: their
+processes are not the package's to tune. A user who wants the same tuning there registers the
+plugin, ``client.register_plugin(kelr_dist.WorkerTuning())``, and removes it (which undoes it)
+with ``client.unregister_worker_plugin(kelr_dist.WorkerTuning.name)``.
 """
 
 from __future__ import annotations
@@ -41,12 +47,13 @@ from distributed.comm import connect
 from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
+from kelr_dist.engine.allocator import restore_allocator, tune_allocator
 from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 
 __all__ = [
     "ClusterError",
-    "ThreadLimits",
+    "WorkerTuning",
     "check_address",
     "client_for",
     "close_embedded_cluster",
@@ -90,25 +97,43 @@ def _worker_env(threads: int) -> dict[str, str]:
     return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), "MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
-class ThreadLimits(WorkerPlugin):
-    """Worker plugin: the worker process's BLAS/OpenMP pools at ``threads`` threads.
+class WorkerTuning(WorkerPlugin):
+    """Worker plugin: the worker process's BLAS/OpenMP pools lowered to its share of the cores
+    (``threads``; default :func:`thread_share` of the worker's machine over its task threads;
+    a pool is never raised) and glibc's allocator tuned for its memory limit
+    (:func:`kelr_dist.engine.allocator.tune_allocator`), from its start (and for a worker that
+    replaces a lost one) until the plugin is removed, which puts both back.
 
-    Applied when the worker starts (and again to a worker that replaces a lost one), to the
-    thread pools already loaded then (numpy's OpenBLAS: loaded before the nanny's environment
-    reaches the worker); pools loaded later read the worker's ``*_NUM_THREADS`` variables.
+    The embedded cluster registers it for its workers. On a user's own cluster it is opt-in:
+    ``client.register_plugin(WorkerTuning())``; ``client.unregister_worker_plugin(
+    WorkerTuning.name)`` undoes it. The pools are process-wide, so the settings hold for every
+    task of the worker while the plugin is registered, not per task. Pools loaded after the
+    worker started read the worker's ``*_NUM_THREADS`` variables (set for the embedded workers).
     """
 
-    name = "kelr-thread-limits"
+    name = "kelr-worker-tuning"
 
-    def __init__(self, threads: int) -> None:
-        self.threads = int(threads)
+    def __init__(self, threads: int | None = None, one_arena: bool = False) -> None:
+        self.threads = None if threads is None else int(threads)
+        self.one_arena = one_arena
         self._limits: Any = None
 
-    def setup(self, worker: Any) -> None:  # noqa: ARG002 - distributed's WorkerPlugin.setup
-        """Set the pools of the worker process (kept until the process ends)."""
-        from threadpoolctl import threadpool_limits
+    def setup(self, worker: Any) -> None:
+        """Lower the pools of the worker process and tune its allocator."""
+        from threadpoolctl import threadpool_info, threadpool_limits
 
-        self._limits = threadpool_limits(limits=self.threads)
+        threads = self.threads or thread_share(1, worker.state.nthreads)
+        lower = {
+            pool["prefix"]: threads for pool in threadpool_info() if pool["num_threads"] > threads
+        }
+        self._limits = threadpool_limits(limits=lower) if lower else None
+        tune_allocator(worker.memory_manager.memory_limit, one_arena=self.one_arena)
+
+    def teardown(self, worker: Any) -> None:  # noqa: ARG002 - distributed's WorkerPlugin
+        """Put the pools and the allocator's thresholds back."""
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+        restore_allocator()
 
 
 class ClusterError(ValueError):
@@ -427,7 +452,8 @@ def _start_embedded(n_workers: int, memory_limit: int, quiet: bool) -> tuple[Loc
             env=_worker_env(threads),
         )
     client = Client(cluster, set_as_default=False)
-    client.register_plugin(ThreadLimits(threads))  # also for workers that replace lost ones
+    # also for workers that replace lost ones
+    client.register_plugin(WorkerTuning(threads, one_arena=True))
     return cluster, client
 
 
@@ -533,16 +559,12 @@ def client_for(
     Raises
     ------
     ValueError
-        ``client`` is of another type; as :func:`get_client` otherwise.
+        as :func:`get_client` (``client`` itself is validated by the options model,
+        :class:`kelr_dist.pipeline.options.ClusterOptions`).
     """
     if client == SYNCHRONOUS or isinstance(client, Client):
         yield client
         return
-    if client is not None and not isinstance(client, str):
-        raise ValueError(
-            f"client={client!r} must be a distributed.Client, a scheduler address, "
-            f"{SYNCHRONOUS!r} or None"
-        )
     created_from_address = _scheduler_address(client) is not None
     made = get_client(client, n_workers=n_workers, memory_limit=memory_limit, quiet=quiet)
     try:

@@ -26,11 +26,12 @@ pieces gives the same partials up to rounding (the reductions' contract,
 task recomputed after a lost worker gives the identical result. The graph is built with
 ``dask.delayed`` (task keys ``(<pass>-block, chain, block)``) and computes nothing.
 
-Before its kernels, a block task sets up its worker process once (:func:`prepare_worker`): the
-BLAS/OpenMP pools capped at the worker's share of the cores (``dask.system.CPU_COUNT`` divided
-by the worker's threads; a pool is never raised) and glibc's allocator tuned for the worker's
-memory limit (:mod:`kelr_dist.engine.allocator`); after its kernels it gives the freed heap
-back. Neither happens in the caller's process (``"synchronous"``).
+A block task changes nothing in its worker process: the embedded cluster's workers are tuned
+when they start (:class:`kelr_dist.engine.cluster.WorkerTuning`: BLAS/OpenMP pools at the
+worker's share of the cores, glibc's allocator for its memory limit), a user's cluster only if
+the user registered that plugin. On a tuned worker a task gives the freed heap back after its
+kernels once the worker is filling up (:func:`kelr_dist.engine.allocator.release_when_full`).
+Nothing of this happens in the caller's process (``"synchronous"``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ import xarray as xr
 from dask.delayed import Delayed
 from distributed import get_worker
 
-from kelr_dist.engine.allocator import release_when_full, tune_allocator
-from kelr_dist.engine.cluster import thread_share
+from kelr_dist.engine.allocator import release_when_full
+from kelr_dist.engine.cluster import WorkerTuning
 from kelr_dist.engine.reading import StoreRows, store_rows
 from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import BlockInfo, Partial, Reduction
@@ -93,35 +94,6 @@ class ReductionGraph:
 # --- on the workers -------------------------------------------------------------------------
 
 
-@functools.cache
-def _thread_pools() -> Any:
-    """This process's BLAS/OpenMP pools (threadpoolctl), looked up once per process."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def cap_thread_pools(threads: int) -> None:
-    """Lower the BLAS/OpenMP pools of this process that exceed ``threads`` threads to it.
-
-    Pools at or below ``threads`` are left alone (a worker's nanny starts one thread per process
-    unless the caller's environment says otherwise). Called on a worker before its kernels run,
-    and not undone: the share belongs to the worker, and the pools are process-wide, so putting
-    them back after a task would lift the cap under a task still running in another thread.
-    """
-    for library in _thread_pools().lib_controllers:
-        if library.num_threads > threads:
-            library.set_num_threads(threads)
-
-
-@functools.cache
-def prepare_worker(memory_limit: int | None, threads: int) -> None:
-    """Tune this worker process's allocator and cap its thread pools, once per process (and
-    per memory limit and thread count)."""
-    tune_allocator(memory_limit)
-    cap_thread_pools(thread_share(1, threads))
-
-
 def _as_float64(array: np.ndarray) -> np.ndarray:
     """A read-only float64 view (or copy) of ``array``: kernels must not modify their inputs."""
     out = np.asarray(array, dtype=np.float64).view()
@@ -158,13 +130,12 @@ def _partials(
         worker = get_worker()
     except ValueError:  # the caller's process ("synchronous"): leave it alone
         worker = None
-    if worker is not None:
-        prepare_worker(worker.memory_manager.memory_limit, worker.state.nthreads)
+    tuned = worker is not None and WorkerTuning.name in worker.plugins
     partials = tuple(
         reduction.chunk(_as_float64(x), info, None if halo is None else _as_float64(halo))
         for reduction, (x, halo, info) in zip(reductions, pieces, strict=True)
     )
-    if worker is not None:  # free heap kept for the next task unless the worker is filling up
+    if tuned and worker is not None:  # free heap kept for the next task unless filling up
         release_when_full(worker.memory_manager.memory_limit)
     return partials
 

@@ -48,6 +48,7 @@ from kelr_dist.pipeline.warnings import (
     TruncationWarning,
     emit,
     warn_bias,
+    warn_conditioning,
     warn_disagreement,
     warn_sensitivity,
     warn_unconverged,
@@ -66,8 +67,8 @@ def conclude(
 ) -> xr.Dataset:
     """The result of the response read: the held-out choice between the families, the warnings
     (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
-    :class:`ConvergenceWarning`, :class:`NonFiniteWarning`, each also a line of
-    ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
+    :class:`ConvergenceWarning`, :class:`ConditioningWarning`, :class:`NonFiniteWarning`, each
+    also a line of ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
     traj = inputs.trajectory
     chains, n, _ = traj.shape
     ke, sm, pilot = fitted
@@ -104,6 +105,8 @@ def conclude(
     neighbour = "; ".join(steps) or None
     sensitivity = warn_sensitivity(main, neighbour, used, raised)
     warn_unconverged(main, raised)
+    if sm is not None:
+        warn_conditioning(sm.condition, raised)
     if main.nonfinite:
         emit(
             NonFiniteWarning,

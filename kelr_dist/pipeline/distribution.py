@@ -27,7 +27,7 @@ from kelr_dist.pipeline.steps import Passes, Survey, survey_data
 
 
 def survey_for(
-    passes: Passes, observable: Observable | PendingDistribution, covariance: bool = False
+    passes: Passes, observable: Observable | PendingDistribution
 ) -> tuple[Survey, Observable]:
     """Read 1 (:func:`~kelr_dist.pipeline.steps.survey_data`) and the observable it settles: a
     :class:`~kelr_dist.kernels.observables.distribution.PendingDistribution` becomes an
@@ -35,8 +35,8 @@ def survey_for(
     survey's centre (after one histogram read for ``pdf`` and ``exceedance``); any other observable
     is returned as it is."""
     if not isinstance(observable, PendingDistribution):
-        return survey_data(passes, observable, covariance), observable
-    survey = survey_data(passes, identity_observable(observable.components), covariance)
+        return survey_data(passes, observable), observable
+    survey = survey_data(passes, identity_observable(observable.components))
     m = survey.moments
     counts = None
     if observable.spec.kind != "moments":

@@ -58,7 +58,7 @@ from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
-from kelr_dist.pipeline.options import EstimateOptions, checked
+from kelr_dist.pipeline.options import PYTHON_NAMES, ClusterOptions, EstimateOptions, checked
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -204,12 +204,19 @@ def estimate_response(
             order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
             max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
             forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
-            stein_correction=stein_correction, pilot=pilot,
+            stein_correction=stein_correction, pilot=pilot, dt=dt,
         ),
     )  # fmt: skip
-    inputs = check_inputs(trajectory, options, dt)
+    cluster = checked(
+        ClusterOptions,
+        dict(client=client, n_workers=n_workers, memory_limit=memory_limit, progress=progress),
+        lambda field: PYTHON_NAMES.get(field, field),
+    )
+    inputs = check_inputs(trajectory, options)
     # a client made here from an address is closed at the end (also on an error)
-    with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
+    with client_for(
+        cluster.scheduler, n_workers=cluster.workers, memory_limit=cluster.memory_limit, quiet=True
+    ) as run_on:
         check_functions_on_workers(
             {
                 "score function": options.score,
@@ -221,7 +228,7 @@ def estimate_response(
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
-        passes = Passes(kept, run_on, progress, in_memory)
+        passes = Passes(kept, run_on, cluster.progress, in_memory)
         setting = settle(passes, options, inputs)
         plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(

@@ -218,11 +218,9 @@ class Inputs:
     forcing: Forcing
 
 
-def check_inputs(
-    trajectory: Any, options: EstimateOptions, dt: float | None = None, name: Name = str
-) -> Inputs:
-    """Open the ``trajectory`` (as :func:`estimate_response` takes it), select its
-    ``options.components``, and make every check of
+def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) -> Inputs:
+    """Open the ``trajectory`` (as :func:`estimate_response` takes it, an array with
+    ``options.dt``), select its ``options.components``, and make every check of
     ``options`` against it that needs its metadata but not its values: limits, the largest
     lag, a degree's memory, the KDE's dimension, folds, the basis spec, the exact score, the
     observable and forcing. (``kelr estimate``/``kelr run`` call it before a cluster starts.)
@@ -235,6 +233,7 @@ def check_inputs(
         itself).
     """
     array = not isinstance(trajectory, str | os.PathLike | xr.Dataset | xr.DataArray)
+    dt = options.dt
     if array and dt is None and options.max_time is not None:
         raise ValueError(
             f"{name('max_time')}={options.max_time:g} given for an array without dt: its lags "

@@ -1,8 +1,11 @@
 """The one typed model of an estimate's options: types, defaults, ranges, messages and docs.
 
 :class:`EstimateOptions` holds the keyword options of
-:func:`kelr_dist.pipeline.estimate.estimate_response`; :class:`ClusterOptions` and
-:class:`FileOptions` the cluster and the files of a ``kelr estimate``/``kelr run``. The Python
+:func:`kelr_dist.pipeline.estimate.estimate_response`; :class:`ClusterOptions` where it runs
+(its ``client``, ``n_workers``, ``memory_limit`` and ``progress``; the command line's
+``--scheduler``, ``--workers``, ``--memory-limit``), :class:`FileOptions` the files of a
+``kelr estimate``/``kelr run``. Fields of the Python function alone (``dt``, ``progress``) are
+marked :func:`python_only`: no command-line option, no job-file key. The Python
 function, the command line (its options are generated from these fields) and job files (their
 sections map onto these fields, :mod:`kelr_dist.edges.jobfile`) all validate through them with
 :func:`checked`, which turns a pydantic ``ValidationError`` into one line ``<key>: <problem>``
@@ -25,6 +28,7 @@ from typing import Annotated, Any, TypeVar
 
 import numpy as np
 from pydantic import (
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -251,6 +255,32 @@ def _max_time(value: Any) -> float | None:
     return number
 
 
+def _interval(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _number(value)
+    if number is None or number <= 0:
+        raise _invalid(
+            f"expected a positive finite number (the sample interval), got {shown(value)}"
+        )
+    return number
+
+
+def _client(value: Any) -> Any:
+    """``None``, an address or ``"synchronous"`` (a non-empty string), or a
+    ``distributed.Client`` (imported only to check such an object: this module loads no dask)."""
+    if value is None or isinstance(value, str):
+        return _optional(_string)(value)
+    from distributed import Client
+
+    if not isinstance(value, Client):
+        raise _invalid(
+            "expected a distributed.Client, a scheduler address, 'synchronous' or none, "
+            f"got {shown(value)}"
+        )
+    return value
+
+
 def _delta(value: Any) -> str | float:
     if value in DELTA_RULES:
         return str(value)
@@ -462,16 +492,29 @@ def option(
     choices: Sequence[str] = (),
     metavar: str | None = None,
     example: str | None = None,
+    python_only: bool = False,
 ) -> Any:
     """A field: its default (``...``: required, shown by an ``example``), one-phrase
     ``description`` (help text, the documented job-file schema) and, for the command line,
-    ``choices`` and ``metavar``."""
-    extra: dict[str, JsonValue] = {"choices": list(choices), "metavar": metavar, "example": example}
+    ``choices`` and ``metavar``. ``python_only``: a keyword of the Python function alone
+    (neither a command-line option nor a job-file key)."""
+    extra: dict[str, JsonValue] = {
+        "choices": list(choices),
+        "metavar": metavar,
+        "example": example,
+        "python_only": python_only,
+    }
     return Field(
         default,
         description=description,
         json_schema_extra={k: v for k, v in extra.items() if v} or None,
     )
+
+
+def python_only(info: Any) -> bool:
+    """Whether a field (its ``FieldInfo``) is a keyword of the Python function alone."""
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    return bool(extra.get("python_only"))
 
 
 def _checks(check: Callable[[Any], Any]) -> BeforeValidator:
@@ -586,6 +629,11 @@ class EstimateOptions(_Options):
     gaussian: Annotated[bool, _checks(_boolean)] = option(
         False, "also the quasi-Gaussian FDT baseline"
     )
+    dt: Annotated[float | None, _checks(_interval)] = option(
+        None,
+        "sample interval of a trajectory given as an array (none: 1, lags counted in steps)",
+        python_only=True,
+    )
 
     @model_validator(mode="after")
     def _together(self, info: ValidationInfo) -> EstimateOptions:
@@ -644,22 +692,34 @@ def _spec_name(spec: FunctionSpec | Observable | Forcing | DistributionSpec, bui
     return function_reference(function)
 
 
-class ClusterOptions(_Options):
-    """Where an estimate runs."""
+#: field -> keyword of ``estimate_response``, where they differ (accepted as aliases)
+PYTHON_NAMES = {"scheduler": "client", "workers": "n_workers"}
 
-    scheduler: Annotated[str | None, _checks(_optional(_string))] = option(
+
+class ClusterOptions(_Options):
+    """Where an estimate runs, and how it shows its progress. The Python function names two
+    fields otherwise (``client``, ``n_workers``: :data:`PYTHON_NAMES`)."""
+
+    scheduler: Annotated[Any, _checks(_client)] = Field(
         None,
-        "address of a running Dask scheduler (tcp://host:8786) or 'synchronous' (no cluster); "
-        "none: DASK_SCHEDULER_ADDRESS, else the embedded local cluster",
-        metavar="ADDR",
+        validation_alias=AliasChoices("scheduler", PYTHON_NAMES["scheduler"]),
+        description="address of a running Dask scheduler (tcp://host:8786) or 'synchronous' "
+        "(no cluster); none: DASK_SCHEDULER_ADDRESS, else the embedded local cluster",
+        json_schema_extra={"metavar": "ADDR"},
     )
-    workers: Annotated[int | None, _checks(_optional(_integer(1)))] = option(
-        None, "worker processes of the embedded cluster (none: by CPU count)", metavar="N"
+    workers: Annotated[int | None, _checks(_optional(_integer(1)))] = Field(
+        None,
+        validation_alias=AliasChoices("workers", PYTHON_NAMES["workers"]),
+        description="worker processes of the embedded cluster (none: by CPU count)",
+        json_schema_extra={"metavar": "N"},
     )
     memory_limit: Annotated[str | int | None, _checks(_memory)] = option(
         None,
         "memory per embedded worker, e.g. '2GiB' (none: 80% of RAM / workers)",
         metavar="SIZE",
+    )
+    progress: Annotated[bool | None, _checks(_optional(_boolean))] = option(
+        None, "progress bars (none: when stderr is a terminal)", python_only=True
     )
 
     @model_validator(mode="after")

@@ -64,8 +64,7 @@ def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
     """Read 1 (moments, ``Ā``; :func:`~kelr_dist.pipeline.steps.survey_data`), the periodic
     components, the :class:`EdgeWarning` of hard edges, the basis (read 1b when a Laguerre θ comes
     from the data) and the observable on the circle (one light read for angles)."""
-    covariance = options.kde or options.gaussian
-    survey, observable = survey_for(passes, inputs.observable, covariance=covariance)
+    survey, observable = survey_for(passes, inputs.observable)
     periodic = find_periodic(passes, survey, options.basis)
     warn_edges(survey, periodic, [str(c) for c in passes.trajectory["component"].values])
     coordinates = choose_coordinates(passes, survey, options.basis, periodic)

@@ -42,7 +42,12 @@ from kelr_dist.kernels.baselines.kde import (
     default_grid,
     silverman_bandwidth,
 )
-from kelr_dist.kernels.baselines.quasi_gaussian import SampleMoments, mean_covariance_reduction
+from kelr_dist.kernels.baselines.quasi_gaussian import (
+    COLLINEAR_TOLERANCE,
+    SampleMoments,
+    collinear_component,
+    mean_covariance_reduction,
+)
 from kelr_dist.kernels.bases.coordinates import (
     Periodicity,
     choose_basis,
@@ -357,17 +362,30 @@ class Survey:
     edges: EdgeStatistics | None = None
 
 
-def survey_data(passes: Passes, observable: Observable, covariance: bool = False) -> Survey:
+def survey_data(passes: Passes, observable: Observable) -> Survey:
     """Read 1: moments and tails (basis choice, step 1 of §4), the steps that find wrapped
-    angles, the extremes that find hard edges, ``Ā``, and optionally the sample mean and
-    covariance (KDE bandwidth, quasi-Gaussian baseline)."""
+    angles, the extremes that find hard edges, ``Ā``, and the sample mean and covariance (KDE
+    bandwidth, quasi-Gaussian baseline). A component that is (nearly) a linear combination of the
+    ones before it is refused here, naming it
+    (:func:`~kelr_dist.kernels.baselines.quasi_gaussian.collinear_component`)."""
     reductions = [moments_reduction(), wrap_reduction(), edge_reduction()]
     reductions.append(observable_mean_reduction(observable))
-    if covariance:
-        reductions.append(mean_covariance_reduction())
+    reductions.append(mean_covariance_reduction())
     with _named_components(passes):
         out = passes(*reductions)
-    return Survey(out[0], out[3], out[4] if covariance else None, out[1], out[2])
+    sample: SampleMoments = out[4]
+    collinear = collinear_component(np.atleast_2d(sample.cov))
+    if collinear is not None:
+        j, left = collinear
+        names = [str(c) for c in passes.trajectory.coords["component"].values]
+        others = [n for k, n in enumerate(names) if k != j]
+        raise ValueError(
+            f"trajectory {passes.trajectory.attrs.get('store', IN_MEMORY)!r}, component "
+            f"{names[j]!r}: a linear combination of {names[:j]} (1 - R² = {left:.2g}, below "
+            f"{COLLINEAR_TOLERANCE:g}); its density has no spread off that line: estimate "
+            f"without it (components={others})"
+        )
+    return Survey(out[0], out[3], sample, out[1], out[2])
 
 
 def declared_periods(trajectory: xr.DataArray) -> list[float | None] | None:
@@ -605,7 +623,7 @@ class ScoreMatchingChoice:
     sums: GramSums = field(repr=False)
     path: GrowthPath | None = field(default=None, repr=False)
 
-    @property
+    @cached_property
     def condition(self) -> float:
         """Condition number of the chosen features' Gram matrix (all rows) scaled to unit
         diagonal, the matrix the weights are solved with

@@ -13,6 +13,8 @@ category; :func:`emit` also records the line in the result's ``attrs["warnings"]
   total standard errors to a richer model (:func:`warn_sensitivity`);
 - :class:`ConvergenceWarning`: block averaging without a plateau (:func:`warn_unconverged`);
 - :class:`EdgeWarning`: a density that does not vanish at a hard edge (:func:`warn_edges`);
+- :class:`ConditioningWarning`: score matching's scaled Gram matrix with a condition number
+  above :data:`GRAM_CONDITION_LIMIT` (:func:`warn_conditioning`);
 - :class:`TruncationWarning` and :class:`NonFiniteWarning`, raised by
   :func:`kelr_dist.pipeline.conclude.conclude` from the steps' findings.
 """
@@ -29,7 +31,7 @@ from kelr_dist.kernels.response.operator import (
     relative_to_lag0,
 )
 from kelr_dist.kernels.scores.heldout import Choice
-from kelr_dist.kernels.scores.score_matching import Candidate
+from kelr_dist.kernels.scores.score_matching import RCOND, Candidate
 from kelr_dist.pipeline.steps import (
     Survey,
 )
@@ -59,6 +61,15 @@ LOSS_TIE = 2.0
 #: reads off the band; a model that follows the score moves by its fit noise only, a small part
 #: of it (the accuracy suite's shift/tse column, docs/benchmarks.md 'Tuning constants')
 SENSITIVITY_TOLERANCE = 1.0
+
+
+#: score matching's Gram matrix scaled to unit diagonal with a condition number above this is
+#: reported: its eigenvalues below RCOND of the largest are dropped from the solve (numerical
+#: rank by a relative threshold, Golub & Van Loan, *Matrix Computations*, 4th ed., §5.4.1), so
+#: some combinations of the chosen features are collinear on the data and their weights are set
+#: to zero rather than fitted (collinear features: a degree the data's few distinct values cannot
+#: carry, or components that are almost linear combinations of each other)
+GRAM_CONDITION_LIMIT = 1.0 / RCOND
 
 
 class BiasWarning(UserWarning):
@@ -91,6 +102,11 @@ class SensitivityWarning(UserWarning):
     """The response moves by more than its error bars when the fitted score model gets one step
     richer: the estimate is limited by the model (a score the basis does not follow), a bias
     that neither the held-out loss nor the error bars see."""
+
+
+class ConditioningWarning(UserWarning):
+    """Score matching's scaled Gram matrix is so ill-conditioned that directions were dropped
+    from its solve: the chosen features are collinear on the data."""
 
 
 class NonFiniteWarning(UserWarning):
@@ -128,6 +144,19 @@ def warn_edges(survey: Survey, periodic: list[Periodicity | None], names: list[s
                 EdgeWarning,
                 stacklevel=4,
             )
+
+
+def warn_conditioning(condition: float, record: list[str] | None = None) -> None:
+    """One-line :class:`ConditioningWarning` when score matching's ``gram_condition`` exceeds
+    :data:`GRAM_CONDITION_LIMIT`."""
+    if not condition <= GRAM_CONDITION_LIMIT:
+        emit(
+            ConditioningWarning,
+            f"score matching's Gram matrix has condition number {condition:.3g} (above "
+            f"{GRAM_CONDITION_LIMIT:.0e}): some combinations of its features are collinear on "
+            "the data and were dropped from the fit (attribute gram_condition)",
+            record,
+        )
 
 
 def _worst_ratio(residual: np.ndarray, stderr: np.ndarray) -> tuple[tuple[int, ...], float]:

@@ -3,11 +3,14 @@
 :func:`mean_covariance_reduction` gives count, mean and co-moment matrix merged by the parallel
 formula of Chan, Golub & LeVeque (also min and max, which fix the KDE grid of
 :mod:`kelr_dist.kernels.baselines.kde`); :func:`gaussian_score` is ``grad log p = -Sigma^{-1} (x -
-mu)`` of the fitted Gaussian.
+mu)`` of the fitted Gaussian. :func:`collinear_component` reads the same covariance for a
+component that is (nearly) a linear combination of the ones before it, which no estimate of a
+density in the components' own coordinates can resolve.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +31,40 @@ class SampleMoments:
     maximum: np.ndarray
 
 
+#: a component whose variance left after its least-squares regression on the components before
+#: it is below this fraction of its variance (``1 - R² <``, a variance inflation factor above
+#: 1e8; Belsley, Kuh & Welsch, *Regression Diagnostics*, Wiley 1980, §3.1) is collinear: its
+#: residual spread is below 1e-4 of its own, the level of data rounded to four significant
+#: digits, far above float32 storage's rounding (``1 - R² ≈ 1e-15``). The equilibrium density
+#: then lives on a thin neighbourhood of a hyperplane that neither a tensor-product basis nor the
+#: affine Stein correction's normal equations resolve.
+COLLINEAR_TOLERANCE = 1e-8
+
+
+def collinear_component(cov: np.ndarray) -> tuple[int, float] | None:
+    """The first component of ``cov (d, d)`` (positive variances) whose ``1 - R²`` on the
+    components before it is below :data:`COLLINEAR_TOLERANCE`, with that ``1 - R²``, or None.
+
+    ``1 - R²`` of component ``j`` is the squared ``j``-th diagonal entry of the Cholesky factor
+    of the correlation matrix (the Schur complement of the leading ``j`` components).
+    """
+    std = np.sqrt(np.diag(cov))
+    correlation = cov / np.outer(std, std)
+    d = correlation.shape[0]
+    factor = np.zeros((d, d))
+    for j in range(d):
+        factor[j, :j] = linalg.solve_triangular(factor[:j, :j], correlation[:j, j], lower=True)
+        left = float(correlation[j, j] - factor[j, :j] @ factor[j, :j])
+        if left < COLLINEAR_TOLERANCE:
+            return j, max(left, 0.0)
+        factor[j, j] = math.sqrt(left)
+    return None
+
+
 def _covariance_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> Partial:
-    x = as_samples("samples", x)
+    # non-finite samples are refused by the moments pass of the same read, which names them;
+    # here they only make the covariance non-finite
+    x = np.asarray(x, dtype=np.float64)
     if x.shape[0] == 0:
         d = x.shape[1]
         return {

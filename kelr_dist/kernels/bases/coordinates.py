@@ -26,7 +26,9 @@ skewness γ₁, excess kurtosis γ₂, minimum and maximum:
   ``exp(-|x|^s)`` a positive excess kurtosis means ``s < 2`` (no Gaussian decay: Laplace has
   γ₂ = 3, Student-t(5) γ₂ = 6), for which only ``β = 1/2`` (``W⁰``: plain ``L²``) is safe. The
   threshold 1 rather than 0 leaves room for sampling noise of a correlated series and for
-  multimodal Gaussian-tailed marginals (the triple-well's x₁ has γ₂ ≈ 0.2). Never β < 1/2.
+  multimodal Gaussian-tailed marginals (the triple-well's x₁ has γ₂ ≈ 0.2). Never β < 1/2;
+  a given β of at least :data:`MAX_TAIL_BETA` is refused unless the tails are clearly lighter
+  than the weight's (the coefficients' variance would be infinite).
 * **Laguerre** (§3.1.2, §3.2): ``loc = min - 1e-3 σ`` (every sample has ``y > 0``, as the Gamma
   likelihood needs). Provisional ``scale = σ`` for the Gamma pass (:func:`laguerre_shift`);
   the MLE shape ``k̂`` solves ``log k - ψ(k) = log mean(y) - mean(log y)``. The paper uses
@@ -85,6 +87,13 @@ ONE_SIDED_RATIO = 0.5
 """Laguerre needs ``mean - min <= ONE_SIDED_RATIO * (max - mean)`` (a wall on the left)."""
 KURTOSIS_THRESHOLD = 1.0
 """Excess kurtosis above which tails count as heavier than the weight's: β = 1/2."""
+MAX_TAIL_BETA = 1.5
+"""Smallest given β refused for a coordinate whose tails are within :data:`KURTOSIS_THRESHOLD`
+of its weight's or heavier: the coefficients' integrands ``ψ_m W^{1-β}`` then have infinite
+variance, since for a density with the weight's tails ``E[W^{2-2β}] = ∫ W^{3-2β}`` diverges at
+``β ≥ 3/2`` (Hermite; Laguerre likewise, ``∫ e^{-y} e^{2(β-1)y}``), and far samples overflow
+float64 (:meth:`~kelr_dist.kernels.bases.families.Hermite.weighted_polynomials`). Lighter tails
+(a bounded or quartic-well marginal) may take any β."""
 SHIFT_MARGIN = 1e-3
 """Laguerre shift below the minimum, in standard deviations."""
 STEP_FRACTION = 0.15
@@ -190,6 +199,20 @@ def _tail_beta(excess_kurtosis: float, weight_kurtosis: float) -> float:
     return 0.5 if excess_kurtosis > weight_kurtosis + KURTOSIS_THRESHOLD else 1.0
 
 
+def _check_beta(k: int, beta: float, excess_kurtosis: float, weight_kurtosis: float) -> None:
+    """:class:`CoordinateError` for a β of at least :data:`MAX_TAIL_BETA` on tails that are not
+    clearly lighter than the weight's."""
+    if beta >= MAX_TAIL_BETA and excess_kurtosis > weight_kurtosis - KURTOSIS_THRESHOLD:
+        raise CoordinateError(
+            k,
+            f"basis beta={beta:g} cannot work on these tails (excess kurtosis "
+            f"{excess_kurtosis:.3g}, not below its weight's {weight_kurtosis:g} - "
+            f"{KURTOSIS_THRESHOLD:g}): the coefficients' variance is infinite for beta >= "
+            f"{MAX_TAIL_BETA:g}; give beta < {MAX_TAIL_BETA:g} (or none: 1, or 1/2 for heavy "
+            "tails)",
+        )
+
+
 def _resolved_entries(
     moments: Moments,
     spec: str | Sequence[object],
@@ -266,12 +289,14 @@ def _coordinate(
         loc = params.get("loc", mean)
         scale = params["scale"] if "scale" in params else float(moments.std[k])
         beta = params["beta"] if "beta" in params else _tail_beta(kurtosis, 0.0)
+        _check_beta(k, beta, kurtosis, 0.0)
         family: Hermite | Laguerre = Hermite(beta=beta)
     else:
         loc = _laguerre_loc(moments, k, params)
         theta = params["theta"] if "theta" in params else _theta_from_fit(gamma, k, loc)
         scale = params["scale"] if "scale" in params else (mean - loc) / (theta + 1.0)
         beta = params["beta"] if "beta" in params else _tail_beta(kurtosis, 6.0 / (theta + 1.0))
+        _check_beta(k, beta, kurtosis, 6.0 / (theta + 1.0))
         family = Laguerre(theta=theta, beta=beta)
     return Coordinate(family, loc=float(loc), scale=float(scale))
 

@@ -12,9 +12,13 @@ One coordinate at a time:
 
 Values come from the normalised three-term recurrences with the weight carried along and a
 running power-of-two rescaling, so orders in the hundreds and ``|x|`` up to 1e3 give finite
-values (tiny ones underflow to 0, never inf/NaN). Derivatives come from the same forward pass
-(the recurrence differentiated term by term), never from monomial coefficients, which lose all
-digits near order 60.
+values with the families' weight exponents ``β ≥ 1/2`` (tiny ones underflow to 0). The
+coefficients' integrands ``ψ_m W^{1-β}`` carry a *growing* weight when ``β > 1``
+(:meth:`_Family.weighted_polynomials`): where their true value is beyond float64 (``|y|`` of
+tens of standard deviations) they are ``±inf``, never NaN, and the coefficient pass refuses
+them by name (:meth:`kelr_dist.kernels.scores.kernel_embedding.KernelDensity.from_sums`).
+Derivatives come from the same forward pass (the recurrence differentiated term by term), never
+from monomial coefficients, which lose all digits near order 60.
 
 A :class:`Coordinate` is a family plus an affine map ``y = (x - loc) / scale``; the density of
 ``x`` is the density of ``y`` divided by ``scale`` (the chain rule is applied in
@@ -78,7 +82,7 @@ def _hermite_kernel(x, order, beta, values, derivs):  # pragma: no cover - compi
                 h_prev /= _RESCALE
                 log_scale += _LOG_RESCALE
                 factor = math.exp(log_scale)
-            values[n, m] = h * factor
+            values[n, m] = h * factor if h != 0.0 else 0.0  # never 0 · inf
         if derivs.shape[0] > 0:
             derivs[n, 0] = -beta * xn * values[n, 0]
             for m in range(1, order + 1):
@@ -133,9 +137,9 @@ def _laguerre_kernel(x, order, theta, beta, values, derivs):  # pragma: no cover
                 d_prev /= _RESCALE
                 log_scale += _LOG_RESCALE
                 factor = math.exp(log_scale)
-            values[n, m + 1] = l_cur * factor
+            values[n, m + 1] = l_cur * factor if l_cur != 0.0 else 0.0  # never 0 · inf
             if want_d:
-                derivs[n, m + 1] = d_cur * factor
+                derivs[n, m + 1] = d_cur * factor if d_cur != 0.0 else 0.0
         if want_d:
             # add ℓ_m · (G^β)' = Ψ_m · β(θ/x - 1); at x = 0 take the one-sided limit.
             if xn > 0.0:
@@ -429,7 +433,12 @@ class _Family:
         """The family's orthonormal polynomials times its weight to the power ``weight``
         (``ψ_m W^weight``, ``ℓ_m G^weight``, ``φ_m w^weight``) for m = 0..order, shape
         ``(n, order + 1)``. With ``weight = 1 - β`` these are the integrands of the
-        coefficients (eq. 39)."""
+        coefficients (eq. 39).
+
+        Finite wherever the value is representable in float64; for a negative ``weight`` (a
+        weight that grows, ``β > 1``) far in the tails (at order 0 from ``|y| ≈ 27`` for
+        ``weight = -2`` and ``|y| ≈ 38`` for ``weight = -1``, nearer at high orders) the value is
+        beyond float64 and returned as ``±inf``, never NaN."""
         family = cast("Family", self)
         return _evaluate(
             family, _as_points(x), _check_order(order), weight, derivatives=False, out=out

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kelr_dist.kernels.scores.score_matching import RCOND
+from kelr_dist.kernels.scores.score_matching import solve_weights
 
 
 def _periodic(periods: np.ndarray | None, d: int) -> np.ndarray:
@@ -138,12 +138,17 @@ def affine_fit(
 ) -> np.ndarray:
     """``V (d, w)`` of eq. (1) from ``Ê[ŝ z̃ᵀ] (d, w)`` and ``Ê[z̃ z̃ᵀ] (w, w)``; ``D = Ê[∇z̃]``
     is ``divergence (d, w)`` when given (:func:`divergence_sums` over the rows), else that of
-    ``z̃`` on the line with unit scales, ``[I 0]``."""
+    ``z̃`` on the line with unit scales, ``[I 0]``.
+
+    Solved as score matching's normal equations
+    (:func:`~kelr_dist.kernels.scores.score_matching.solve_weights`: scaled to unit diagonal,
+    directions below its ``RCOND`` dropped), so a near-singular ``Ê[z̃ z̃ᵀ]`` gives the
+    minimum-norm ``V``, never one blown up by rounding."""
     d = score_moment.shape[0]
     if divergence is None:
         divergence = np.eye(d, d + 1)
-    target = score_moment + divergence
-    return -np.linalg.solve(second_moment, target.T).T
+    (weights,) = solve_weights(second_moment, score_moment + divergence, (0.0,))
+    return weights
 
 
 def corrected_response(
@@ -312,9 +317,8 @@ class ExtendedScore:
         n = sums["n"]
         second, target = sums["second"] / n, (moment + sums["divergence"]) / n
         # features in few dimensions are nearly collinear (random ones; bins that partition
-        # unity with the constant): the minimum-norm solve over the directions above RCOND of
-        # the largest (as score matching's Gram solve)
-        weights = -target @ np.linalg.pinv(second, rcond=RCOND, hermitian=True)
+        # unity with the constant): score matching's scaled minimum-norm solve
+        (weights,) = solve_weights(second, target, (0.0,))
         return cls(base, features, weights)
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases.families import Coordinate
 from kelr_dist.kernels.scores.folds import fold_stderr
-from kelr_dist.kernels.scores.score_matching import GramSums, PolynomialFeatures
+from kelr_dist.kernels.scores.score_matching import RCOND, GramSums, PolynomialFeatures
 
 #: growth stops after this many steps without a new least held-out loss (a later step could
 #: still fall below it; the one-standard-error rule picks among the sets on the path)
@@ -191,7 +191,8 @@ def grow(sums: GramSums, start: np.ndarray) -> GrowthPath:
     folds = []
     for f in range(len(sums.n)):
         train, test = scaled(*sums.means(f, left_out=True)), scaled(*sums.means(f))
-        inverse = np.linalg.inv(train[0][np.ix_(rows, rows)])
+        # the start set's inverse, guarded as score matching's solve (RCOND of the largest)
+        inverse = np.linalg.pinv(train[0][np.ix_(rows, rows)], rcond=RCOND, hermitian=True)
         folds.append(_Fold(train, test, inverse, -(train[1][:, rows] @ inverse)))
     losses = [np.array([_loss(fold.fit, fold.test, rows) for fold in folds])]
     weights = sums.n / sums.n.sum()

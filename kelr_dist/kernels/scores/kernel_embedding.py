@@ -125,11 +125,14 @@ def coefficient_sums(
 ) -> dict[str, np.ndarray | int]:
     """Partial sums of eq. 39 over a block of samples ``x (n, d)`` starting at time ``start``.
 
-    Returns ``{"sum": (M_1+1, |R|), "sumsq": (M_1+1, |R|), "n": n, "n_sq": n'}`` in the basis'
-    layout. ``sumsq`` holds ``Σ (Π_k T_k)²`` over the ``n'`` rows whose time index is a
+    Returns ``{"sum": (M_1+1, |R|), "strided_sum", "sumsq": (M_1+1, |R|), "n": n, "n_sq": n',
+    "overflow": (d, max M_k + 1)}`` in the basis' layout. ``strided_sum`` and ``sumsq`` hold
+    ``Σ Π_k T_k`` and ``Σ (Π_k T_k)²`` over the same ``n'`` rows, those whose time index is a
     multiple of :data:`VARIANCE_STRIDE` (the Monte-Carlo variance needs no more, and this
-    halves the matrix products; the subsample does not depend on the chunking). A basis that
-    varies in its first coordinate only
+    halves the matrix products; the subsample does not depend on the chunking). ``overflow``
+    counts, per coordinate and order, the rows whose integrand ``T_k`` was beyond float64
+    (:meth:`~kelr_dist.kernels.bases.families.Hermite.weighted_polynomials`), looked for only
+    in a block whose sums are not finite. A basis that varies in its first coordinate only
     (:attr:`~kelr_dist.kernels.bases.families.TensorBasis.first_only`, not Fourier) is summed by
     that coordinate's recurrence, without the tables
     (:meth:`~kelr_dist.kernels.bases.families.Family.moments`).
@@ -138,6 +141,7 @@ def coefficient_sums(
     orders = basis.max_orders
     first_sq = -start % VARIANCE_STRIDE
     n_sq = len(range(first_sq, x.shape[0], VARIANCE_STRIDE))
+    overflow = np.zeros((basis.dim, max(orders) + 1), dtype=np.int64)
     head, *rest = basis.coordinates
     if basis.first_only and not isinstance(head.family, Fourier):
         # Σ T_m(y_1) Π_k T_0(y_k): the first coordinate's recurrence summed as it goes
@@ -145,12 +149,20 @@ def coefficient_sums(
         y = head.mapped(x[:, 0])
         tails = np.ones(x.shape[0])
         for k, c in enumerate(rest, start=1):
-            tails *= c.family.weighted_polynomials(c.mapped(x[:, k]), 0, 1.0 - c.family.beta)[:, 0]
+            column = c.family.weighted_polynomials(c.mapped(x[:, k]), 0, 1.0 - c.family.beta)
+            overflow[k, 0] = np.count_nonzero(~np.isfinite(column))
+            tails *= column[:, 0]
         strided = slice(first_sq, None, VARIANCE_STRIDE)
         total = head.family.moments(y, orders[0], power, tails)
+        total_s = head.family.moments(y[strided], orders[0], power, tails[strided])
         total_sq = head.family.moments(y[strided], orders[0], power, tails[strided] ** 2, True)
-        return {"sum": total[:, None], "sumsq": total_sq[:, None], "n": x.shape[0], "n_sq": n_sq}
+        if not overflow.any():
+            overflow[0, : orders[0] + 1] = ~np.isfinite(total)
+        return {"sum": total[:, None], "strided_sum": total_s[:, None],
+                "sumsq": total_sq[:, None], "n": x.shape[0], "n_sq": n_sq,
+                "overflow": overflow}  # fmt: skip
     total = np.zeros((orders[0] + 1, len(basis.tails)))
+    total_s = np.zeros_like(total)
     total_sq = np.zeros_like(total)
     spaces = [Workspace() for _ in basis.coordinates]  # the tables' memory, reused by blocks
     for rows in row_blocks(x.shape[0], basis.row_block()):
@@ -159,12 +171,43 @@ def coefficient_sums(
             for k, (c, m, space) in enumerate(zip(basis.coordinates, orders, spaces, strict=True))
         ]
         tails, _ = basis.tail_products(tables)
-        total += tables[0].T @ tails
+        block = tables[0].T @ tails
+        if not np.isfinite(block).all():
+            for k, table in enumerate(tables):
+                overflow[k, : table.shape[1]] += np.count_nonzero(~np.isfinite(table), axis=0)
+        total += block
         offset = (first_sq - rows.start) % VARIANCE_STRIDE
-        total_sq += np.square(tables[0][offset::VARIANCE_STRIDE]).T @ np.square(
-            tails[offset::VARIANCE_STRIDE]
-        )
-    return {"sum": total, "sumsq": total_sq, "n": x.shape[0], "n_sq": n_sq}
+        head_s, tails_s = tables[0][offset::VARIANCE_STRIDE], tails[offset::VARIANCE_STRIDE]
+        total_s += head_s.T @ tails_s
+        total_sq += np.square(head_s).T @ np.square(tails_s)
+    return {"sum": total, "strided_sum": total_s, "sumsq": total_sq, "n": x.shape[0],
+            "n_sq": n_sq, "overflow": overflow}  # fmt: skip
+
+
+def check_coefficient_sums(basis: TensorBasis, sums: dict[str, Partial]) -> None:
+    """``ValueError`` in one line when the sums of eq. 39 are not finite, naming the coordinate,
+    its family and β and the lowest order whose integrand ``ψ_m W^{1-β}`` (``ℓ_m G^{1-β}``)
+    overflowed (``overflow`` of :func:`coefficient_sums`), or else whose sum did."""
+    if all(np.isfinite(np.asarray(sums[key])).all() for key in ("sum", "strided_sum", "sumsq")):
+        return
+    overflow = np.asarray(sums["overflow"])
+    if overflow.any():
+        order = int(np.flatnonzero(overflow.any(axis=0))[0])
+        k = int(np.flatnonzero(overflow[:, order])[0])
+        where = f"its integrand is beyond float64 on {int(overflow[k, order])} of the samples"
+    else:
+        levels = basis.levels()
+        bad = ~np.isfinite(basis.from_matrix(np.asarray(sums["sum"])))
+        index = basis.indices[np.flatnonzero(bad)[np.argmin(levels[bad])]] if bad.any() else None
+        k = 0 if index is None else int(np.argmax(index))
+        order = 0 if index is None else int(index[k])
+        where = "its sum over the samples is beyond float64"
+    family = basis.coordinates[k].family
+    raise ValueError(
+        f"kernel embedding: the coefficients (eq. 39) are not finite: coordinate {k} "
+        f"({family.spec()}), order {order}: {where} (the weight to the power 1 - beta grows in "
+        f"the tails for beta > 1): use beta <= 1{'' if order == 0 else ' or a lower order'}"
+    )
 
 
 @dataclass(frozen=True)
@@ -192,11 +235,15 @@ class KernelDensity:
     @classmethod
     def from_sums(cls, basis: TensorBasis, sums: dict[str, Partial]) -> KernelDensity:
         """Finalize combined :func:`coefficient_sums` (or :func:`coefficient_reduction`)
-        partials."""
-        n = int(sums["n"])
+        partials; ``ValueError`` naming the coordinate, order and β when they are not finite
+        (:func:`check_coefficient_sums`)."""
+        check_coefficient_sums(basis, sums)
+        n, n_sq = int(sums["n"]), max(int(sums["n_sq"]), 1)
         mean = basis.from_matrix(np.asarray(sums["sum"])) / n
-        mean_sq = basis.from_matrix(np.asarray(sums["sumsq"])) / max(int(sums["n_sq"]), 1)
-        variances = np.maximum(mean_sq - mean**2, 0.0) / n
+        # E[ψ²] and E[ψ] of the variance from the same (strided) rows
+        mean_s = basis.from_matrix(np.asarray(sums["strided_sum"])) / n_sq
+        mean_sq = basis.from_matrix(np.asarray(sums["sumsq"])) / n_sq
+        variances = np.maximum(mean_sq - mean_s**2, 0.0) / n
         if "folds" not in sums:
             return cls(basis, mean, variances, n)
         folds = sums["folds"]
@@ -533,7 +580,7 @@ def _coefficient_chunk(
 
 
 def _combine_coefficients(a: dict, b: dict) -> dict:
-    out = {k: a[k] + b[k] for k in ("sum", "sumsq", "n", "n_sq")}
+    out = {k: a[k] + b[k] for k in ("sum", "strided_sum", "sumsq", "n", "n_sq", "overflow")}
     if "folds" in a:
         out["folds"] = [add_partials(p, q) for p, q in zip(a["folds"], b["folds"], strict=True)]
     return out

@@ -412,8 +412,10 @@ def round_up_to_edge(delta: np.ndarray) -> np.ndarray:
 
 
 def windowed_max(values: np.ndarray, window: int = ERROR_WINDOW) -> np.ndarray:
-    """``max_{|M' - M| ≤ window} values[M']`` for every ``M`` (NaN counts as 0)."""
-    values = np.nan_to_num(np.asarray(values, dtype=float), nan=0.0)
+    """``max_{|M' - M| ≤ window} values[M']`` for every ``M``; a NaN (a criterion that is not
+    finite) counts as infinite: no certified error there."""
+    values = np.asarray(values, dtype=float)
+    values = np.where(np.isnan(values), np.inf, values)
     padded = np.pad(values, window, mode="edge")
     return np.lib.stride_tricks.sliding_window_view(padded, 2 * window + 1).max(axis=1)
 
@@ -475,11 +477,22 @@ def one_standard_error_floor(loss: np.ndarray, stderr: np.ndarray) -> int:
 
 def convergence(eta: np.ndarray) -> tuple[np.ndarray, float]:
     """``(max_{M' ≥ M} η_{M'}`` for every M, the convergence line): twice the level the scan
-    of ``eta`` ends at (its last finite order; eq. 54). Orders whose later maximum is at most
-    the line count as converged."""
-    eta = np.nan_to_num(np.asarray(eta, dtype=float), nan=0.0)
-    later_max = np.maximum.accumulate(eta[::-1])[::-1]
-    return later_max, 2.0 * float(later_max[-2] if later_max.size > 1 else later_max[-1])
+    of ``eta`` ends at (its last order with ``η`` defined; eq. 54). Orders whose later maximum is
+    at most the line count as converged.
+
+    The last entry is the scan's end, whose ``η`` needs order ``M + 1``: when NaN it is left out
+    (no later shell). Any other NaN (a criterion that is not finite) counts as infinite, so the
+    orders up to it are *not* converged, and a NaN at the end leaves no order converged."""
+    eta = np.asarray(eta, dtype=float)
+    known = eta.copy()
+    if np.isnan(known[-1]):
+        known[-1] = -np.inf
+    known[np.isnan(known)] = np.inf
+    later_max = np.maximum.accumulate(known[::-1])[::-1]
+    tail = eta[-2:] if eta.size > 1 else eta
+    if np.isnan(eta[-1]) and eta.size > 1:
+        tail = tail[:1]
+    return np.maximum(later_max, 0.0), 2.0 * float(np.max(tail))
 
 
 def choose_order(
@@ -491,6 +504,7 @@ def choose_order(
     Converged (eq. 54): every later ``η_{M'}`` (M' ≥ M) is at most twice the level the scan ends
     at — shells beyond M carry no more than sampling noise. Taking the maximum over later orders
     makes the rule immune to shells that vanish by symmetry (odd shells of symmetric densities).
+    A NaN ``η`` is not converged (:func:`convergence`); ``ValueError`` when no order is.
     """
     top = int(criteria.orders[-1]) if max_order is None else int(max_order)
     if not 0 <= min_order <= top <= criteria.orders[-1]:
@@ -500,6 +514,11 @@ def choose_order(
     min_order = min(max(min_order, least_adequate_order(criteria)), top)
     later_max, line = convergence(criteria.eta[: top + 1])
     converged = later_max[min_order:] <= line
+    if not converged.any():
+        raise ValueError(
+            f"no order in {min_order}..{top} has converged: the shell norms eta are "
+            f"{criteria.eta[min_order : top + 1]} (NaN: not finite); give order= explicitly"
+        )
     eps = error_scale(criteria)[min_order : top + 1]
     candidates = criteria.orders[min_order : top + 1][converged]
     eps_c = eps[converged]
