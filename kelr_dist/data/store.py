@@ -41,6 +41,8 @@ import xarray as xr
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
 
+from kelr_dist.data.fields import stacked
+
 DIMS = ("chain", "time", "component")
 # most bytes one task may have to read for one block of one chain (see _check_chunks)
 MAX_CHUNK_BYTES = 256 * 2**20
@@ -143,7 +145,7 @@ def open_trajectory(
     if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
         decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
         ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
-    return as_trajectory(ds, variable, source=source, dt=dt)
+    return as_trajectory(stacked(ds, variable, source), variable, source=source, dt=dt)
 
 
 # --------------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
+from kelr_dist.pipeline.fields import field_result
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
 from kelr_dist.pipeline.options import EstimateOptions, checked
@@ -249,4 +250,5 @@ def estimate_response(
             replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
-    return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
+    result = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
+    return field_result(result, inputs.trajectory, setting.observable, inputs.pattern)

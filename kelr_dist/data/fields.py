@@ -1,0 +1,282 @@
+"""Fields: a variable with one time dim and any spatial dims, stacked into components and back.
+
+A climate variable ``(time, lat, lon)`` or ``(time, level, lat, lon)`` is a trajectory whose
+components are its grid points. :func:`stacked` turns such a variable (in a ``Dataset`` or as a
+``DataArray``) into the store layout ``(time, component)`` (``(chain, time, component)`` with a
+``chain`` dim), lazily for dask-backed data:
+
+- the time dim is the one dim named ``time``, or else the one dim whose coordinate is a date or a
+  duration or says ``axis = "T"`` / ``standard_name = "time"`` (renamed ``time``); none, or two
+  candidates, is refused naming the dims;
+- every other dim (``chain`` apart) is a spatial dim, stacked in its order (the last varies
+  fastest); each point is a component named ``lat=10.0,lon=40.0``, and the spatial coordinates
+  (and any coordinate over the spatial dims, e.g. an area) ride along as coordinates of
+  ``component``;
+- points that are NaN at every time (a land mask) are dropped and named in
+  ``attrs["field"]`` (:class:`FieldLayout`); a point NaN at some times only (a mask that changes
+  in time, or missing values) is refused, naming it. This check reads the field once.
+
+:class:`FieldLayout` (JSON in ``attrs["field"]``) unstacks the result's ``i`` and ``j`` back into
+labelled dims ``i_lat, i_lon, j_lat, j_lon`` (NaN at masked points) and stacks them again for
+the post-analysis (:mod:`kelr_dist.edges.analysis`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+#: the dims of the store layout; any other dim of a variable makes it a field
+LAYOUT_DIMS = ("chain", "time", "component")
+#: attribute of a stacked trajectory (and of its result) holding the field's layout as JSON
+FIELD_ATTR = "field"
+#: most masked or partly missing points a message lists
+SHOWN_POINTS = 5
+
+
+class FieldError(ValueError):
+    """A field that cannot be stacked (message names the store, the variable and the problem)."""
+
+
+def _error(source: str, variable: str, problem: str) -> FieldError:
+    return FieldError(f"store {source!r}, variable {variable!r}: {problem}")
+
+
+def is_field(da: xr.DataArray) -> bool:
+    """Whether ``da`` has a dim beyond ``chain``, ``time`` and ``component`` (or no ``time``
+    dim while it has a candidate for one): then it is stacked by :func:`stacked`."""
+    return any(dim not in LAYOUT_DIMS for dim in da.dims)
+
+
+def _is_time_coordinate(da: xr.DataArray, dim: Hashable) -> bool:
+    if dim not in da.coords:
+        return False
+    coord = da.coords[dim]
+    clock = np.issubdtype(coord.dtype, np.datetime64) or np.issubdtype(coord.dtype, np.timedelta64)
+    cf = coord.attrs.get("axis") == "T" or coord.attrs.get("standard_name") == "time"
+    return clock or cf or " since " in str(coord.attrs.get("units", ""))
+
+
+def time_dim(da: xr.DataArray, source: str, variable: str) -> str:
+    """The time dim of a field: the one dim named ``time`` or whose coordinate is a date or a
+    duration, says ``axis="T"``/``standard_name="time"`` or has CF ``units`` ``"... since ..."``."""
+    candidates = [str(d) for d in da.dims if d == "time" or _is_time_coordinate(da, d)]
+    if not candidates:
+        raise _error(
+            source,
+            variable,
+            f"no time dim among {tuple(map(str, da.dims))}: name the time dim 'time' (or give "
+            "it a date coordinate)",
+        )
+    if len(candidates) > 1:
+        raise _error(
+            source,
+            variable,
+            f"{len(candidates)} candidate time dims {tuple(candidates)} (named 'time', or with "
+            "a date coordinate, axis='T' or standard_name='time'): keep one, e.g. "
+            f"da.isel({candidates[-1]}=0)",
+        )
+    return candidates[0]
+
+
+def point_name(dims: Sequence[str], values: Sequence[Any]) -> str:
+    """The component name of a grid point: ``"lat=10.0,lon=40.0"``."""
+    return ",".join(f"{d}={_label(v)}" for d, v in zip(dims, values, strict=True))
+
+
+def _label(value: Any) -> str:
+    value = value.item() if isinstance(value, np.generic) else value
+    return str(value)
+
+
+def _jsonable(values: np.ndarray) -> list[Any]:
+    if np.issubdtype(values.dtype, np.datetime64) or np.issubdtype(values.dtype, np.timedelta64):
+        return [str(v) for v in values]
+    return values.tolist()
+
+
+@dataclass(frozen=True)
+class FieldLayout:
+    """A field's grid: spatial ``dims``, their ``coords`` (values along each), and which points
+    are components (``kept``, flat over the grid in C order); ``masked`` names the others."""
+
+    dims: tuple[str, ...]
+    coords: dict[str, list[Any]]
+    kept: tuple[bool, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(self.coords[d]) for d in self.dims)
+
+    def names(self) -> list[str]:
+        """Names of every point of the grid, C order."""
+        grids = np.meshgrid(*(np.asarray(self.coords[d], dtype=object) for d in self.dims),
+                            indexing="ij")  # fmt: skip
+        return [point_name(self.dims, p) for p in zip(*(g.ravel() for g in grids), strict=True)]
+
+    @property
+    def components(self) -> list[str]:
+        """Names of the points that are components."""
+        return [n for n, k in zip(self.names(), self.kept, strict=True) if k]
+
+    @property
+    def masked(self) -> list[str]:
+        """Names of the masked (dropped) points."""
+        return [n for n, k in zip(self.names(), self.kept, strict=True) if not k]
+
+    def to_json(self) -> str:
+        return json.dumps({"dims": list(self.dims), "coords": self.coords, "kept": self.kept})
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> FieldLayout | None:
+        """The layout in ``attrs["field"]``, None when there is none."""
+        text = attrs.get(FIELD_ATTR)
+        if not isinstance(text, str):
+            return None
+        record = json.loads(text)
+        return cls(tuple(record["dims"]), record["coords"], tuple(bool(k) for k in record["kept"]))
+
+    def grid_coords(self, prefix: str = "") -> dict[str, Any]:
+        """The grid's coordinates, each dim named ``prefix + dim``."""
+        return {f"{prefix}{d}": np.asarray(self.coords[d]) for d in self.dims}
+
+    def unstack(self, da: xr.DataArray, dim: str, prefix: str) -> xr.DataArray:
+        """``da`` with its ``dim`` (labelled by :attr:`components`) spread over the grid as dims
+        ``prefix + d`` for each spatial ``d`` (NaN, or False for a bool, at masked points)."""
+        axis = da.dims.index(dim)
+        values = np.asarray(da.values)
+        fill: Any = False if values.dtype == np.bool_ else np.nan
+        dtype = values.dtype if values.dtype == np.bool_ else np.result_type(values, np.float64)
+        full = np.full((*values.shape[:axis], len(self.kept), *values.shape[axis + 1 :]), fill,
+                       dtype=dtype)  # fmt: skip
+        index: list[Any] = [slice(None)] * values.ndim
+        index[axis] = np.flatnonzero(self.kept)
+        full[tuple(index)] = values
+        full = full.reshape((*values.shape[:axis], *self.shape, *values.shape[axis + 1 :]))
+        dims = (*da.dims[:axis], *(f"{prefix}{d}" for d in self.dims), *da.dims[axis + 1 :])
+        coords = {k: v for k, v in da.coords.items() if dim not in v.dims}
+        return xr.DataArray(
+            full, dims=dims, coords={**coords, **self.grid_coords(prefix)}, attrs=da.attrs
+        )
+
+    def stack(self, da: xr.DataArray, prefix: str, dim: str) -> xr.DataArray:
+        """The inverse of :meth:`unstack`: the dims ``prefix + d`` of ``da`` stacked into
+        ``dim``, masked points left out, labelled by :attr:`components`."""
+        spread = [f"{prefix}{d}" for d in self.dims]
+        rest = [d for d in da.dims if d not in spread]
+        first = min(da.dims.index(d) for d in spread)
+        order = [*rest[:first], *spread, *rest[first:]]
+        values = np.asarray(da.transpose(*order).values)
+        flat = values.reshape((*values.shape[:first], -1, *values.shape[first + len(spread) :]))
+        index: list[Any] = [slice(None)] * flat.ndim
+        index[first] = np.flatnonzero(self.kept)
+        dims = (*rest[:first], dim, *rest[first:])
+        coords = {k: v for k, v in da.coords.items() if not set(v.dims) & set(spread)}
+        return xr.DataArray(
+            flat[tuple(index)], dims=dims, coords={**coords, dim: self.components}, attrs=da.attrs
+        )
+
+
+def stacked(obj: xr.Dataset | xr.DataArray, variable: str, source: str) -> Any:
+    """``obj`` with its field variable stacked into components (see the module docstring), the
+    layout in the variable's ``attrs["field"]``; ``obj`` itself when the variable is not a
+    field (or is missing: the store's checks name that).
+
+    Raises
+    ------
+    FieldError
+        no time dim or two candidates, a ``component`` dim among the spatial dims, every point
+        masked, or a point that is NaN at some times only (named, with how often).
+    """
+    da = obj[variable] if isinstance(obj, xr.Dataset) else obj
+    if isinstance(obj, xr.Dataset) and variable not in obj.data_vars:
+        return obj
+    if not isinstance(da, xr.DataArray) or not is_field(da):
+        return obj
+    name = str(da.name) if isinstance(obj, xr.DataArray) and da.name is not None else variable
+    time = time_dim(da, source, name)
+    if time != "time":
+        da = da.rename({time: "time"})
+    if da.chunks is None:  # read once, here: the mask and the samples come from the same read
+        da = da.compute()
+    spatial = tuple(str(d) for d in da.dims if d not in ("chain", "time"))
+    if "component" in spatial:
+        raise _error(
+            source,
+            name,
+            f"dims {tuple(map(str, da.dims))}: a field's grid dims cannot include 'component' "
+            "(rename it)",
+        )
+    lead = ("chain", "time") if "chain" in da.dims else ("time",)
+    da = da.transpose(*lead, *spatial)
+    layout = _layout(da, spatial, source, name)
+    flat = da.data.reshape((*da.shape[: len(lead)], -1))
+    kept = np.flatnonzero(layout.kept)
+    coords = {k: v for k, v in da.coords.items() if set(v.dims) <= set(lead)}
+    # the spatial coordinates (lat, lon) and any other over the grid (an area) per component
+    on_points = {
+        str(k): ("component", _broadcast(v, [da.sizes[d] for d in spatial], spatial)[kept])
+        for k, v in da.coords.items()
+        if v.dims and set(v.dims) <= set(spatial)
+    }
+    out = xr.DataArray(
+        flat[..., kept],
+        dims=(*lead, "component"),
+        coords={**coords, **on_points, "component": layout.components},
+        attrs={**da.attrs, FIELD_ATTR: layout.to_json()},
+        name=da.name,
+    )
+    out.encoding = dict(da.encoding)
+    if isinstance(obj, xr.DataArray):
+        return out
+    ds = xr.Dataset({variable: out}, attrs=obj.attrs)
+    ds.encoding = dict(obj.encoding)
+    return ds
+
+
+def _broadcast(coord: xr.DataArray, shape: Sequence[int], spatial: Sequence[str]) -> np.ndarray:
+    """A coordinate over some of the spatial dims (of sizes ``shape``), over all of them, flat
+    in C order."""
+    values = np.asarray(coord.transpose(*[d for d in spatial if d in coord.dims]).values)
+    sizes = [n if d in coord.dims else 1 for d, n in zip(spatial, shape, strict=True)]
+    expanded = values.reshape(sizes)
+    return np.broadcast_to(expanded, tuple(shape)).reshape(-1)
+
+
+def _layout(da: xr.DataArray, spatial: tuple[str, ...], source: str, name: str) -> FieldLayout:
+    """The grid and its mask from one read of the field: the points NaN at every time are
+    masked; a point NaN at some times only is refused."""
+    lead = tuple(range(da.ndim - len(spatial)))
+    missing = np.isnan(da.data).sum(axis=lead) if np.issubdtype(da.dtype, np.floating) else None
+    times = int(np.prod(da.shape[: len(lead)]))
+    if missing is None:
+        count = np.zeros(da.shape[len(lead) :], dtype=np.int64)
+    else:
+        count = np.asarray(missing.compute() if hasattr(missing, "compute") else missing)
+    coords = {
+        d: _jsonable(np.asarray(da[d].values)) if d in da.coords else list(range(da.sizes[d]))
+        for d in spatial
+    }
+    layout = FieldLayout(spatial, coords, tuple(bool(c == 0) for c in count.reshape(-1)))
+    partly = np.flatnonzero((count.reshape(-1) > 0) & (count.reshape(-1) < times))
+    if partly.size:
+        names = layout.names()
+        shown = ", ".join(
+            f"{names[p]} ({int(count.reshape(-1)[p])} of {times} times)"
+            for p in partly[:SHOWN_POINTS]
+        )
+        more = f" and {partly.size - SHOWN_POINTS} more" if partly.size > SHOWN_POINTS else ""
+        raise _error(
+            source,
+            name,
+            f"{partly.size} grid point(s) are NaN at some times only: {shown}{more}; a masked "
+            "point must be NaN at every time (fill the gaps or mask the point)",
+        )
+    if not any(layout.kept):
+        raise _error(source, name, "every grid point is NaN at every time: nothing to estimate")
+    return layout
