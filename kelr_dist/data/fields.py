@@ -147,11 +147,13 @@ class FieldLayout:
 
     def unstack(self, da: xr.DataArray, dim: str, prefix: str) -> xr.DataArray:
         """``da`` with its ``dim`` (labelled by :attr:`components`) spread over the grid as dims
-        ``prefix + d`` for each spatial ``d`` (NaN, or False for a bool, at masked points)."""
+        ``prefix + d`` for each spatial ``d`` (NaN at masked points; False or 0 for bool or
+        integer values such as block sizes)."""
         axis = da.dims.index(dim)
         values = np.asarray(da.values)
-        fill: Any = False if values.dtype == np.bool_ else np.nan
-        dtype = values.dtype if values.dtype == np.bool_ else np.result_type(values, np.float64)
+        kind = values.dtype.kind
+        fill: Any = {"b": False, "i": 0, "u": 0}.get(kind, np.nan)
+        dtype = values.dtype if kind in "biu" else np.result_type(values, np.float64)
         full = np.full((*values.shape[:axis], len(self.kept), *values.shape[axis + 1 :]), fill,
                        dtype=dtype)  # fmt: skip
         index: list[Any] = [slice(None)] * values.ndim
@@ -180,6 +182,24 @@ class FieldLayout:
         return xr.DataArray(
             flat[tuple(index)], dims=dims, coords={**coords, dim: self.components}, attrs=da.attrs
         )
+
+
+def on_components(ds: xr.Dataset) -> xr.Dataset:
+    """A field's result with its ``i_<dim>``/``j_<dim>`` dims stacked back into ``i`` and ``j``
+    over the points that are components (:meth:`FieldLayout.stack`), as the report and the
+    post-analysis read a result; any other result as it is."""
+    layout = FieldLayout.from_attrs(ds.attrs)
+    if layout is None:
+        return ds
+    data = {}
+    for key, var in ds.data_vars.items():
+        for dim in ("i", "j"):
+            if all(f"{dim}_{d}" in var.dims for d in layout.dims):
+                var = layout.stack(var, f"{dim}_", dim)
+        data[key] = var
+    spread = {f"{dim}_{d}" for dim in ("i", "j") for d in layout.dims}
+    coords = {k: v for k, v in ds.coords.items() if not spread & set(v.dims)}
+    return xr.Dataset(data, coords=coords, attrs=ds.attrs)
 
 
 def stacked(obj: xr.Dataset | xr.DataArray, variable: str, source: str) -> Any:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import numpy as np
 import xarray as xr
 
+from kelr_dist.data.fields import on_components
 from kelr_dist.data.store import parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.edges.distribution_plot import distribution_figures
@@ -94,6 +95,7 @@ def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
         raise ValueError(
             f"result {source!r} is not a readable result ({type(err).__name__}: {err})"
         ) from None
+    ds = on_components(ds)
     if "response" not in ds or set(ds["response"].dims) != {"lag", "i", "j"}:
         raise ValueError(f"result {source!r} holds no variable response(lag, i, j)")
     return ds
@@ -314,6 +316,7 @@ def _order_text(ds: xr.Dataset) -> str:
 def headline(ds: xr.Dataset, name: str) -> str:
     """What ``kelr estimate`` prints: where the result went and its headline numbers (the
     whole table is ``kelr report``'s)."""
+    ds = on_components(ds)
     stderr = float(ds["response_stderr"].max()) if "response_stderr" in ds else math.nan
     stein = stein_rows(ds).get("response")
     if stein is None:
@@ -355,6 +358,7 @@ def headline(ds: xr.Dataset, name: str) -> str:
 
 def summary(ds: xr.Dataset, name: str | None = None) -> str:
     """The report table of a result (several lines, no trailing newline)."""
+    ds = on_components(ds)
     a = ds.attrs
     origin = f"model {a['model']}, " if "model" in a else ""
     t_max = float(ds["time"].values[-1])
@@ -894,6 +898,7 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
     The paths written. Each file is written to a temporary name and renamed, so an
     interrupted report leaves no truncated PNG.
     """
+    ds = on_components(ds)
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     figures = {"response.png": plot_responses(ds)}
