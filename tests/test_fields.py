@@ -20,7 +20,7 @@ import xarray as xr
 
 import kelr_dist
 from kelr_dist import estimate_response
-from kelr_dist.data.fields import FieldError, FieldLayout
+from kelr_dist.data.fields import FieldLayout
 
 KELR = [sys.executable, "-m", "kelr_dist.edges.cli"]
 LAT = np.array([-40.0, 0.0, 40.0])
@@ -320,8 +320,3 @@ def test_layout_stack_inverts_unstack():
     assert np.isnan(spread.sel(i_lat=0.0, i_lon=6.0)).all()
     back = layout.stack(spread, "i_", "i")
     xr.testing.assert_equal(back, values)
-
-
-def test_a_field_with_a_component_dim_is_refused(field):
-    with pytest.raises(FieldError, match="cannot include 'component'"):
-        kelr_dist.data.fields.stacked(field.rename(lon="component"), "tas", "<in-memory>")

@@ -48,9 +48,10 @@ def _error(source: str, variable: str, problem: str) -> FieldError:
 
 
 def is_field(da: xr.DataArray) -> bool:
-    """Whether ``da`` has a dim beyond ``chain``, ``time`` and ``component`` (or no ``time``
-    dim while it has a candidate for one): then it is stacked by :func:`stacked`."""
-    return any(dim not in LAYOUT_DIMS for dim in da.dims)
+    """Whether ``da`` has a dim beyond ``chain``, ``time`` and ``component``, and no
+    ``component`` dim (an array with one is in the store layout, or refused by its checks):
+    then it is stacked by :func:`stacked`."""
+    return "component" not in da.dims and any(dim not in LAYOUT_DIMS for dim in da.dims)
 
 
 def _is_time_coordinate(da: xr.DataArray, dim: Hashable) -> bool:
@@ -210,12 +211,12 @@ def stacked(obj: xr.Dataset | xr.DataArray, variable: str, source: str) -> Any:
     Raises
     ------
     FieldError
-        no time dim or two candidates, a ``component`` dim among the spatial dims, every point
-        masked, or a point that is NaN at some times only (named, with how often).
+        no time dim or two candidates, every point masked, or a point that is NaN at some
+        times only (named, with how often).
     """
-    da = obj[variable] if isinstance(obj, xr.Dataset) else obj
     if isinstance(obj, xr.Dataset) and variable not in obj.data_vars:
         return obj
+    da = obj[variable] if isinstance(obj, xr.Dataset) else obj
     if not isinstance(da, xr.DataArray) or not is_field(da):
         return obj
     name = str(da.name) if isinstance(obj, xr.DataArray) and da.name is not None else variable
@@ -225,13 +226,6 @@ def stacked(obj: xr.Dataset | xr.DataArray, variable: str, source: str) -> Any:
     if da.chunks is None:  # read once, here: the mask and the samples come from the same read
         da = da.compute()
     spatial = tuple(str(d) for d in da.dims if d not in ("chain", "time"))
-    if "component" in spatial:
-        raise _error(
-            source,
-            name,
-            f"dims {tuple(map(str, da.dims))}: a field's grid dims cannot include 'component' "
-            "(rename it)",
-        )
     lead = ("chain", "time") if "chain" in da.dims else ("time",)
     da = da.transpose(*lead, *spatial)
     layout = _layout(da, spatial, source, name)

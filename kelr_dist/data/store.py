@@ -13,6 +13,9 @@ variable (default ``x``) with
   on the variable or the dataset (when both are given they must agree); its unit is
   ``attrs["time_units"]``: ``"s"`` from dates and durations, else the numeric coordinate's
   ``units`` attribute or a ``time_units`` attribute, else absent (the data's own unit);
+- a field instead, dims ``(time, <grid dims>...)`` (e.g. ``(time, lat, lon)``), whose grid points
+  become the components (:mod:`kelr_dist.data.fields`: masked points dropped, the layout in
+  ``attrs["field"]``);
 - optionally a ``component`` coordinate of names (otherwise ``x1, x2, ...``, numbered from 1
   as the built-in models name theirs, the same for every input route);
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),

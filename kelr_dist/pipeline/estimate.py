@@ -105,7 +105,10 @@ def estimate_response(
         opened from a netCDF or other non-zarr file is read through the object), or a numpy
         array ``(n, d)`` / ``(chains, n, d)`` or pandas DataFrame (sample interval ``dt``,
         default 1 in ``time_units = "steps"``, when ``max_time`` is not given). Unnamed
-        components are ``x1, x2, ...`` by every route.
+        components are ``x1, x2, ...`` by every route. A field ``(time, lat, lon, ...)`` (any
+        grid dims) is estimated on its grid points (:mod:`kelr_dist.data.fields`): points NaN
+        at every time are dropped (``attrs["field_masked"]``), and the result's ``i`` and ``j``
+        come back as ``i_<dim>``/``j_<dim>`` over the grid (:mod:`kelr_dist.pipeline.fields`).
     variable : the trajectory variable of a store/Dataset.
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).
@@ -142,6 +145,9 @@ def estimate_response(
         names and references as in a job file; a forcing may also be a function
         ``x (n, d) -> (c, ∂_i c_i)``, each ``(n, d)``. ``A`` enters centred (covariance form,
         :mod:`kelr_dist.kernels.response.operator`).
+        A field's observables: ``"mean"``, ``"mean(weights=cos(lat))"`` (a coordinate over the
+        grid, or its cosine in degrees) and ``"eof(k)"`` (leading EOF amplitudes); a field's
+        forcing may be a pattern, a ``DataArray`` over its grid dims (``pattern_response``).
         The distribution observables ``"pdf"``, ``"moments"``, ``"exceedance"`` (with
         parameters, :mod:`kelr_dist.kernels.observables.distribution`) take their grid from the
         data; :func:`kelr_dist.edges.distribution.distribution_response` labels their responses.
