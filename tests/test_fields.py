@@ -320,3 +320,43 @@ def test_layout_stack_inverts_unstack():
     assert np.isnan(spread.sel(i_lat=0.0, i_lon=6.0)).all()
     back = layout.stack(spread, "i_", "i")
     xr.testing.assert_equal(back, values)
+
+
+def test_any_grid_dims_are_stacked_with_their_coordinates():
+    rng = np.random.default_rng(1)
+    values = rng.standard_normal((2, 50, 2, 2, 3))  # (chain, time, level, lat, lon)
+    values[:, :, 1, 0, 2] = np.nan
+    area = xr.DataArray([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dims=("lat", "lon"))
+    da = xr.DataArray(
+        values,
+        dims=("chain", "time", "level", "lat", "lon"),
+        coords={"level": [850, 500], "lat": [0.0, 10.0], "lon": [0.0, 5.0, 10.0], "area": area},
+        attrs={"dt": 0.5},
+    )
+    out = kelr_dist.data.fields.stacked(da, "ta", "<in-memory>")
+    assert out.dims == ("chain", "time", "component")
+    assert out.sizes["component"] == 11
+    assert str(out["component"].values[0]) == "level=850,lat=0.0,lon=0.0"
+    layout = FieldLayout.from_attrs(out.attrs)
+    assert layout is not None and layout.masked == ["level=500,lat=0.0,lon=10.0"]
+    np.testing.assert_array_equal(out["area"].values, [1, 2, 3, 4, 5, 6, 1, 2, 4, 5, 6])
+    np.testing.assert_array_equal(out["level"].values[:6], [850] * 6)
+    np.testing.assert_array_equal(out.values, values.reshape(2, 50, 12)[..., layout.kept])
+
+
+def test_weights_from_a_coordinate_over_the_grid():
+    from kelr_dist.kernels.observables.field import parse_field_spec
+    from kelr_dist.pipeline.fields import field_observable
+
+    da = xr.DataArray(
+        np.ones((10, 2, 2)),
+        dims=("time", "lat", "lon"),
+        coords={"lat": [0.0, 60.0], "lon": [0.0, 1.0], "area": (("lat", "lon"), [[1, 3], [2, 2]])},
+    )
+    trajectory = kelr_dist.data.store.as_trajectory(
+        kelr_dist.data.fields.stacked(da, "x", "<in-memory>"), dt=1.0
+    )
+    area = field_observable(parse_field_spec("mean(weights=area)"), trajectory)
+    np.testing.assert_allclose(area.function.matrix, [[0.125, 0.375, 0.25, 0.25]])
+    cosine = field_observable(parse_field_spec("mean(weights=cos(lat))"), trajectory)
+    np.testing.assert_allclose(cosine.function.matrix, [[1 / 3, 1 / 3, 1 / 6, 1 / 6]])
