@@ -116,8 +116,8 @@ class FieldLayout:
 
     def names(self) -> list[str]:
         """Names of every point of the grid, C order."""
-        grids = np.meshgrid(*(np.asarray(self.coords[d], dtype=object) for d in self.dims),
-                            indexing="ij")  # fmt: skip
+        axes = (np.asarray(self.coords[d], dtype=object) for d in self.dims)
+        grids = np.meshgrid(*axes, indexing="ij")
         return [point_name(self.dims, p) for p in zip(*(g.ravel() for g in grids), strict=True)]
 
     @property
@@ -155,8 +155,8 @@ class FieldLayout:
         kind = values.dtype.kind
         fill: Any = {"b": False, "i": 0, "u": 0}.get(kind, np.nan)
         dtype = values.dtype if kind in "biu" else np.result_type(values, np.float64)
-        full = np.full((*values.shape[:axis], len(self.kept), *values.shape[axis + 1 :]), fill,
-                       dtype=dtype)  # fmt: skip
+        shape = (*values.shape[:axis], len(self.kept), *values.shape[axis + 1 :])
+        full = np.full(shape, fill, dtype=dtype)
         index: list[Any] = [slice(None)] * values.ndim
         index[axis] = np.flatnonzero(self.kept)
         full[tuple(index)] = values
@@ -184,20 +184,36 @@ class FieldLayout:
             flat[tuple(index)], dims=dims, coords={**coords, dim: self.components}, attrs=da.attrs
         )
 
+    def on_components(self, da: xr.DataArray) -> xr.DataArray:
+        """``da`` with its ``i_<dim>``/``j_<dim>`` dims (all of either) stacked back into ``i``
+        and ``j`` (:meth:`stack`); as it is without them."""
+        for dim in ("i", "j"):
+            if all(f"{dim}_{d}" in da.dims for d in self.dims):
+                da = self.stack(da, f"{dim}_", dim)
+        return da
+
+    def on_grid(self, da: xr.DataArray, prefixes: dict[str, str]) -> xr.DataArray:
+        """``da`` with each dim of ``prefixes`` whose labels are the :attr:`components` spread
+        over the grid as ``prefix + <grid dim>`` (:meth:`unstack`), and so the coordinates
+        along it; the other dims as they are."""
+        components = self.components
+        for dim, prefix in prefixes.items():
+            if dim not in da.dims or [str(c) for c in da[dim].values] != components:
+                continue
+            along = [k for k, c in da.coords.items() if dim in c.dims and k != dim]
+            spread = {k: self.unstack(da[k].drop_vars(along), dim, prefix).variable for k in along}
+            da = self.unstack(da, dim, prefix).assign_coords(spread)
+        return da
+
 
 def on_components(ds: xr.Dataset) -> xr.Dataset:
     """A field's result with its ``i_<dim>``/``j_<dim>`` dims stacked back into ``i`` and ``j``
-    over the points that are components (:meth:`FieldLayout.stack`), as the report and the
-    post-analysis read a result; any other result as it is."""
+    over the points that are components (:meth:`FieldLayout.on_components`), as the report
+    reads a result; any other result as it is."""
     layout = FieldLayout.from_attrs(ds.attrs)
     if layout is None:
         return ds
-    data = {}
-    for key, var in ds.data_vars.items():
-        for dim in ("i", "j"):
-            if all(f"{dim}_{d}" in var.dims for d in layout.dims):
-                var = layout.stack(var, f"{dim}_", dim)
-        data[key] = var
+    data = {key: layout.on_components(var) for key, var in ds.data_vars.items()}
     spread = {f"{dim}_{d}" for dim in ("i", "j") for d in layout.dims}
     coords = {k: v for k, v in ds.coords.items() if not spread & set(v.dims)}
     return xr.Dataset(data, coords=coords, attrs=ds.attrs)

@@ -562,14 +562,9 @@ class KelrAccessor:
 
     def _on_components(self, values: xr.DataArray) -> xr.DataArray:
         """A field result's ``(lag, i_<dim>..., j_<dim>...)`` variable as ``(lag, i, j)``
-        (:class:`~kelr_dist.data.fields.FieldLayout`); any other variable as it is."""
+        (:meth:`~kelr_dist.data.fields.FieldLayout.on_components`); any other as it is."""
         layout = self._layout()
-        if layout is None:
-            return values
-        for dim in ("i", "j"):
-            if any(str(d).startswith(f"{dim}_") for d in values.dims):
-                values = layout.stack(values, f"{dim}_", dim)
-        return values
+        return values if layout is None else layout.on_components(values)
 
     def _field_forcing(self, forcing: xr.DataArray, response: xr.DataArray) -> xr.DataArray:
         """A field result's forcing history as ``(time, j)``: a history over the grid
@@ -591,24 +586,10 @@ class KelrAccessor:
         return forcing
 
     def _on_grid(self, values: xr.DataArray, prefixes: dict[str, str]) -> xr.DataArray:
-        """A field result's output with each dim of ``prefixes`` (``i``, ``j``) that runs over
-        the grid's points spread back over the grid as ``prefix + <dim>`` (``lat, lon`` for the
-        prefix ``""``); anything else as it is."""
+        """A field result's output with its ``i``/``j`` over the grid's points spread back over
+        the grid (:meth:`~kelr_dist.data.fields.FieldLayout.on_grid`); any other as it is."""
         layout = self._layout()
-        if layout is None:
-            return values
-        for dim, prefix in prefixes.items():
-            if dim not in values.dims or [str(c) for c in values[dim].values] != (
-                layout.components
-            ):
-                continue
-            on_points = [k for k, c in values.coords.items() if dim in c.dims and k != dim]
-            spread = {
-                k: layout.unstack(values[k].drop_vars(on_points), dim, prefix).variable
-                for k in on_points
-            }
-            values = layout.unstack(values, dim, prefix).assign_coords(spread)
-        return values
+        return values if layout is None else layout.on_grid(values, prefixes)
 
     def _variable(self, variable: str) -> tuple[xr.DataArray, xr.DataArray | None]:
         if variable not in self._dataset.data_vars:

@@ -165,22 +165,16 @@ def field_result(
     layout = FieldLayout.from_attrs(trajectory.attrs)
     if layout is None:
         return result
-    components = layout.components
     if pattern is not None:
         result = _scaled(result, pattern)
-    spread = {"j"}
-    if "i" in result.dims and [str(c) for c in result["i"].values] == components:
-        spread.add("i")
-    data = {}
-    for key, var in result.data_vars.items():
-        for dim in sorted(spread & set(var.dims)):
-            var = layout.unstack(var, dim, f"{dim}_")
-        data[key] = var
+    prefixes = {"i": "i_", "j": "j_"}
+    data = {key: layout.on_grid(var, prefixes) for key, var in result.data_vars.items()}
     function = observable.function
     if isinstance(function, LinearObservable) and function.explained is not None:
         loadings = xr.DataArray(function.matrix, dims=("i", "component"))
         data["eof_loading"] = layout.unstack(loadings, "component", "")
         data["eof_explained_variance"] = xr.DataArray(function.explained, dims=("i",))
+    spread = {"i", "j"} - set(data["response"].dims)
     coords = {k: v for k, v in result.coords.items() if not spread & set(v.dims)}
     out = xr.Dataset(data, coords=coords, attrs=result.attrs)
     out.attrs[FIELD_ATTR] = layout.to_json()
