@@ -180,7 +180,10 @@ def estimate_response(
         the lag-0 Stein residual ``stein_residual[_suffix](i, j)`` and its ``_stderr`` (for a
         corrected estimate also ``..._uncorrected``: the size of the correction); the
         held-out candidates on ``candidate``; the kernel embedding's criteria on ``order`` and
-        coefficients on ``basis_function``; the run's choices in ``attrs``.
+        coefficients on ``basis_function``; the run's choices in ``attrs``. For a field, ``i``
+        and ``j`` as ``i_<dim>``/``j_<dim>`` over the grid; with a forcing pattern also
+        ``pattern_response(lag, i)`` and its ``_stderr`` (a bound); with ``eof(k)``
+        ``eof_loading`` and ``eof_explained_variance``.
 
     Warns
     -----
