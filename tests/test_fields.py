@@ -360,3 +360,11 @@ def test_weights_from_a_coordinate_over_the_grid():
     np.testing.assert_allclose(area.function.matrix, [[0.125, 0.375, 0.25, 0.25]])
     cosine = field_observable(parse_field_spec("mean(weights=cos(lat))"), trajectory)
     np.testing.assert_allclose(cosine.function.matrix, [[1 / 3, 1 / 3, 1 / 6, 1 / 6]])
+
+
+def test_points_picked_by_name_stay_components(field):
+    picked = ["lat=0.0,lon=90.0", "lat=0.0,lon=180.0"]
+    ds = _quiet(field, components=picked, **FAST)
+    assert ds["response"].dims == ("lag", "i", "j")
+    assert list(ds["j"].values) == picked
+    assert "field" not in ds.attrs

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from kelr_dist.data.fields import stacked
+from kelr_dist.data.fields import FIELD_ATTR, stacked
 from kelr_dist.data.store import (
     IN_MEMORY,
     as_trajectory,
@@ -97,7 +97,8 @@ SHOWN_COMPONENTS = 20
 
 def _select(traj: xr.DataArray, components: Sequence[str] | None, name: Name = str) -> xr.DataArray:
     """The ``components`` of ``traj`` (all when None), in the order given (lazily: a store's
-    blocks are still read whole, the other components dropped per block)."""
+    blocks are still read whole, the other components dropped per block); a field's points so
+    selected lose the field's grid (the result stays on ``i``, ``j``)."""
     if components is None:
         return traj
     available = [str(c) for c in traj["component"].values]
@@ -109,7 +110,10 @@ def _select(traj: xr.DataArray, components: Sequence[str] | None, name: Name = s
             f"{name('components')}: {', '.join(map(repr, unknown))} not in the trajectory "
             f"{traj.attrs.get('store', IN_MEMORY)!r}; available: {shown}{more}"
         )
-    return traj.sel(component=list(components))
+    selected = traj.sel(component=list(components))
+    # a field's points picked by name are components like any others: no grid to return to
+    selected.attrs.pop(FIELD_ATTR, None)
+    return selected
 
 
 def check_max_time(max_time: float | None, dt: float, source: str, name: Name = str) -> None:
