@@ -6,8 +6,9 @@ components are its grid points. :func:`stacked` turns such a variable (in a ``Da
 ``chain`` dim), lazily for dask-backed data:
 
 - the time dim is the one dim named ``time``, or else the one dim whose coordinate is a date or a
-  duration or says ``axis = "T"`` / ``standard_name = "time"`` (renamed ``time``); none, or two
-  candidates, is refused naming the dims;
+  duration or says ``axis = "T"`` / ``standard_name = "time"`` (renamed ``time``); two
+  candidates are refused naming them (and a variable without any is refused by the store
+  layout's checks, naming its dims);
 - every other dim (``chain`` apart) is a spatial dim, stacked in its order (the last varies
   fastest); each point is a component named ``lat=10.0,lon=40.0``, and the spatial coordinates
   (and any coordinate over the spatial dims, e.g. an area) ride along as coordinates of
@@ -48,10 +49,14 @@ def _error(source: str, variable: str, problem: str) -> FieldError:
 
 
 def is_field(da: xr.DataArray) -> bool:
-    """Whether ``da`` has a dim beyond ``chain``, ``time`` and ``component``, and no
-    ``component`` dim (an array with one is in the store layout, or refused by its checks):
-    then it is stacked by :func:`stacked`."""
-    return "component" not in da.dims and any(dim not in LAYOUT_DIMS for dim in da.dims)
+    """Whether ``da`` is a field: a dim beyond ``chain``, ``time`` and ``component``, no
+    ``component`` dim, and a time dim (:func:`time_candidates`). Anything else is left to the
+    store layout's checks (which refuse an array without a time dim, naming its dims)."""
+    return (
+        "component" not in da.dims
+        and any(dim not in LAYOUT_DIMS for dim in da.dims)
+        and bool(time_candidates(da))
+    )
 
 
 def _is_time_coordinate(da: xr.DataArray, dim: Hashable) -> bool:
@@ -63,26 +68,11 @@ def _is_time_coordinate(da: xr.DataArray, dim: Hashable) -> bool:
     return clock or cf or " since " in str(coord.attrs.get("units", ""))
 
 
-def time_dim(da: xr.DataArray, source: str, variable: str) -> str:
-    """The time dim of a field: the one dim named ``time`` or whose coordinate is a date or a
-    duration, says ``axis="T"``/``standard_name="time"`` or has CF ``units`` ``"... since ..."``."""
-    candidates = [str(d) for d in da.dims if d == "time" or _is_time_coordinate(da, d)]
-    if not candidates:
-        raise _error(
-            source,
-            variable,
-            f"no time dim among {tuple(map(str, da.dims))}: name the time dim 'time' (or give "
-            "it a date coordinate)",
-        )
-    if len(candidates) > 1:
-        raise _error(
-            source,
-            variable,
-            f"{len(candidates)} candidate time dims {tuple(candidates)} (named 'time', or with "
-            "a date coordinate, axis='T' or standard_name='time'): keep one, e.g. "
-            f"da.isel({candidates[-1]}=0)",
-        )
-    return candidates[0]
+def time_candidates(da: xr.DataArray) -> list[str]:
+    """The dims of ``da`` that may be its time: named ``time``, or with a coordinate that is a
+    date or a duration, says ``axis="T"``/``standard_name="time"`` or has CF ``units``
+    ``"... since ..."``."""
+    return [str(d) for d in da.dims if d == "time" or _is_time_coordinate(da, d)]
 
 
 def point_name(dims: Sequence[str], values: Sequence[Any]) -> str:
@@ -227,8 +217,8 @@ def stacked(obj: xr.Dataset | xr.DataArray, variable: str, source: str) -> Any:
     Raises
     ------
     FieldError
-        no time dim or two candidates, every point masked, or a point that is NaN at some
-        times only (named, with how often).
+        two candidate time dims, every point masked, or a point that is NaN at some times only
+        (named, with how often).
     """
     if isinstance(obj, xr.Dataset) and variable not in obj.data_vars:
         return obj
@@ -236,7 +226,16 @@ def stacked(obj: xr.Dataset | xr.DataArray, variable: str, source: str) -> Any:
     if not isinstance(da, xr.DataArray) or not is_field(da):
         return obj
     name = str(da.name) if isinstance(obj, xr.DataArray) and da.name is not None else variable
-    time = time_dim(da, source, name)
+    candidates = time_candidates(da)
+    if len(candidates) > 1:
+        raise _error(
+            source,
+            name,
+            f"{len(candidates)} candidate time dims {tuple(candidates)} (named 'time', or with "
+            "a date coordinate, axis='T' or standard_name='time'): keep one, e.g. "
+            f"da.isel({candidates[-1]}=0)",
+        )
+    time = candidates[0]
     if time != "time":
         da = da.rename({time: "time"})
     if da.chunks is None:  # read once, here: the mask and the samples come from the same read

@@ -470,7 +470,8 @@ def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray
             source,
             variable,
             f"dims {tuple(da.dims)} found, expected ('time', 'component') or {DIMS} (or, for "
-            "one component, ('time',) or ('chain', 'time'))",
+            "one component, ('time',) or ('chain', 'time'); or a field: a 'time' dim (or one "
+            "of dates) and grid dims, e.g. ('time', 'lat', 'lon'))",
         )
     if "component" not in da.dims:
         da = da.expand_dims(component=[variable], axis=-1)
