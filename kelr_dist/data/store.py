@@ -13,6 +13,9 @@ variable (default ``x``) with
   on the variable or the dataset (when both are given they must agree); its unit is
   ``attrs["time_units"]``: ``"s"`` from dates and durations, else the numeric coordinate's
   ``units`` attribute or a ``time_units`` attribute, else absent (the data's own unit);
+- a field instead, dims ``(time, <grid dims>...)`` (e.g. ``(time, lat, lon)``), whose grid points
+  become the components (:mod:`kelr_dist.data.fields`: masked points dropped, the layout in
+  ``attrs["field"]``);
 - optionally a ``component`` coordinate of names (otherwise ``x1, x2, ...``, numbered from 1
   as the built-in models name theirs, the same for every input route);
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
@@ -44,6 +47,8 @@ import numpy as np
 import xarray as xr
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
+
+from kelr_dist.data.fields import stacked
 
 DIMS = ("chain", "time", "component")
 # most bytes one task may have to read for one block of one chain (see _check_chunks)
@@ -148,7 +153,7 @@ def open_trajectory(
     if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
         decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
         ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
-    trajectory = as_trajectory(ds, variable, source=source, dt=dt)
+    trajectory = as_trajectory(stacked(ds, variable, source), variable, source=source, dt=dt)
     if fingerprint is not None:
         trajectory.attrs["store_fingerprint"] = fingerprint
     return trajectory
@@ -695,7 +700,8 @@ def _standard_dims(da: xr.DataArray, source: str, variable: str) -> xr.DataArray
             source,
             variable,
             f"dims {tuple(da.dims)} found, expected ('time', 'component') or {DIMS} (or, for "
-            "one component, ('time',) or ('chain', 'time'))",
+            "one component, ('time',) or ('chain', 'time'); or a field: a 'time' dim (or one "
+            "of dates) and grid dims, e.g. ('time', 'lat', 'lon'))",
         )
     if "component" not in da.dims:
         da = da.expand_dims(component=[variable], axis=-1)

@@ -41,11 +41,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Hashable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from kelr_dist.data.fields import FieldLayout
 
 ErrorModel = Literal["bound", "independent"]
 ERROR_MODELS: tuple[str, ...] = ("bound", "independent")
@@ -547,28 +550,77 @@ class KelrAccessor:
         self._dataset = dataset
 
     def _converged(self, variable: str) -> xr.DataArray | None:
-        return self._dataset.get(f"{variable}_converged")
+        converged = self._dataset.get(f"{variable}_converged")
+        return None if converged is None else self._on_components(converged)
+
+    def _layout(self) -> FieldLayout | None:
+        """The grid of a field's result (None for any other result); imported here: the data
+        layer imports xarray, whose import registers this accessor."""
+        from kelr_dist.data.fields import FieldLayout
+
+        return FieldLayout.from_attrs(self._dataset.attrs)
+
+    def _on_components(self, values: xr.DataArray) -> xr.DataArray:
+        """A field result's ``(lag, i_<dim>..., j_<dim>...)`` variable as ``(lag, i, j)``
+        (:meth:`~kelr_dist.data.fields.FieldLayout.on_components`); any other as it is."""
+        layout = self._layout()
+        return values if layout is None else layout.on_components(values)
+
+    def _field_forcing(self, forcing: xr.DataArray, response: xr.DataArray) -> xr.DataArray:
+        """A field result's forcing history as ``(time, j)``: a history over the grid
+        ``(time, <spatial dims>)`` stacked into its points, or, for a result estimated with a
+        forcing pattern, the pattern's amplitude ``(time,)`` given to every point."""
+        layout = self._layout()
+        if layout is None or not isinstance(forcing, xr.DataArray):
+            return forcing
+        if set(layout.dims) <= set(map(str, forcing.dims)):
+            if "time" not in forcing.dims or forcing.ndim != len(layout.dims) + 1:
+                raise ValueError(
+                    f"a forcing history over the grid needs dims ('time', *{layout.dims}), got "
+                    f"{tuple(map(str, forcing.dims))}"
+                )
+            return layout.stack(forcing, "", "j").transpose("time", "j")
+        if forcing.dims == ("time",) and self._dataset.attrs.get("forcing") == "pattern":
+            labels = response["j"].values
+            return forcing.expand_dims(j=labels, axis=1).assign_coords(j=labels)
+        return forcing
+
+    def _on_grid(self, values: xr.DataArray, prefixes: dict[str, str]) -> xr.DataArray:
+        """A field result's output with its ``i``/``j`` over the grid's points spread back over
+        the grid (:meth:`~kelr_dist.data.fields.FieldLayout.on_grid`); any other as it is."""
+        layout = self._layout()
+        return values if layout is None else layout.on_grid(values, prefixes)
 
     def _variable(self, variable: str) -> tuple[xr.DataArray, xr.DataArray | None]:
         if variable not in self._dataset.data_vars:
             names = [str(name) for name in self._dataset.data_vars]
             raise ValueError(f"variable {variable!r} is not in the dataset (has {names})")
-        response = self._dataset[variable]
+        response = self._on_components(self._dataset[variable])
         if "time" not in response.coords and "dt" in self._dataset.attrs:
             response = response.assign_attrs(dt=self._dataset.attrs["dt"])
         # the total error (sampling and the fitted score's variance) where the result has it
         stderr = self._dataset.get(f"{variable}_total_stderr")
-        return response, self._dataset.get(f"{variable}_stderr") if stderr is None else stderr
+        stderr = self._dataset.get(f"{variable}_stderr") if stderr is None else stderr
+        return response, None if stderr is None else self._on_components(stderr)
 
     def predict(
         self, forcing: xr.DataArray, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
         """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_total_stderr"]``
-        (or ``_stderr`` in results without it; and ``_converged``)."""
+        (or ``_stderr`` in results without it; and ``_converged``).
+
+        For a field's result the forcing may be a history over the grid ``(time, lat, lon)``
+        (or, for a result estimated with a forcing pattern, the pattern's amplitude
+        ``(time,)``), and a prediction of the field itself is a field ``(time, lat, lon)``."""
         response, stderr = self._variable(variable)
-        return predict_response(
-            response, forcing, stderr=stderr, errors=errors, converged=self._converged(variable)
+        prediction = predict_response(
+            response,
+            self._field_forcing(forcing, response),
+            stderr=stderr,
+            errors=errors,
+            converged=self._converged(variable),
         )
+        return self._on_grid(prediction, {"i": ""})
 
     def susceptibility(
         self, *, variable: str = "response", errors: ErrorModel = "bound"
@@ -576,9 +628,10 @@ class KelrAccessor:
         """:func:`susceptibility` of ``ds[variable]`` with ``ds[variable + "_total_stderr"]``
         (or ``_stderr`` in results without it; and ``_converged``)."""
         response, stderr = self._variable(variable)
-        return susceptibility(
+        static = susceptibility(
             response, stderr=stderr, errors=errors, converged=self._converged(variable)
         )
+        return self._on_grid(static, {"i": "i_", "j": "j_"})
 
     def normalized(self) -> xr.Dataset:
         """:func:`normalized` of the dataset."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import numpy as np
 import xarray as xr
 
+from kelr_dist.data.fields import on_components
 from kelr_dist.data.store import cut_attr, parse_json_attr
 from kelr_dist.edges.analysis import is_estimate, normalized
 from kelr_dist.edges.distribution_plot import distribution_figures
@@ -97,6 +98,7 @@ def open_result(path: str | os.PathLike[str]) -> xr.Dataset:
         raise ValueError(
             f"result {source!r} is not a readable result ({type(err).__name__}: {err})"
         ) from None
+    ds = on_components(ds)
     if "response" not in ds or set(ds["response"].dims) != {"lag", "i", "j"}:
         raise ValueError(f"result {source!r} holds no variable response(lag, i, j)")
     return ds
@@ -317,6 +319,7 @@ def _order_text(ds: xr.Dataset) -> str:
 def headline(ds: xr.Dataset, name: str) -> str:
     """What ``kelr estimate`` prints: where the result went and its headline numbers (the
     whole table is ``kelr report``'s)."""
+    ds = on_components(ds)
     stderr = float(ds["response_stderr"].max()) if "response_stderr" in ds else math.nan
     stein = stein_rows(ds).get("response")
     if stein is None:
@@ -358,6 +361,7 @@ def headline(ds: xr.Dataset, name: str) -> str:
 
 def summary(ds: xr.Dataset, name: str | None = None) -> str:
     """The report table of a result (several lines, no trailing newline)."""
+    ds = on_components(ds)
     a = ds.attrs
     origin = f"model {cut_attr(a['model'], SHOWN_MODEL)}, " if "model" in a else ""
     t_max = float(ds["time"].values[-1])
@@ -903,6 +907,7 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
         a figure that cannot be written (a full disk, no permission), naming its path; the
         folders this call made are removed again with what it wrote in them.
     """
+    ds = on_components(ds)
     folder = Path(directory)
     figures = {"response.png": plot_responses(ds)}
     if "candidate_loss" in ds:

@@ -56,6 +56,7 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
+from kelr_dist.pipeline.fields import field_result
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
 from kelr_dist.pipeline.options import PYTHON_NAMES, ClusterOptions, EstimateOptions, checked
@@ -105,7 +106,10 @@ def estimate_response(
         opened from a netCDF or other non-zarr file is read through the object), or a numpy
         array ``(n, d)`` / ``(chains, n, d)`` or pandas DataFrame (sample interval ``dt``,
         default 1 in ``time_units = "steps"``, when ``max_time`` is not given). Unnamed
-        components are ``x1, x2, ...`` by every route.
+        components are ``x1, x2, ...`` by every route. A field ``(time, lat, lon, ...)`` (any
+        grid dims) is estimated on its grid points (:mod:`kelr_dist.data.fields`): points NaN
+        at every time are dropped (``attrs["field_masked"]``), and the result's ``i`` and ``j``
+        come back as ``i_<dim>``/``j_<dim>`` over the grid (:mod:`kelr_dist.pipeline.fields`).
     variable : the trajectory variable of a store/Dataset.
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).
@@ -142,6 +146,9 @@ def estimate_response(
         names and references as in a job file; a forcing may also be a function
         ``x (n, d) -> (c, ∂_i c_i)``, each ``(n, d)``. ``A`` enters centred (covariance form,
         :mod:`kelr_dist.kernels.response.operator`).
+        A field's observables: ``"mean"``, ``"mean(weights=cos(lat))"`` (a coordinate over the
+        grid, or its cosine in degrees) and ``"eof(k)"`` (leading EOF amplitudes); a field's
+        forcing may be a pattern, a ``DataArray`` over its grid dims (``pattern_response``).
         The distribution observables ``"pdf"``, ``"moments"``, ``"exceedance"`` (with
         parameters, :mod:`kelr_dist.kernels.observables.distribution`) take their grid from the
         data; :func:`kelr_dist.edges.distribution.distribution_response` labels their responses.
@@ -174,7 +181,10 @@ def estimate_response(
         the lag-0 Stein residual ``stein_residual[_suffix](i, j)`` and its ``_stderr`` (for a
         corrected estimate also ``..._uncorrected``: the size of the correction); the
         held-out candidates on ``candidate``; the kernel embedding's criteria on ``order`` and
-        coefficients on ``basis_function``; the run's choices in ``attrs``.
+        coefficients on ``basis_function``; the run's choices in ``attrs``. For a field, ``i``
+        and ``j`` as ``i_<dim>``/``j_<dim>`` over the grid; with a forcing pattern also
+        ``pattern_response(lag, i)`` and its ``_stderr`` (a bound); with ``eof(k)``
+        ``eof_loading`` and ``eof_explained_variance``.
 
     Warns
     -----
@@ -265,4 +275,5 @@ def estimate_response(
             replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
-    return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
+    result = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
+    return field_result(result, inputs.trajectory, setting.observable, inputs.pattern)

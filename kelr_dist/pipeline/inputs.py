@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from kelr_dist.data.fields import FIELD_ATTR, stacked
 from kelr_dist.data.store import (
     IN_MEMORY,
     as_trajectory,
@@ -26,13 +27,15 @@ from kelr_dist.data.store import (
 )
 from kelr_dist.kernels.bases.spec import parse_basis_spec
 from kelr_dist.kernels.observables.distribution import PendingDistribution
+from kelr_dist.kernels.observables.field import FieldSpec
 from kelr_dist.kernels.response.operator import (
     Forcing,
     Observable,
 )
 from kelr_dist.kernels.scores.folds import Folds
 from kelr_dist.kernels.scores.score_matching import feature_count
-from kelr_dist.pipeline.options import EstimateOptions, Name
+from kelr_dist.pipeline.fields import PendingEOF, field_observable, forcing_pattern
+from kelr_dist.pipeline.options import EstimateOptions, Name, is_pattern
 from kelr_dist.pipeline.steps import (
     kernel_embedding_max_order,
 )
@@ -84,7 +87,8 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
         attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {}
         coords = {} if names is None else {"component": names}
         trajectory = xr.DataArray(array, dims=dims, coords=coords, attrs=attrs)
-    return as_trajectory(trajectory, variable, dt=dt)
+    source = str(trajectory.encoding.get("source", IN_MEMORY))
+    return as_trajectory(stacked(trajectory, variable, source), variable, dt=dt)
 
 
 #: an unknown component's message lists at most this many of the available ones
@@ -93,7 +97,8 @@ SHOWN_COMPONENTS = 20
 
 def _select(traj: xr.DataArray, components: Sequence[str] | None, name: Name = str) -> xr.DataArray:
     """The ``components`` of ``traj`` (all when None), in the order given (lazily: a store's
-    blocks are still read whole, the other components dropped per block)."""
+    blocks are still read whole, the other components dropped per block); a field's points so
+    selected lose the field's grid (the result stays on ``i``, ``j``)."""
     if components is None:
         return traj
     available = [str(c) for c in traj["component"].values]
@@ -105,7 +110,10 @@ def _select(traj: xr.DataArray, components: Sequence[str] | None, name: Name = s
             f"{name('components')}: {', '.join(map(repr, unknown))} not in the trajectory "
             f"{traj.attrs.get('store', IN_MEMORY)!r}; available: {shown}{more}"
         )
-    return traj.sel(component=list(components))
+    selected = traj.sel(component=list(components))
+    # a field's points picked by name are components like any others: no grid to return to
+    selected.attrs.pop(FIELD_ATTR, None)
+    return selected
 
 
 def check_max_time(max_time: float | None, dt: float, source: str, name: Name = str) -> None:
@@ -214,8 +222,11 @@ class Inputs:
     degree: int | None  #: the user's score-matching degree, None for automatic
     folds: Folds  #: the held-out folds
     exact: Callable | None  #: the exact score, when asked for
-    observable: Observable | PendingDistribution  #: a distribution's grid comes from the data
+    #: a distribution's grid and a field's EOFs come from the data
+    observable: Observable | PendingDistribution | PendingEOF
     forcing: Forcing
+    #: a forcing pattern ``f (d,)`` over a field's grid points (:mod:`kelr_dist.pipeline.fields`)
+    pattern: np.ndarray | None = None
 
 
 def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) -> Inputs:
@@ -256,8 +267,12 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
     fold_plan = Folds(options.folds, chains, n)
     parse_basis_spec(options.basis, d)  # fail on a bad spec before any pass
     exact_fn = _exact_score(traj, options.score, name) if (options.exact or options.score) else None
-    observable = options.observable_for(components)
+    named = options.observable_for(components)
+    observable = field_observable(named, traj, name) if isinstance(named, FieldSpec) else named
     forcing = options.forcing_for(components)
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
-    return Inputs(traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing)
+    pattern = forcing_pattern(options.forcing, traj, name) if is_pattern(options.forcing) else None
+    return Inputs(
+        traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing, pattern
+    )

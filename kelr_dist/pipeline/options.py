@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import math
 import reprlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -57,6 +58,7 @@ from kelr_dist.kernels.observables.distribution import (
     PendingDistribution,
     parse_distribution_spec,
 )
+from kelr_dist.kernels.observables.field import FieldSpec, parse_field_spec
 from kelr_dist.kernels.response.operator import (
     Forcing,
     Observable,
@@ -460,15 +462,16 @@ def _spec(value: Any, built_ins: Sequence[str], kind: type, names_required: bool
     return _reference(value if isinstance(value, Mapping) else {"function": value}, names_required)
 
 
-def _observable(value: Any) -> FunctionSpec | Observable | DistributionSpec:
+def _observable(value: Any) -> FunctionSpec | Observable | DistributionSpec | FieldSpec:
     """An observable; the distribution ones (``pdf``, ``moments``, ``exceedance``, with their
-    parameters, :func:`~kelr_dist.kernels.observables.distribution.parse_distribution_spec`) as a
-    spec."""
-    if isinstance(value, DistributionSpec):
+    parameters, :func:`~kelr_dist.kernels.observables.distribution.parse_distribution_spec`) and
+    a field's (``mean``, ``eof(k)``, :func:`~kelr_dist.kernels.observables.field.parse_field_spec`)
+    as a spec."""
+    if isinstance(value, DistributionSpec | FieldSpec):
         return value
     if isinstance(value, str):
         try:
-            spec = parse_distribution_spec(value)
+            spec = parse_distribution_spec(value) or parse_field_spec(value)
         except ValueError as err:
             raise _invalid(str(err)) from None
         if spec is not None:
@@ -476,7 +479,17 @@ def _observable(value: Any) -> FunctionSpec | Observable | DistributionSpec:
     return _spec(value, OBSERVABLES, Observable, names_required=True)
 
 
-def _forcing(value: Any) -> FunctionSpec | Forcing:
+def is_pattern(value: Any) -> bool:
+    """Whether a forcing is a pattern over a field's grid (an ``xarray.DataArray``)."""
+    xarray = sys.modules.get("xarray")  # a DataArray exists only once xarray is imported
+    return xarray is not None and isinstance(value, xarray.DataArray)
+
+
+def _forcing(value: Any) -> Any:
+    """A forcing: a built-in name, a reference, a function, a ``Forcing``, or a pattern (a
+    ``DataArray`` over a field's spatial dims, checked against the field by the estimate)."""
+    if is_pattern(value):
+        return value
     return _spec(value, FORCINGS, Forcing, names_required=False)
 
 
@@ -598,10 +611,13 @@ class EstimateOptions(_Options):
     observable: Annotated[Any, _checks(_observable)] = option(
         "identity",
         "A(x): 'identity', 'square', 'angles' ((cos, sin) of the periodic components, the "
-        "others as they are) or {function: 'package.module:function', names: [...]}",
+        "others as they are), for a field 'mean', 'mean(weights=cos(lat))' or 'eof(k)', or "
+        "{function: 'package.module:function', names: [...]}",
     )
     forcing: Annotated[Any, _checks(_forcing)] = option(
-        "constant", "c(x): 'constant', 'linear' or a reference 'package.module:function'"
+        "constant",
+        "c(x): 'constant', 'linear' or a reference 'package.module:function' (in Python also a "
+        "pattern: a DataArray over a field's spatial dims)",
     )
     max_lag: Annotated[int | None, _checks(_optional(_integer(0)))] = option(
         None, "largest lag in samples (not with a largest lag in time units)", metavar="S"
@@ -659,17 +675,23 @@ class EstimateOptions(_Options):
 
     def observable_for(
         self, components: Sequence[str], circle: Circle | None = None
-    ) -> Observable | PendingDistribution:
+    ) -> Observable | PendingDistribution | FieldSpec:
         """The observable ``A`` for a store with these ``components`` (some on a ``circle``; a
-        distribution observable's grid waits for the data's survey)."""
+        distribution observable's grid waits for the data's survey, a field's observable for
+        the field's grid: :func:`kelr_dist.pipeline.fields.field_observable`)."""
         spec = self.observable
         if isinstance(spec, DistributionSpec):
             return PendingDistribution(spec, tuple(components))
+        if isinstance(spec, FieldSpec):
+            return spec
         return spec if isinstance(spec, Observable) else spec.observable(components, circle)
 
     def forcing_for(self, components: Sequence[str]) -> Forcing:
-        """The forcing ``c`` for a store with these ``components``."""
+        """The forcing ``c`` for a store with these ``components`` (a pattern runs as the
+        constant forcing, its columns scaled afterwards: :mod:`kelr_dist.pipeline.fields`)."""
         spec = self.forcing
+        if is_pattern(spec):
+            return constant_forcing(components)
         return spec if isinstance(spec, Forcing) else spec.forcing(components)
 
     def function_names(self) -> dict[str, str]:
@@ -677,12 +699,16 @@ class EstimateOptions(_Options):
         the reference given, or an object's function as ``module:qualname``."""
         return {
             "observable": _spec_name(self.observable, OBSERVABLES[0]),
-            "forcing": _spec_name(self.forcing, FORCINGS[0]),
+            "forcing": "pattern"
+            if is_pattern(self.forcing)
+            else _spec_name(self.forcing, FORCINGS[0]),
         }
 
 
-def _spec_name(spec: FunctionSpec | Observable | Forcing | DistributionSpec, built_in: str) -> str:
-    if isinstance(spec, DistributionSpec):
+def _spec_name(
+    spec: FunctionSpec | Observable | Forcing | DistributionSpec | FieldSpec, built_in: str
+) -> str:
+    if isinstance(spec, DistributionSpec | FieldSpec):
         return spec.text
     if isinstance(spec, FunctionSpec):
         return spec.name

@@ -19,6 +19,7 @@ from kelr_dist.kernels.baselines.quasi_gaussian import SampleMoments, gaussian_s
 from kelr_dist.kernels.bases.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.bases.families import Coordinate, TensorBasis
 from kelr_dist.kernels.observables.distribution import DistributionObservable, PendingDistribution
+from kelr_dist.kernels.observables.field import FieldSpec
 from kelr_dist.kernels.response.operator import (
     FunctionScore,
     KDEScore,
@@ -28,6 +29,7 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.score_matching import PolynomialFeatures
 from kelr_dist.pipeline.distribution import survey_for
+from kelr_dist.pipeline.fields import PendingEOF, survey_eof
 from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import Circle, EstimateOptions
 from kelr_dist.pipeline.steps import (
@@ -64,7 +66,10 @@ def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
     """Read 1 (moments, ``Ā``; :func:`~kelr_dist.pipeline.steps.survey_data`), the periodic
     components, the :class:`EdgeWarning` of hard edges, the basis (read 1b when a Laguerre θ comes
     from the data) and the observable on the circle (one light read for angles)."""
-    survey, observable = survey_for(passes, inputs.observable)
+    if isinstance(inputs.observable, PendingEOF):
+        survey, observable = survey_eof(passes, inputs.observable)
+    else:
+        survey, observable = survey_for(passes, inputs.observable)
     periodic = find_periodic(passes, survey, options.basis)
     warn_edges(survey, periodic, [str(c) for c in passes.trajectory["component"].values])
     coordinates = choose_coordinates(passes, survey, options.basis, periodic)
@@ -96,7 +101,7 @@ def _on_the_circle(
     )
     circle = Circle(tuple(periods), wraps, wrapped, int(moments.n.min()))
     on_circle = options.observable_for(components, circle)
-    if isinstance(on_circle, PendingDistribution):  # settled on the data's grid by the survey
+    if isinstance(on_circle, PendingDistribution | FieldSpec):  # settled by the survey or grid
         return observable, survey.centre, periods
     if on_circle.names == observable.names:
         return on_circle, survey.centre, periods
