@@ -19,6 +19,7 @@ import scipy.linalg
 import xarray as xr
 
 import kelr_dist
+import kelr_dist.edges.analysis  # noqa: F401  (registers the Dataset.kelr accessor)
 from kelr_dist import estimate_response
 from kelr_dist.data.fields import FieldLayout
 
