@@ -25,8 +25,10 @@ import pytest
 import xarray as xr
 import zarr
 from conftest import dask_processes_in
+from distributed import Client
 
 from kelr_dist import estimate_response
+from kelr_dist.engine.cluster import ClusterError, client_for
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.result import write_result
 
@@ -436,6 +438,17 @@ def test_job_whose_second_output_fails_leaves_nothing(store, result, tmp_path) -
 # --------------------------------------------------------------------------------------------
 
 
+def scheduler_pid(address: str) -> int:
+    """The process id of the ``dask scheduler`` listening at ``address``
+    (:func:`conftest.dask_processes_in`)."""
+    return next(
+        int(line.split()[0])
+        for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
+                                   text=True).stdout.splitlines()
+        if f"--port {address.rsplit(':', 1)[1]}" in line and "scheduler" in line
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
     store = tmp_path / "long.zarr"
@@ -456,14 +469,8 @@ def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
             assert time.monotonic() < deadline and job.poll() is None, "the client did not connect"
             time.sleep(0.2)
         time.sleep(3)  # a pass under way
-        scheduler = next(
-            int(line.split()[0])
-            for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
-                                       text=True).stdout.splitlines()
-            if f"--port {address.rsplit(':', 1)[1]}" in line and "scheduler" in line
-        )  # fmt: skip
         killed = time.monotonic()
-        os.kill(scheduler, signal.SIGKILL)
+        os.kill(scheduler_pid(address), signal.SIGKILL)
         _, stderr = job.communicate(timeout=120)
         seconds = time.monotonic() - killed
     assert job.returncode == 2, stderr
@@ -475,3 +482,25 @@ def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
     else:
         assert len(lines) == 1 and lines[0].startswith("kelr estimate: error: "), stderr
     assert seconds < 60
+
+
+@pytest.mark.parametrize("request_", ["nthreads", "run", "scatter"])
+def test_lost_scheduler_between_passes_is_one_error(request_, tmp_path) -> None:
+    """A request to a scheduler killed a moment before (between two passes) fails at once
+    with distributed's ``CommClosedError`` while the client still says it is running: inside
+    ``client_for`` it is the same one error as in a pass."""
+    with dask_processes_in(tmp_path, workers=1) as address:
+        client = Client(address, timeout=10, set_as_default=False)
+        try:
+            client.wait_for_workers(1, timeout=120)
+            os.kill(scheduler_pid(address), signal.SIGKILL)
+            ask = {
+                "nthreads": client.nthreads,
+                "run": lambda: client.run(os.getpid),
+                "scatter": lambda: client.scatter([1.0], hash=False),
+            }[request_]
+            lost = rf"lost the connection to the Dask scheduler at {re.escape(address)} "
+            with pytest.raises(ClusterError, match=lost), client_for(client):
+                ask()
+        finally:
+            client.close(timeout=5)
