@@ -209,6 +209,36 @@ def test_metadata_shape_of_1e12_samples_is_refused_in_5_s(store, tmp_path) -> No
     assert not (tmp_path / "out.zarr").exists()
 
 
+REFUSED_BEFORE_THE_ENGINE = """
+    import json, sys
+    from kelr_dist.edges.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit as end:
+        print(json.dumps({"code": end.code, "distributed": "distributed" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("command", ["info", "estimate", "run"])
+def test_metadata_refusal_comes_before_the_engine_is_imported(command, store, tmp_path) -> None:
+    """A store its metadata alone refuses is refused by the CLI before distributed is imported,
+    so before any cluster could start (the embedded one by default here)."""
+    claimed = tmp_path / "claimed.zarr"
+    shutil.copytree(store, claimed)
+    edit_shape(claimed, 1, 10**12)
+    job = tmp_path / "job.yaml"
+    job.write_text(f"input: {{store: {claimed}}}\noutputs: {{result: out.zarr}}\n")
+    args = {"info": [claimed], "estimate": [claimed, tmp_path / "out.zarr"], "run": [job]}
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(REFUSED_BEFORE_THE_ENGINE), command,
+         *map(str, args[command])],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert json.loads(run.stdout) == {"code": 2, "distributed": False}, run.stderr
+    assert "the metadata says shape (1, 1000000000000, 2)" in run.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_generated_store_whose_n_samples_disagrees_with_its_shape(store, tmp_path) -> None:
     shorter = tmp_path / "shorter.zarr"
     shutil.copytree(store, shorter)

@@ -557,19 +557,24 @@ def _run_estimate(
     and named by the ``job`` file's name when there is one (``job.yaml: ...``, as its schema
     errors are); the outputs are written once the estimate is complete.
     """
-    from kelr_dist.edges.report import headline, write_figures
-    from kelr_dist.engine.cluster import close_embedded_cluster
-    from kelr_dist.pipeline.estimate import estimate_response
-    from kelr_dist.pipeline.inputs import check_inputs
-    from kelr_dist.pipeline.result import write_result
+    from kelr_dist.data.store import open_trajectory
 
     try:
         _check_outputs(store, [result, netcdf], overwrite, figures)
+        # the store's metadata first, before the engine (distributed) is even imported
+        open_trajectory(store, options.variable)
+        from kelr_dist.pipeline.inputs import check_inputs
+
         check_inputs(store, options, name=cli_name if job is None else KEY_PATHS.__getitem__)
     except (ValueError, OSError) as err:
         if job is None:
             raise
         raise JobError(f"{job}: {err}") from None
+    from kelr_dist.edges.report import headline, write_figures
+    from kelr_dist.engine.cluster import close_embedded_cluster
+    from kelr_dist.pipeline.estimate import estimate_response
+    from kelr_dist.pipeline.result import write_result
+
     kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
     try:
