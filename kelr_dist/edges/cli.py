@@ -28,6 +28,7 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, load_yaml, schema_yaml
+from kelr_dist.edges.plotting import PlotExtraError
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 from kelr_dist.models.registry import MODEL_NAMES
 from kelr_dist.pipeline.options import (
@@ -37,8 +38,9 @@ from kelr_dist.pipeline.options import (
     checked,
 )
 
-#: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors)
-INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
+#: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors;
+#: PlotExtraError: figures asked for without the plot extra)
+INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError, PlotExtraError)
 EXIT_INPUT_ERROR = 2
 EXIT_INTERRUPTED = 130
 MAX_COUNT_DIGITS = 18  # a count on the command line has at most 19 digits (< 1e19)
@@ -525,6 +527,7 @@ def _check_outputs(
     """Refuse, before work, outputs that overlap the input ``store``, exist (without
     --overwrite; with it, unless they are an earlier result) or could not be written; and a
     figures folder in or around the store (it only gains PNG files, so it may exist)."""
+    from kelr_dist.edges.plotting import require_matplotlib
     from kelr_dist.pipeline.result import check_apart, check_output
 
     for target in targets:
@@ -532,6 +535,7 @@ def _check_outputs(
             check_output(target, overwrite, store)
     if figures is not None:
         check_apart(store, figures)
+        require_matplotlib()
 
 
 def _run_estimate(
