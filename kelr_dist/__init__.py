@@ -12,6 +12,7 @@ See ``docs/architecture.md`` for the module map. Importing the package registers
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("kelr_dist")
@@ -72,7 +73,7 @@ _SUBMODULES = {"analysis": "edges.analysis"}
 __all__ = ["__version__", *sorted([*_EXPORTS, *_SUBMODULES])]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:  # Any: type checkers of scripts see the names as usable
     from importlib import import_module
 
     if name in _SUBMODULES:
