@@ -26,11 +26,11 @@ pieces gives the same partials up to rounding (the reductions' contract,
 task recomputed after a lost worker gives the identical result. The graph is built with
 ``dask.delayed`` (task keys ``(<pass>-block, chain, block)``) and computes nothing.
 
-Before its kernels, a block task sets up its worker process once (:func:`prepare_worker`): the
-BLAS/OpenMP pools capped at the worker's share of the cores (``dask.system.CPU_COUNT`` divided
-by the worker's threads; a pool is never raised) and glibc's allocator tuned for the worker's
-memory limit (:mod:`kelr_dist.engine.allocator`); after its kernels it gives the freed heap
-back. Neither happens in the caller's process (``"synchronous"``).
+Before its kernels, a block task sets up its worker (:func:`prepare_worker`): the BLAS/OpenMP
+pools capped, in the task's own thread, at the worker's share of the cores
+(``dask.system.CPU_COUNT`` divided by the worker's threads; a pool is never raised) and glibc's
+allocator tuned for the worker's memory limit (:mod:`kelr_dist.engine.allocator`); after its
+kernels it gives the freed heap back. Neither happens in the caller's process (``"synchronous"``).
 """
 
 from __future__ import annotations
@@ -114,12 +114,19 @@ def cap_thread_pools(threads: int) -> None:
             library.set_num_threads(threads)
 
 
-@functools.cache
 def prepare_worker(memory_limit: int | None, threads: int) -> None:
-    """Tune this worker process's allocator and cap its thread pools, once per process (and
-    per memory limit and thread count)."""
-    tune_allocator(memory_limit)
+    """Tune this worker process's allocator (once per process and memory limit) and cap its
+    thread pools in the calling task thread: an OpenMP cap (``omp_set_num_threads``) holds for
+    the thread that sets it only, so a worker's other task threads would run OpenMP at the
+    caller's ``OMP_NUM_THREADS``; a pool at or below the share is left alone, so the cap costs a
+    few library calls per task."""
+    _tune_allocator_once(memory_limit)
     cap_thread_pools(thread_share(1, threads))
+
+
+@functools.cache
+def _tune_allocator_once(memory_limit: int | None) -> None:
+    tune_allocator(memory_limit)
 
 
 def _as_float64(array: np.ndarray) -> np.ndarray:
