@@ -13,6 +13,7 @@ first use of a name the package exports from it (``kelr_dist.predict_response``,
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("kelr_dist")
@@ -71,7 +72,7 @@ _SUBMODULES = {"analysis": "edges.analysis"}
 __all__ = ["__version__", *sorted([*_EXPORTS, *_SUBMODULES])]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:  # Any: type checkers of scripts see the names as usable
     from importlib import import_module
 
     if name in _SUBMODULES:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import reduce  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 from scipy import fft  # noqa: E402
@@ -76,7 +77,7 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def parallel(threads: int, jobs: Sequence[Callable[[], object]]) -> list[object]:
+def parallel(threads: int, jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     with ThreadPoolExecutor(threads) as pool:
         return list(pool.map(lambda job: job(), jobs))
 

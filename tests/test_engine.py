@@ -22,7 +22,8 @@ from dask.callbacks import Callback
 from distributed import Client, LocalCluster
 from distributed.comm import CommClosedError
 
-from kelr_dist.engine.cluster import WorkerTuning, close_embedded_cluster, get_client
+from kelr_dist.engine.cluster import ClusterError, WorkerTuning, close_embedded_cluster, get_client
+from kelr_dist.engine.failures import PassContext
 from kelr_dist.engine.passes import (
     build_graph,
     keep_in_memory,
@@ -31,6 +32,7 @@ from kelr_dist.engine.passes import (
     run_reductions,
 )
 from kelr_dist.engine.placement import spread
+from kelr_dist.engine.watch import Watch
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
 from kelr_dist.testing import peak_memory
 
@@ -613,14 +615,33 @@ def failing_first_of_many(x: np.ndarray, info: BlockInfo, halo: None) -> dict:
     return {"count": len(x)}
 
 
-def test_a_failed_pass_of_many_blocks_leaves_the_client_usable(thread_client: Client) -> None:
+def test_a_failed_pass_of_many_blocks_leaves_the_client_usable() -> None:
     """A pass of 40 blocks (a combine tree of two levels) fails at its first block while most
     of the others wait: what is left of it is cancelled, and the next pass on the same client
     runs (cancelling a waiting block has the scheduler cancel its combine task too, which no
-    client holds; distributed then fails an assertion and closes the client's connection)."""
+    client holds; distributed then fails an assertion and closes the client's connection).
+    A client of its own: nothing earlier tests left on a shared one is in the way."""
     x = make_trajectory(np.random.default_rng(12), chains=1, n=400)
     failing = Reduction("fails", failing_first_of_many)
-    with pytest.raises(ZeroDivisionError, match="the first block failed"):
-        run_reduction(as_dask(x, 10), failing, thread_client, task_bytes=0)
-    result = run_reduction(as_dask(x, 10), MOMENTS, thread_client)
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as c:
+        with pytest.raises(ZeroDivisionError, match="the first block failed"):
+            run_reduction(as_dask(x, 10), failing, c, task_bytes=0)
+        result = run_reduction(as_dask(x, 10), MOMENTS, c)
     assert_partials_close(result, reduce_in_memory(MOMENTS, x), 1e-12)
+
+
+def test_a_pass_whose_client_stopped_running_fails_within_its_deadline() -> None:
+    """A waiting pass whose client is not running (its scheduler gone, a reconnection that
+    never ends) fails once the scheduler left it unanswered for the watch's timeout, with the
+    lost-connection line, instead of waiting for futures that may never end."""
+    where = PassContext("pass 'moments'", "in memory", "inproc://gone", "kelr-x", frozenset(), ())
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+        watch = Watch(c, where, timeout=0.5, settle=10.0, interval=0.1, paused_timeout=60.0)
+        watch.check()  # a running client: nothing to say
+    deadline = time.monotonic() + 30
+    with pytest.raises(ClusterError, match=r"lost the connection to the Dask scheduler at "
+                       r"inproc://gone: no answer for 0.5 s \(ConnectionError: the client is "
+                       r"closed\)"):  # fmt: skip
+        while time.monotonic() < deadline:
+            watch.check()
+            time.sleep(0.1)

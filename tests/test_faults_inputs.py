@@ -25,11 +25,13 @@ import pytest
 import xarray as xr
 import zarr
 from conftest import dask_processes_in
+from distributed import Client
 from numcodecs import Blosc
 from zarr.codecs import BloscCodec
 
 from kelr_dist import estimate_response
 from kelr_dist.data.store import TrajectoryError, open_trajectory, store_fingerprint
+from kelr_dist.engine.cluster import ClusterError, client_for
 from kelr_dist.engine.passes import observe_graphs
 from kelr_dist.models.simulate import simulate
 from kelr_dist.pipeline.result import write_result
@@ -253,6 +255,35 @@ def test_shape_edited_only_in_the_array_metadata_of_a_consolidated_store(store, 
         started = time.monotonic()
         line = one_error_line(kelr(*command, timeout=60), command[0])
         assert expected in line and time.monotonic() - started < 60
+
+
+REFUSED_BEFORE_THE_ENGINE = """
+    import json, sys
+    from kelr_dist.edges.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit as end:
+        print(json.dumps({"code": end.code, "distributed": "distributed" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("command", ["info", "estimate", "run"])
+def test_metadata_refusal_comes_before_the_engine_is_imported(command, store, tmp_path) -> None:
+    """A store its metadata alone refuses is refused by the CLI before distributed is imported,
+    so before any cluster could start (the embedded one by default here)."""
+    claimed = tmp_path / "claimed.zarr"
+    shutil.copytree(store, claimed)
+    edit_shape(claimed, 1, 10**12)
+    job = tmp_path / "job.yaml"
+    job.write_text(f"input: {{store: {claimed}}}\noutputs: {{result: out.zarr}}\n")
+    args = {"info": [claimed], "estimate": [claimed, tmp_path / "out.zarr"], "run": [job]}
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(REFUSED_BEFORE_THE_ENGINE), command,
+         *map(str, args[command])],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert json.loads(run.stdout) == {"code": 2, "distributed": False}, run.stderr
+    assert "the metadata says shape (1, 1000000000000, 2)" in run.stderr
     assert not (tmp_path / "out.zarr").exists()
 
 
@@ -591,6 +622,17 @@ def test_job_whose_second_output_fails_leaves_nothing(store, result, tmp_path) -
 # --------------------------------------------------------------------------------------------
 
 
+def scheduler_pid(address: str) -> int:
+    """The process id of the ``dask scheduler`` listening at ``address``
+    (:func:`conftest.dask_processes_in`)."""
+    return next(
+        int(line.split()[0])
+        for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
+                                   text=True).stdout.splitlines()
+        if f"--port {address.rsplit(':', 1)[1]}" in line and "scheduler" in line
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
     store = tmp_path / "long.zarr"
@@ -611,14 +653,8 @@ def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
             assert time.monotonic() < deadline and job.poll() is None, "the client did not connect"
             time.sleep(0.2)
         time.sleep(3)  # a pass under way
-        scheduler = next(
-            int(line.split()[0])
-            for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
-                                       text=True).stdout.splitlines()
-            if f"--port {address.rsplit(':', 1)[1]}" in line and "scheduler" in line
-        )  # fmt: skip
         killed = time.monotonic()
-        os.kill(scheduler, signal.SIGKILL)
+        os.kill(scheduler_pid(address), signal.SIGKILL)
         _, stderr = job.communicate(timeout=120)
         seconds = time.monotonic() - killed
     assert job.returncode == 2, stderr
@@ -630,3 +666,25 @@ def test_lost_scheduler_is_one_line(verbose, tmp_path) -> None:
     else:
         assert len(lines) == 1 and lines[0].startswith("kelr estimate: error: "), stderr
     assert seconds < 60
+
+
+@pytest.mark.parametrize("request_", ["nthreads", "run", "scatter"])
+def test_lost_scheduler_between_passes_is_one_error(request_, tmp_path) -> None:
+    """A request to a scheduler killed a moment before (between two passes) fails at once
+    with distributed's ``CommClosedError`` while the client still says it is running: inside
+    ``client_for`` it is the same one error as in a pass."""
+    with dask_processes_in(tmp_path, workers=1) as address:
+        client = Client(address, timeout=10, set_as_default=False)
+        try:
+            client.wait_for_workers(1, timeout=120)
+            os.kill(scheduler_pid(address), signal.SIGKILL)
+            ask = {
+                "nthreads": client.nthreads,
+                "run": lambda: client.run(os.getpid),
+                "scatter": lambda: client.scatter([1.0], hash=False),
+            }[request_]
+            lost = rf"lost the connection to the Dask scheduler at {re.escape(address)} "
+            with pytest.raises(ClusterError, match=lost), client_for(client):
+                ask()
+        finally:
+            client.close(timeout=5)

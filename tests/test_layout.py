@@ -164,17 +164,52 @@ def test_import_kelr_dist_is_light_and_the_accessor_still_registers() -> None:
         assert name == "KelrAccessor"
 
 
-def test_without_matplotlib_the_report_table_works_and_figures_say_what_to_install() -> None:
+WITHOUT_MATPLOTLIB = "import sys; sys.modules['matplotlib'] = None\n"  # as if not installed
+MISSING_EXTRA = 'the figures need matplotlib, which is not installed: pip install "kelr-dist[plot]"'
+
+
+@pytest.fixture(scope="module")
+def small_result(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (small) estimate of a simulated OU store, written as zarr."""
+    from kelr_dist import estimate_response, simulate, write_result
+
+    folder = tmp_path_factory.mktemp("figures")
+    simulate("ou", folder / "ou.zarr", 20000, chunk=5000, progress=False)
+    ds = estimate_response(folder / "ou.zarr", max_order=6, max_lag=40, client="synchronous")
+    write_result(ds, folder / "result.zarr")
+    return folder / "result.zarr"
+
+
+def test_without_matplotlib_every_drawing_function_says_what_to_install(small_result) -> None:
     said = _fresh(
-        "import sys; sys.modules['matplotlib'] = None\n"  # as if it were not installed
-        "from kelr_dist.edges import report\n"
-        "from kelr_dist.edges.plotting import new_figure\n"
-        "try:\n"
-        "    new_figure()\n"
-        "except ImportError as error:\n"
-        "    print(error)\n"
+        WITHOUT_MATPLOTLIB
+        + "from kelr_dist.edges import report\n"
+        + f"ds = report.open_result({str(small_result)!r})\n"
+        + "for draw in (report.plot_responses, report.plot_selection, report.plot_criteria,\n"
+        + "             report.plot_density, lambda ds: report.write_figures(ds, 'unused')):\n"
+        + "    try:\n"
+        + "        draw(ds)\n"
+        + "    except Exception as error:\n"
+        + "        print(type(error).__name__, error)\n"
     )
-    assert 'pip install "kelr_dist[plot]"' in said
+    assert said.splitlines() == [f"PlotExtraError {MISSING_EXTRA}"] * 5
+
+
+def test_without_matplotlib_kelr_report_writes_the_table_then_one_line(
+    small_result: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB + "from kelr_dist.edges.cli import main\nmain()",
+         "report", str(small_result), "--figures", str(tmp_path / "figures")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert "estimator" in run.stdout  # the table as usual
+    assert run.stderr.strip() == f"kelr report: error: {MISSING_EXTRA}"
+    assert not (tmp_path / "figures").exists()
 
 
 #: the kernels' sub-packages, by what they compute; beside them only what every kernel shares

@@ -118,6 +118,14 @@ def test_the_readme_commands_are_the_ones_ci_runs():
     assert docs.strip() in ci
 
 
+def test_the_docs_index_sets_up_as_the_readme_does():
+    """The documentation's front page gives the README's set-up command, verbatim."""
+    readme = [c for language, c in _FENCE.findall(README.read_text()) if language == "bash"]
+    index = [c for language, c in _FENCE.findall((ROOT / "docs" / "index.md").read_text())
+             if language == "bash"]  # fmt: skip
+    assert readme[0].strip() in [c.strip() for c in index]
+
+
 def _user_texts() -> dict[str, str]:
     """What users read: the README, the documentation's pages and examples, the package's
     docstrings and messages, and the scripts' --help (their module docstrings and arguments)."""

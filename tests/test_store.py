@@ -471,3 +471,29 @@ def test_relative_store_path_with_workers_in_another_directory(
         da = open_trajectory("rel.zarr")
         sums = run_reduction(da, Reduction("sums", column_sums), client, progress=False)
     np.testing.assert_allclose(sums, DATA_3D.sum(axis=(0, 1)), rtol=1e-12)
+
+
+OPEN_WITHOUT_WORKERS = """
+import sys
+from distributed import Client, LocalCluster
+cluster = LocalCluster(n_workers=0, processes=False, dashboard_address=None)
+client = Client(cluster)  # the default client; no worker: anything sent to it would wait
+from kelr_dist.data.store import open_trajectory
+print(open_trajectory(sys.argv[1]).component.values.tolist())
+"""
+
+
+def test_opening_a_store_reads_nothing_through_the_default_client(tmp_path: Path) -> None:
+    """Metadata and coordinates are read locally: a default client whose cluster runs no task
+    (no worker, or paused) does not hold up opening a store."""
+    import subprocess
+    import sys
+
+    from kelr_dist.models.simulate import simulate
+
+    simulate("ou", tmp_path / "ou.zarr", 2000, chunk=500, progress=False)
+    run = subprocess.run(
+        [sys.executable, "-c", OPEN_WITHOUT_WORKERS, str(tmp_path / "ou.zarr")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.stdout.strip() == "['x1', 'x2']", run.stderr

@@ -137,10 +137,12 @@ def open_trajectory(
     -----
     A local ``path`` is made absolute here (``attrs["store"]`` and the tasks that read the
     store hold the absolute path), so that workers started in another directory read the
-    same store. A ``time`` coordinate is not loaded: it stays lazy, its step comes from its
-    first and last entries and its length, and its uniformity is checked in full up to
-    ``TIME_CHECK_ROWS`` entries, beyond that at ``TIME_PROBES`` evenly spaced entries and in
-    its first and last chunks (a long store had better carry a ``dt`` attribute).
+    same store. Metadata and coordinates are read in the calling thread (dask's synchronous
+    scheduler), never through a default ``distributed.Client``. A ``time`` coordinate is not
+    loaded: it stays lazy, its step comes from its first and last entries and its length, and
+    its uniformity is checked in full up to ``TIME_CHECK_ROWS`` entries, beyond that at
+    ``TIME_PROBES`` evenly spaced entries and in its first and last chunks (a long store had
+    better carry a ``dt`` attribute).
     """
     source = os.fspath(path)
     if "://" not in source:
@@ -148,12 +150,17 @@ def open_trajectory(
         if not Path(source).exists():
             raise _error(source, variable, "the store does not exist")
     _check_metadata(source, variable)
+    import dask
+
     fingerprint = store_fingerprint(source, variable)
-    ds = open_store_dataset(source, variable)
-    if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
-        decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
-        ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
-    trajectory = as_trajectory(stacked(ds, variable, source), variable, source=source, dt=dt)
+    # the coordinates (component names, time probes) are read here, in this thread, never
+    # through a default distributed client: a busy or paused cluster would hold the opening up
+    with dask.config.set(scheduler="synchronous"):
+        ds = open_store_dataset(source, variable)
+        if "time" in ds.coords:  # dates and durations decoded as xarray.open_zarr does, lazily
+            decoded = xr.decode_cf(xr.Dataset({"t": ds["time"].variable}))["t"].variable
+            ds = ds.assign_coords(xr.Coordinates({"time": decoded}, indexes={}))
+        trajectory = as_trajectory(stacked(ds, variable, source), variable, source=source, dt=dt)
     if fingerprint is not None:
         trajectory.attrs["store_fingerprint"] = fingerprint
     return trajectory

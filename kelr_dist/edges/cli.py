@@ -28,6 +28,7 @@ import yaml
 
 from kelr_dist import __version__
 from kelr_dist.edges.jobfile import KEY_PATHS, Job, JobError, load_job, load_yaml, schema_yaml
+from kelr_dist.edges.plotting import PlotExtraError
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 from kelr_dist.models.registry import MODEL_NAMES
 from kelr_dist.pipeline.options import (
@@ -40,8 +41,9 @@ from kelr_dist.pipeline.options import (
     shown,
 )
 
-#: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors)
-INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError)
+#: exceptions a user can cause (TrajectoryError, ClusterError and JobError are ValueErrors;
+#: PlotExtraError: figures asked for without the plot extra)
+INPUT_ERRORS = (ValueError, OSError, yaml.YAMLError, PlotExtraError)
 EXIT_INPUT_ERROR = 2
 EXIT_INTERRUPTED = 130
 MAX_COUNT_DIGITS = 18  # a count on the command line has at most 19 digits (< 1e19)
@@ -536,6 +538,7 @@ def _check_outputs(
     """Refuse, before work, outputs that overlap the input ``store``, exist (without
     --overwrite; with it, unless they are an earlier result) or could not be written; and a
     figures folder in or around the store (it only gains PNG files, so it may exist)."""
+    from kelr_dist.edges.plotting import require_matplotlib
     from kelr_dist.pipeline.result import check_apart, check_output
 
     for target in targets:
@@ -543,6 +546,7 @@ def _check_outputs(
             check_output(target, overwrite, store)
     if figures is not None:
         check_apart(store, figures)
+        require_matplotlib()
 
 
 def _run_estimate(
@@ -568,19 +572,24 @@ def _run_estimate(
     and named by the ``job`` file's name when there is one (``job.yaml: ...``, as its schema
     errors are); the outputs are written once the estimate is complete.
     """
-    from kelr_dist.edges.report import headline, write_figures
-    from kelr_dist.engine.cluster import close_embedded_cluster
-    from kelr_dist.pipeline.estimate import estimate_response
-    from kelr_dist.pipeline.inputs import check_inputs
-    from kelr_dist.pipeline.result import write_result
+    from kelr_dist.data.store import open_trajectory
 
     try:
         _check_outputs(store, [result, netcdf], overwrite, figures)
+        # the store's metadata first, before the engine (distributed) is even imported
+        open_trajectory(store, options.variable)
+        from kelr_dist.pipeline.inputs import check_inputs
+
         check_inputs(store, options, name=cli_name if job is None else KEY_PATHS.__getitem__)
     except (ValueError, OSError) as err:
         if job is None:
             raise
         raise JobError(f"{job}: {err}") from None
+    from kelr_dist.edges.report import headline, write_figures
+    from kelr_dist.engine.cluster import close_embedded_cluster
+    from kelr_dist.pipeline.estimate import estimate_response
+    from kelr_dist.pipeline.result import write_result
+
     kwargs = options.values()
     client = _client(scheduler, workers, memory_limit, quiet)
     try:

@@ -575,9 +575,9 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     names_i = [str(v) for v in ds["i"].values]
     names_j = [str(v) for v in ds["j"].values]
     q, d = len(names_i), len(names_j)
+    fig = new_figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
     from matplotlib import legend_handler  # after new_figure: matplotlib is installed
 
-    fig = new_figure(figsize=(4.2 * d, 3.2 * q), layout="constrained")
     axes = fig.subplots(q, d, squeeze=False)
     time = ds["time"].values
     legend: dict[str, tuple[Any, ...]] = {}  # variable -> its band and line, for one legend
@@ -908,8 +908,7 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
         folders this call made are removed again with what it wrote in them.
     """
     ds = on_components(ds)
-    folder = Path(directory)
-    figures = {"response.png": plot_responses(ds)}
+    figures = {"response.png": plot_responses(ds)}  # first: no folder without matplotlib
     if "candidate_loss" in ds:
         figures["selection.png"] = plot_selection(ds)
     if "order" in ds.dims and "eta" in ds:
@@ -919,6 +918,7 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
         if density is not None:
             figures["density.png"] = density
     figures.update(distribution_figures(ds))  # a pdf estimate's distribution_<j>.png
+    folder = Path(directory)
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     written: list[Path] = []
     target = folder

@@ -34,7 +34,9 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,7 +45,7 @@ import dask.system
 import distributed.system
 from dask.utils import parse_bytes
 from distributed import Client, LocalCluster, WorkerPlugin
-from distributed.comm import connect
+from distributed.comm import CommClosedError, connect
 from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
@@ -58,11 +60,15 @@ __all__ = [
     "client_for",
     "close_embedded_cluster",
     "get_client",
+    "lost_connection",
     "memory_kills",
     "thread_share",
 ]
 
 CONNECT_TIMEOUT = 10.0  # seconds to reach a named scheduler
+#: seconds a client whose request to its scheduler failed is given to notice that the connection
+#: is lost (its own stream breaks a moment after the request's, which fails first)
+LOST_NOTICE = 5.0
 #: the address schemes of a scheduler to connect to (``scheme://host:port``)
 SCHEMES = ("tcp", "tls", "ws", "wss")
 MEMORY_FRACTION = 0.8  # share of the machine's RAM the embedded workers may use together
@@ -533,6 +539,46 @@ def close_embedded_cluster() -> None:
     client.close()
 
 
+def _scheduler_of(client: Client) -> str:
+    return str(getattr(client.scheduler, "address", None) or "?")
+
+
+def _is_lost(client: Client, err: BaseException) -> bool:
+    """Whether ``err``, raised by a request of ``client``, means that the client lost its
+    scheduler: the client says so (at once, or within :data:`LOST_NOTICE` seconds after an
+    error of the connection itself)."""
+    connection = isinstance(err, CommClosedError | ConnectionError | TimeoutError) or (
+        isinstance(err, OSError) and str(err).startswith("Timed out trying to connect")
+    )
+    if not connection and not isinstance(err, CancelledError):
+        return False
+    deadline = time.monotonic() + (LOST_NOTICE if connection else 0.0)
+    while client.status == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return client.status != "running"
+
+
+@contextmanager
+def lost_connection(client: Client | str) -> Iterator[None]:
+    """Inside the block, an error of a request to ``client``'s scheduler because the scheduler
+    is gone (killed, its machine lost) is raised as one :class:`ClusterError` ("lost the
+    connection to the Dask scheduler at ADDRESS"), wherever the request was: a pass's
+    futures, or a request between passes (``Client.nthreads``, ``scatter``, ``run``...), which
+    distributed fails with ``CommClosedError`` or ``OSError`` while the client still says it is
+    running. Other errors pass unchanged; ``client="synchronous"`` changes nothing."""
+    try:
+        yield
+    except ClusterError:
+        raise
+    except (OSError, CancelledError) as err:
+        if isinstance(client, str) or not _is_lost(client, err):
+            raise
+        raise ClusterError(
+            f"lost the connection to the Dask scheduler at {_scheduler_of(client)} "
+            f"({type(err).__name__}); the work was abandoned"
+        ) from err
+
+
 @contextmanager
 def client_for(
     client: Client | str | None = None,
@@ -561,14 +607,18 @@ def client_for(
     ValueError
         as :func:`get_client` (``client`` itself is validated by the options model,
         :class:`kelr_dist.pipeline.options.ClusterOptions`).
+    ClusterError
+        The scheduler was lost while the block ran (:func:`lost_connection`).
     """
     if client == SYNCHRONOUS or isinstance(client, Client):
-        yield client
+        with lost_connection(client):
+            yield client
         return
     created_from_address = _scheduler_address(client) is not None
     made = get_client(client, n_workers=n_workers, memory_limit=memory_limit, quiet=quiet)
     try:
-        yield made
+        with lost_connection(made):
+            yield made
     finally:
         if created_from_address:
             made.close()

@@ -71,6 +71,14 @@ class PassContext:
                 f"(the client is {client.status})"
             )
 
+    def unanswered(self, err: BaseException, timeout: float) -> ClusterError:
+        """The error for a pass whose scheduler left the client's questions unanswered for
+        ``timeout`` seconds (``err``: the last failure) while none of its tasks finished."""
+        return ClusterError(
+            f"{self.name}: lost the connection to the Dask scheduler at {self.scheduler}: "
+            f"no answer for {timeout:g} s ({type(err).__name__}: {err})"
+        )
+
     def no_live_workers(
         self, client: Client, connected: int, left: int, timeout: float, settle: float
     ) -> ClusterError:

@@ -210,11 +210,12 @@ def run_reductions(
     try:
         with bar:
             while pending:
-                future = _next_finished(finished, WATCH_INTERVAL)
+                future = _next_finished(finished, WATCH_INTERVAL) or _undelivered(pending)
                 if future is None:
                     watch.check()
                     continue
-                del pending[future.key]
+                if pending.pop(future.key, None) is None:
+                    continue  # found by its status before its callback came
                 watch.progress()
                 if future.status != "finished":
                     raise where.failure(client, _blamed(future, pending, blocks))
@@ -242,6 +243,17 @@ def _blamed(future: Any, pending: dict[Any, Any], blocks: set[Any]) -> Any:
         return future
     failed = (f for key, f in pending.items() if key in blocks and f.status == "error")
     return next(failed, future)
+
+
+def _undelivered(pending: dict[Any, Any]) -> Any:
+    """A future of ``pending`` that is done although its callback has not come, else ``None``.
+
+    Distributed runs every future's done-callbacks in one thread shared by the whole process
+    (``Future.add_done_callback``) after a coroutine on the client's event loop sees the
+    future's state change; a pass that relied on them alone waited forever when one never
+    came, so a pass with nothing delivered for ``WATCH_INTERVAL`` seconds looks at the
+    futures' own status as well."""
+    return next((f for f in pending.values() if f.done()), None)
 
 
 def _next_finished(finished: queue.SimpleQueue, timeout: float) -> Any:

@@ -36,7 +36,9 @@ class Watch:
     Parameters
     ----------
     timeout : seconds with no task finished and no worker up for ``settle`` seconds running a
-        task before the pass fails (workers dying, none left, or a task stuck).
+        task before the pass fails (workers dying, none left, or a task stuck); also the
+        seconds the scheduler may leave the client's questions unanswered (the client not
+        running, or its requests failing) before the pass fails.
     settle : seconds a worker must stay connected to count as alive.
     interval : seconds between two looks at the scheduler's workers.
     paused_timeout : seconds with no task finished while every worker that holds a task of the
@@ -57,28 +59,33 @@ class Watch:
         self.client, self.where = client, where
         self.timeout, self.settle = timeout, settle
         self.interval, self.paused_timeout = interval, paused_timeout
-        self.alive_at = self.next_look = self.free_at = time.monotonic()
+        self.alive_at = self.next_look = self.free_at = self.answered_at = time.monotonic()
         self.seen: dict[str, float] = {}  # connected workers -> first seen
         self.left = 0  # workers seen to leave while the pass waited
 
     def progress(self) -> None:
         """A task of the pass finished."""
-        self.alive_at = self.free_at = time.monotonic()
+        self.alive_at = self.free_at = self.answered_at = time.monotonic()
 
     def check(self) -> None:
         """Look at the cluster (at most every ``interval`` seconds); raise when stuck."""
         now = time.monotonic()
-        if now < self.next_look or self.client.status != "running":
-            return  # a lost scheduler cancels the futures: the pass's failure says so
+        if now < self.next_look:
+            return
         self.next_look = now + self.interval
         try:
+            if self.client.status != "running":
+                raise ConnectionError(f"the client is {self.client.status}")
             present = self.client.processing()
             workers = self.client.scheduler_info(n_workers=-1).get("workers", {})
-        except Exception:  # the client's own failure ends the pass's futures
+        except Exception as err:  # a lost scheduler cancels the futures, which says so
+            if now - self.answered_at >= self.timeout:  # ... unless they never end
+                raise self.where.unanswered(err, self.timeout) from err
             return
         if present and now - self.alive_at >= self.interval:
             with suppress(Exception):  # an old scheduler: dask's own rules then
                 self.client.run_on_scheduler(_unrestrict_from_lost_workers)
+        self.answered_at = now
         self._check_alive(now, present)
         self._check_paused(now, present, workers)
 

@@ -82,9 +82,7 @@ def conclude(
     responses = dict(out.results)
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
-    raised: list[str] = []
-    if pilot is not None and pilot.skips_kernel_embedding:
-        raised.append(f"Pilot: {pilot.decision}")
+    raised: list[str] = []  # warnings only: the pilot's decision is attrs["pilot"]
     truncation = (
         kernel_embedding_truncation(ke, chains * n)
         if used == "kernel-embedding" and ke is not None

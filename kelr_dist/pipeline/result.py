@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
@@ -21,7 +21,9 @@ from kelr_dist.kernels.response.operator import Forcing, Observable, ResponseRes
 from kelr_dist.kernels.scores.heldout import Choice
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
 from kelr_dist.kernels.scores.selection import typical_error
-from kelr_dist.pipeline.steps import KernelEmbeddingChoice
+
+if TYPE_CHECKING:  # the steps import the engine (distributed): not needed to read a result
+    from kelr_dist.pipeline.steps import KernelEmbeddingChoice
 
 
 def number_attr(value: int | tuple[int, ...]) -> int | list[int]:

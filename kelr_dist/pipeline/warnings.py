@@ -3,8 +3,10 @@
 Each check reads a finished response (or read 1's survey) and emits at most one line of its
 category; :func:`emit` also records the line in the result's ``attrs["warnings"]``. The rules:
 
-- :class:`BiasWarning`: the lag-0 Stein residual beyond :data:`STEIN_TOLERANCE` total standard
-  errors, or, before the affine Stein correction, also beyond :data:`RAW_STEIN_FRACTION` of
+- :class:`BiasWarning`: the lag-0 Stein residual of some entry beyond the family-wise
+  threshold over the entries tested (:func:`stein_threshold`: :data:`STEIN_TOLERANCE` total
+  standard errors for one entry, Šidák's rule for more), or, before the affine Stein
+  correction, also beyond :data:`RAW_STEIN_FRACTION` of
   ``k(0)`` (:func:`warn_bias`);
 - :class:`DisagreementWarning`: the two families' responses more than
   :data:`DISAGREEMENT_TOLERANCE` standard errors apart while their held-out losses are within
@@ -24,6 +26,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 from kelr_dist.kernels.bases.coordinates import Periodicity
 from kelr_dist.kernels.response.operator import (
@@ -36,8 +39,22 @@ from kelr_dist.pipeline.steps import (
     Survey,
 )
 
-#: a lag-0 Stein residual beyond this many standard errors is reported as a bias
+#: a lag-0 Stein residual beyond this many standard errors is reported as a bias when one entry
+#: is tested; over ``m`` entries the threshold is family-wise (:func:`stein_threshold`)
 STEIN_TOLERANCE = 3.0
+#: the chance that an unbiased estimate warns (its residuals Gaussian noise of the quoted total
+#: standard errors), whatever its number of entries: that of one entry beyond STEIN_TOLERANCE
+STEIN_ALPHA = float(2 * ndtr(-STEIN_TOLERANCE))
+
+
+def stein_threshold(tested: int) -> float:
+    """The lag-0 Stein residual's threshold, in total standard errors, over ``tested`` entries:
+    Šidák's family-wise rule, so that the largest of ``tested`` independent Gaussian ratios
+    exceeds it with probability :data:`STEIN_ALPHA` (each entry at the two-sided level
+    ``1 - (1 - STEIN_ALPHA)^(1/tested)``); :data:`STEIN_TOLERANCE` for one entry, about 4.1
+    for 80 (a distribution observable's bins)."""
+    per_entry = -np.expm1(np.log1p(-STEIN_ALPHA) / max(tested, 1))
+    return float(-ndtri(per_entry / 2))
 
 
 #: ... and so is one before the affine Stein correction (which removes it at lag 0 only) when it
@@ -169,15 +186,21 @@ def _worst_ratio(residual: np.ndarray, stderr: np.ndarray) -> tuple[tuple[int, .
     return tuple(int(v) for v in worst), float(ratio[worst])
 
 
+def _tested(residual: np.ndarray, stderr: np.ndarray) -> int:
+    """How many entries have a finite residual-to-error ratio (those the warning tests)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return int(np.isfinite(np.abs(residual) / stderr).sum())
+
+
 def warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
     """One-line :class:`BiasWarning` when the lag-0 Stein residual exceeds its total error bars
-    (sampling and the fitted score's variance), or, for an estimate with the affine Stein
-    correction, when the residual before it did (beyond :data:`STEIN_TOLERANCE` total standard
-    errors and :data:`RAW_STEIN_FRACTION` of ``k(0)``). For ``A`` affine in ``x`` and a constant
-    forcing the corrected residual is 0 by construction, so the uncorrected one is then the only
-    lag-0 evidence about the score estimate."""
+    (sampling and the fitted score's variance) by the family-wise :func:`stein_threshold` over
+    the entries tested, or, for an estimate with the affine Stein correction, when the residual
+    before it did (beyond that threshold and :data:`RAW_STEIN_FRACTION` of ``k(0)``). For ``A``
+    affine in ``x`` and a constant forcing the corrected residual is 0 by construction, so the
+    uncorrected one is then the only lag-0 evidence about the score estimate."""
     entry, ratio = _worst_ratio(result.stein_residual, result.stein_total_stderr)
-    if ratio > STEIN_TOLERANCE:
+    if ratio > stein_threshold(_tested(result.stein_residual, result.stein_total_stderr)):
         emit(
             BiasWarning,
             f"lag-0 Stein residual {result.stein_residual[entry]:+.3g} at (i, j) = {entry} is "
@@ -191,7 +214,7 @@ def warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
     shares = relative_to_lag0(raw, result.mean[0], result.stderr[0])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.abs(raw) / raw_stderr
-    flagged = (ratios > STEIN_TOLERANCE) & (shares > RAW_STEIN_FRACTION)
+    flagged = (ratios > stein_threshold(_tested(raw, raw_stderr))) & (shares > RAW_STEIN_FRACTION)
     if flagged.any():
         worst = np.unravel_index(int(np.argmax(np.where(flagged, shares, -1.0))), shares.shape)
         entry = tuple(int(v) for v in worst)
