@@ -277,11 +277,13 @@ def test_hard_edges_are_found_and_vanishing_ones_are_not():
 
 def test_a_hard_edge_on_the_line_is_warned_in_one_line():
     with pytest.warns(EdgeWarning, match="lower edge") as caught:
-        estimate_response(
+        ds = estimate_response(
             reflected_ou(40_000), max_lag=5, client="synchronous", estimator="score-matching"
         )
     message = next(str(w.message) for w in caught if w.category is EdgeWarning)
     assert "\n" not in message and "do not hold" in message
+    # recorded with the result like every other warning, so that the report shows it
+    assert "EdgeWarning: " + message in ds.attrs["warnings"].splitlines()
 
 
 def test_job_files_and_the_command_line_take_the_period_and_the_observable(tmp_path):

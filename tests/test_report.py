@@ -350,3 +350,38 @@ def test_the_time_unit_is_shown_where_the_result_has_one():
     axis = plot_responses(ds).axes[0].get_xlabel()
     assert axis == "time lag t (dt = 0.05 s)"
     assert "the data's time unit" in plot_responses(analytic_result()).axes[0].get_xlabel()
+
+
+def test_the_report_lists_the_warnings_the_estimate_raised():
+    """Every line of ``attrs["warnings"]`` is a row of the table (class and message), and a
+    result without any says so."""
+    lines = [
+        "EdgeWarning: component 'x1': its density does not vanish at its lower edge 0",
+        "SensitivityWarning: the response moves by 6.7 total standard errors",
+    ]
+    text = summary(analytic_result().assign_attrs(warnings="\n".join(lines)))
+    rows = [line for line in text.splitlines() if line.startswith("warning ")]
+    assert [row.split(None, 1)[1] for row in rows] == lines
+    quiet = summary(analytic_result().assign_attrs(warnings=""))
+    assert [line.split() for line in quiet.splitlines() if line.startswith("warning")] == [
+        ["warning", "none"]
+    ]
+
+
+def test_a_criteria_panel_of_zeros_says_so_without_a_matplotlib_warning(ou_result):
+    """No sample rejected at any order: the rejection panel is linear with a note instead of
+    an empty log axis (whose matplotlib warning would reach the terminal)."""
+    import warnings
+
+    from kelr_dist.edges.report import plot_criteria
+
+    ds = open_result(ou_result / "result.zarr")
+    ds["rejection"] = ds["rejection"] * 0.0
+    ds["rejection_paper"] = ds["rejection_paper"] * 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_criteria(ds)
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("R_M"))
+    assert panel.get_yscale() == "linear"
+    assert [t.get_text() for t in panel.texts] == ["every value is 0 here"]
+    assert fig.axes[0].get_yscale() == "log"

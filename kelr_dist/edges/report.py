@@ -195,6 +195,13 @@ def _unit(ds: xr.Dataset) -> str:
     return f" {units}" if units else ""
 
 
+def warning_lines(ds: xr.Dataset) -> list[str]:
+    """The warnings the estimate raised, one line each as ``"Category: message"``
+    (``attrs["warnings"]``), or ``["none"]``."""
+    lines = [line for line in str(ds.attrs.get("warnings", "")).splitlines() if line.strip()]
+    return lines or ["none"]
+
+
 def _estimator_line(ds: xr.Dataset) -> str:
     """The estimator used and why (the held-out losses when chosen automatically)."""
     a = ds.attrs
@@ -398,6 +405,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         ("error bars", _convergence_text(ds)),
         ("run time", f"{float(a.get('runtime_seconds', math.nan)):.1f} s"),
     ]
+    rows += [("warning", line) for line in warning_lines(ds)]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label:<{width}}  {value}" for label, value in rows]
     stein = stein_rows(ds)
@@ -444,6 +452,17 @@ def _positive(values: np.ndarray) -> np.ndarray:
     """``values`` with non-positive entries masked (NaN) for a log axis."""
     values = np.asarray(values, dtype=float)
     return np.where(values > 0, values, np.nan)
+
+
+def _log_scale_or_say(ax: Any, *curves: np.ndarray | float) -> bool:
+    """A logarithmic y axis where some curve of the panel has a positive value (True); else a
+    linear one at 0 with a note that every value is 0, nothing to draw on a log scale (False)."""
+    if any(np.any(np.asarray(c, dtype=float) > 0) for c in curves):
+        ax.set_yscale("log")
+        return True
+    ax.set_ylim(-0.05, 1.0)
+    ax.text(0.5, 0.5, "every value is 0 here", transform=ax.transAxes, ha="center", va="center")
+    return False
 
 
 def _log_floor(*curves: np.ndarray) -> float:
@@ -493,41 +512,48 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     fig = new_figure(figsize=(13, 8.2), layout="constrained")
     axes = fig.subplots(2, 2).ravel()
     ax = axes[0]
-    ax.semilogy(orders, _positive(eta), "o-", ms=3, label="η_M")
-    if "eta_noise" in ds:
-        ax.semilogy(orders, _positive(ds["eta_noise"].values), "--", label="noise level of η_M")
+    noise = ds["eta_noise"].values if "eta_noise" in ds else None
+    ax.plot(orders, _positive(eta), "o-", ms=3, label="η_M")
+    if noise is not None:
+        ax.plot(orders, _positive(noise), "--", label="noise level of η_M")
     ax.axhline(eta_line, color="grey", lw=0.9, ls=":", label="2 x final level: converged below")
     if converged.any():
         ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
-    ax.set_ylim(bottom=_log_floor(eta[1:], ds["eta_noise"].values if "eta_noise" in ds else eta))
+    if _log_scale_or_say(ax, eta, eta_line):
+        ax.set_ylim(bottom=_log_floor(eta[1:], noise if noise is not None else eta))
     ax.set_title("η_M: size of the order-M shell of coefficients (eq. 54)")
     ax.set_ylabel("η_M (density units of the\nstandardized coordinates)")
 
     ax = axes[1]
-    ax.semilogy(orders, _positive(bound), "o-", ms=3, color="C3", label="ε̃_M (certified bound)")
+    ax.plot(orders, _positive(bound), "o-", ms=3, color="C3", label="ε̃_M (certified bound)")
     if math.isfinite(band):
         ax.axhline(band, color="grey", lw=0.9, ls=":", label="2 x least ε̃ among converged M")
     if converged.any():
         ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
     if floor > 0:
         ax.axvline(floor, color="grey", lw=0.9, ls="--", label=f"held-out L² floor M = {floor}")
-    ax.set_ylim(bottom=_log_floor(bound[1:]))  # p_0 (the weight) is never negative
+    if _log_scale_or_say(ax, bound):
+        ax.set_ylim(bottom=_log_floor(bound[1:]))  # p_0 (the weight) is never negative
     ax.set_title("ε̃_M: largest |p_M| where p_M < 0 (within 2 orders)")
     ax.set_ylabel("lower bound of sup |p_M - p_eq|\n(density, standardized coordinates)")
 
     ax = axes[2]
-    ax.semilogy(orders, _positive(ds["rejection"].values), "o-", ms=3, label="R_M with δ used")
-    if "rejection_paper" in ds:
-        ax.semilogy(orders, _positive(ds["rejection_paper"].values), "--", label="R_M, paper's δ_M")
+    rejection = ds["rejection"].values
+    paper = ds["rejection_paper"].values if "rejection_paper" in ds else None
+    ax.plot(orders, _positive(rejection), "o-", ms=3, label="R_M with δ used")
+    if paper is not None:
+        ax.plot(orders, _positive(paper), "--", label="R_M, paper's δ_M")
+    _log_scale_or_say(ax, rejection, *([] if paper is None else [paper]))
     ax.set_title("R_M: share of samples with p_M < δ (B̂ = 0 there, eq. 53)")
     ax.set_ylabel("rejection rate R_M\n(fraction of samples, dimensionless)")
 
     ax = axes[3]
-    ax.semilogy(orders, _positive(ds["delta"].values), "o-", ms=3, label="δ used")
-    if "delta_paper" in ds:
-        ax.semilogy(
-            orders, _positive(ds["delta_paper"].values), "--", label="paper's δ_M (least p_M > 0)"
-        )
+    delta = ds["delta"].values
+    delta_paper = ds["delta_paper"].values if "delta_paper" in ds else None
+    ax.plot(orders, _positive(delta), "o-", ms=3, label="δ used")
+    if delta_paper is not None:
+        ax.plot(orders, _positive(delta_paper), "--", label="paper's δ_M (least p_M > 0)")
+    _log_scale_or_say(ax, delta, *([] if delta_paper is None else [delta_paper]))
     ax.set_title("δ: positivity threshold (eq. 52)")
     ax.set_ylabel("δ (density, standardized coordinates)")
 
@@ -535,6 +561,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
         if marked is not None:
             ax.axvline(marked, color="red", linewidth=0.9, label=f"chosen M = {marked}")
         ax.set_xlabel("order M (dimensionless)")
+        ax.set_xlim(orders.min() - 1, orders.max() + 1)  # every order, drawn or all 0
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     selection = str(ds.attrs.get("order_selection", "auto"))

@@ -43,6 +43,7 @@ from kelr_dist.pipeline.steps import (
     score_matching_truncation,
 )
 from kelr_dist.pipeline.warnings import (
+    Entries,
     NonFiniteWarning,
     TruncationWarning,
     emit,
@@ -65,8 +66,9 @@ def conclude(
 ) -> xr.Dataset:
     """The result of the response read: the held-out choice between the families, the warnings
     (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
-    :class:`ConvergenceWarning`, :class:`NonFiniteWarning`, each also a line of
-    ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
+    :class:`SensitivityWarning`, :class:`ConvergenceWarning`, :class:`NonFiniteWarning`, each
+    also a line of ``attrs["warnings"]`` after read 1's :class:`EdgeWarning` lines), the run's
+    attributes, and the labelled Dataset."""
     traj = inputs.trajectory
     chains, n, _ = traj.shape
     ke, sm, pilot = fitted
@@ -80,7 +82,13 @@ def conclude(
     responses = dict(out.results)
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
-    raised: list[str] = []
+    raised: list[str] = list(setting.warnings)  # read 1's (EdgeWarning)
+    entries = Entries(
+        tuple(setting.observable.names),
+        tuple(inputs.forcing.names),
+        float(traj.attrs["dt"]),
+        traj.attrs.get("time_units"),
+    )
     if pilot is not None and pilot.skips_kernel_embedding:
         raised.append(f"Pilot: {pilot.decision}")
     truncation = (
@@ -92,16 +100,16 @@ def conclude(
     )
     if truncation is not None:
         emit(TruncationWarning, truncation.message, raised)
-    warn_bias(main, raised)
+    warn_bias(main, entries, raised)
     disagreement = warn_disagreement(
-        responses, candidates, sm.pick if sm is not None else None, raised
+        responses, candidates, sm.pick if sm is not None else None, entries, raised
     )
     chosen = ke if used == "kernel-embedding" else sm if used == "score-matching" else None
     steps = [] if chosen is None or chosen.neighbours is None else [chosen.neighbours[1]]
     if used == "score-matching" and setting.periods is None:  # extend_score ran
         steps.append(f"+ {FOURIER_COUNT} random Fourier features")
     neighbour = "; ".join(steps) or None
-    sensitivity = warn_sensitivity(main, neighbour, used, raised)
+    sensitivity = warn_sensitivity(main, neighbour, used, entries, raised)
     warn_unconverged(main, raised)
     if main.nonfinite:
         emit(
