@@ -288,6 +288,14 @@ def open_store_dataset(source: str, variable: str) -> xr.Dataset:
     """The zarr store at ``source`` (an absolute path or URL) as a lazy Dataset whose
     ``variable`` reads through :class:`ChunkReader`; refused with a :class:`TrajectoryError`
     when it is not a readable, complete store."""
+    if Path(source).is_file():  # a netCDF or HDF5 file, say: zarr stores are folders
+        raise _error(
+            source,
+            variable,
+            "a file, not a zarr store (a folder): open a netCDF/HDF5 file in Python, "
+            "estimate_response(xarray.open_dataset(path)), or convert it once with "
+            "xarray.open_dataset(path).to_zarr('traj.zarr')",
+        )
     try:
         ds = xr.open_zarr(source, chunks={}, **OPEN_OPTIONS)
     except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
