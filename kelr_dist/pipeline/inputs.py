@@ -67,7 +67,7 @@ def _time_index(table: Any, ndim: int) -> np.ndarray | None:
     a float, ``DatetimeIndex`` or ``TimedeltaIndex`` index, taken as xarray's ``time``
     coordinate is (float: ``dt`` from its step; dates and durations: ``dt`` in seconds); None
     for other objects and for integer indexes (the default ``0, 1, ...``: sample numbers)."""
-    index = getattr(table, "index", None)
+    index: Any = getattr(table, "index", None)
     if ndim not in (1, 2) or getattr(getattr(index, "dtype", None), "kind", "") not in tuple("fmM"):
         return None
     if getattr(index, "tz", None) is not None:  # dates with a time zone: the same instants in UTC
