@@ -385,3 +385,46 @@ def test_a_criteria_panel_of_zeros_says_so_without_a_matplotlib_warning(ou_resul
     assert panel.get_yscale() == "linear"
     assert [t.get_text() for t in panel.texts] == ["every value is 0 here"]
     assert fig.axes[0].get_yscale() == "log"
+
+
+def candidates(chosen: int, **attrs) -> xr.Dataset:
+    """A result's candidate table alone: one kernel-embedding order, score matching at degrees
+    1-3 with two ridges at degree 1 (the chosen ridge not the lower loss there)."""
+    return xr.Dataset(
+        {
+            "candidate_estimator": ("candidate", ["kernel-embedding"] + ["score-matching"] * 4),
+            "candidate_order": ("candidate", [13, 1, 1, 2, 3]),
+            "candidate_ridge": ("candidate", [np.nan, 0.0, 1e-6, 0.0, 0.0]),
+            "candidate_loss": ("candidate", [-0.9, -1.0, -1.01, -0.99, 40.0]),
+            "candidate_loss_stderr": ("candidate", [0.01] * 5),
+            "candidate_chosen": ("candidate", np.arange(5) == chosen),
+        },
+        attrs=attrs,
+    )
+
+
+def _stars(ax) -> list[tuple[float, float, str]]:
+    return [
+        (float(line.get_xdata()[0]), float(line.get_ydata()[0]), str(line.get_markerfacecolor()))
+        for line in ax.get_lines()
+        if line.get_marker() == "*"
+    ]
+
+
+def test_selection_stars_score_matchings_degree_and_says_when_one_order_was_fitted():
+    """The chosen degree is starred even where another ridge of it had the lower loss; with the
+    kernel embedding chosen, score matching's own pick gets an open star; a single fitted order
+    is said in words, and a symlog loss axis has plain tick labels."""
+    from kelr_dist.edges.report import plot_selection
+
+    fig = plot_selection(candidates(1, degree=1, ridge=0.0))
+    ke, sm = fig.axes[:2]
+    assert _stars(sm) == [(1.0, -1.0, "red")]
+    assert "only one order fitted (M = 13)" in " ".join(t.get_text() for t in ke.texts)
+    assert [float(t) for t in ke.get_xticks()] == [13.0]
+    labels = [t.get_text() for t in ke.get_yticklabels()]
+    assert labels and not any("^" in text for text in labels), labels  # no 10^k mathtext
+    fig = plot_selection(candidates(0, degree=1, ridge=0.0))
+    ke, sm = fig.axes[:2]
+    assert _stars(ke) == [(13.0, -0.9, "red")]
+    assert _stars(sm) == [(1.0, -1.0, "none")]

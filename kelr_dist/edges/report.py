@@ -680,8 +680,17 @@ def plot_selection(ds: xr.Dataset) -> Figure:
     chosen = ds["candidate_chosen"].values.astype(bool)
     finite = np.isfinite(losses)
     sm = (estimators == "score-matching") & finite
+    ridges = ds["candidate_ridge"].values if "candidate_ridge" in ds else np.zeros(losses.size)
+    # score matching's own pick (the chosen candidate, or its best when the kernel embedding
+    # was used): its ridge is the one drawn at its degree, so that it is always starred
+    pick = chosen & sm
+    if not pick.any() and "degree" in ds.attrs:
+        pick = sm & (orders == int(ds.attrs["degree"]))
+        pick &= np.isclose(ridges, float(ds.attrs.get("ridge", 0.0))) if pick.sum() > 1 else pick
     best_ridge = [
-        np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
+        np.flatnonzero(sm & (orders == q) & pick)[0]
+        if (pick & (orders == q)).any()
+        else np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
         for q in np.unique(orders[sm])
     ]
     rows = {
@@ -702,10 +711,22 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         mark = r[chosen[r]]
         if mark.size:
             ax.plot(orders[mark], losses[mark], "*", ms=16, color="red", label="chosen", zorder=3)
+        own = r[pick[r] & ~chosen[r]]
+        if own.size:  # score matching's pick, where the kernel embedding was chosen
+            ax.plot(
+                orders[own], losses[own], "*", ms=16, mfc="none", mec="red", zorder=3,
+                label="score matching's own pick",
+            )  # fmt: skip
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlim(orders[r].min() - 1, orders[r].max() + 1)
+        if r.size == 1:  # nothing to compare: say so rather than draw a lone point's axis
+            ax.set_xticks([orders[r][0]])
+            ax.text(
+                0.5, 0.92, f"only one order fitted (M = {orders[r][0]})\nnothing to compare",
+                transform=ax.transAxes, ha="center", va="top", fontsize="small",
+            )  # fmt: skip
         ax.grid(True, alpha=0.3)
     if (chosen & finite).any():
         best = float(losses[chosen & finite][0])
@@ -719,7 +740,14 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         span = np.concatenate([losses[shown] - errors[shown], losses[shown] + errors[shown]])
         symlog = bool(span.max() > low + 2.0 * near or span.min() < low - 2.0 * near)
         if symlog:
+            from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+
             axes[0].set_yscale("symlog", linthresh=3.0 * near)
+            # plain numbers (not 10^k and -10^0) at 1, 2, 5 per decade
+            axes[0].yaxis.set_major_locator(
+                SymmetricalLogLocator(base=10, linthresh=3.0 * near, subs=(1.0, 2.0, 5.0))
+            )
+            axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
         pad = 0.05 * (span.max() - span.min() + 1e-3 * near)
         if symlog:  # a margin on the logarithmic part is a share of the value
             pad = max(pad, 0.2 * max(abs(span.max()), abs(span.min())))
