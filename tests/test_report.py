@@ -428,3 +428,59 @@ def test_selection_stars_score_matchings_degree_and_says_when_one_order_was_fitt
     ke, sm = fig.axes[:2]
     assert _stars(ke) == [(13.0, -0.9, "red")]
     assert _stars(sm) == [(1.0, -1.0, "none")]
+
+
+def test_many_observables_are_drawn_as_heat_maps_and_moments_in_their_own_units():
+    """A PDF estimate's response figure is a heat map per observed component and forcing (not a
+    line panel per bin); moments are titled and labelled in their own units, an exceedance as
+    the probability it is; the errors against the exact FDT are one column for them."""
+    import json
+
+    from kelr_dist.edges.report import entry_labels
+
+    model = make_model("ou")
+    rng = np.random.default_rng(3)
+    x, _ = model.advance(model.initial_state(rng), 20_000, rng)
+    common = {"dt": model.dt, "max_lag": 10, "score": model.score, "exact": True}
+    common |= {"estimator": "score-matching", "degree": 1, "client": "synchronous"}
+    pdf = estimate_response(x, observable="pdf(bins=12)", **common)
+    fig = plot_responses(pdf)
+    maps = [ax for ax in fig.axes if ax.get_title()]
+    assert sorted(ax.get_title() for ax in maps) == [
+        f"density of {c}, forcing on {j}" for c in ("x1", "x2") for j in ("x1", "x2")
+    ]
+    assert all(ax.collections for ax in maps)  # a heat map each
+    assert fig.get_size_inches()[1] < 10
+    moments = estimate_response(x, observable="moments", **common)
+    titles = {ax.get_title(): ax.get_ylabel() for ax in plot_responses(moments).axes}
+    assert titles["variance of x1; forcing x2"] == (
+        "variance of x1\nper unit forcing (units of x1^2)"
+    )
+    assert "mean of x2; forcing x1" in titles
+    table = summary(moments)
+    assert "every entry" in table and "off-diagonal" not in table
+    exceedance = xr.Dataset(attrs={"distribution": json.dumps({"kind": "exceedance"})})
+    assert entry_labels(exceedance, "x1:exceed0.99", "x1") == (
+        "P(x1 > q0.99)", "P(x1 > q0.99)\nper unit forcing (probability)"
+    )  # fmt: skip
+
+
+def test_a_response_of_many_components_is_drawn_as_maps_at_three_lags_and_its_diagonal():
+    """64 components: k_ij at three lags as maps and the 64 diagonal entries with their band,
+    not 64² line panels."""
+    d, time = 64, np.arange(41) * 0.05
+    coupling = 0.1 * np.random.default_rng(0).standard_normal((d, d)) + np.eye(d)
+    k = np.exp(-time)[:, None, None] * coupling
+    names = [f"x{n + 1}" for n in range(d)]
+    dims = ("lag", "i", "j")
+    ds = xr.Dataset(
+        {"response": (dims, k), "response_stderr": (dims, np.full(k.shape, 0.02))},
+        coords={"lag": np.arange(41), "time": ("lag", time), "i": names, "j": names},
+        attrs={"dt": 0.05, "estimator": "score-matching"},
+    )
+    fig = plot_responses(ds)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert titles[:3] == ["k_ij at t = 0", "k_ij at t = 0.5", "k_ij at t = 1"]
+    assert titles[3:] == [f"k[{n}, {n}](t)" for n in names]
+    diagonal = next(ax for ax in fig.axes if ax.get_title() == "k[x7, x7](t)")
+    assert diagonal.collections  # its ±2 stderr band

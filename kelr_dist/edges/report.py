@@ -155,8 +155,8 @@ def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str,
 
     Returns
     -------
-    ``{variable: {"diagonal": ..., "off_diagonal": ..., "stderr": ...}}``; empty without
-    ``response_exact``.
+    ``{variable: {"all": ..., "diagonal": ..., "off_diagonal": ..., "stderr": ...}}`` (``all``:
+    over every entry); empty without ``response_exact``.
     """
     if "response_exact" not in ds:
         return {}
@@ -172,6 +172,7 @@ def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str,
         error = np.abs(ds[name].transpose("lag", "i", "j").values[lags] - exact).max(axis=0)
         stderr = ds.get(f"{name}_stderr")
         errors[name] = {
+            "all": float(error.max()),
             "diagonal": float(error[diagonal].max()),
             "off_diagonal": float(error[~diagonal].max()) if (~diagonal).any() else math.nan,
             "stderr": math.nan if stderr is None else float(stderr.values[lags].max()),
@@ -435,11 +436,22 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     if errors:
         horizon = min(ERROR_HORIZON, t_max)
         lines.append(f"errors vs exact FDT, max over t <= {horizon:.4g} of |k - k_exact|:")
-        cells = [
-            [label(ds, v), _number(e["diagonal"]), _number(e["off_diagonal"]), _number(e["stderr"])]
-            for v, e in errors.items()
-        ]
-        lines += _columns(["estimate", "diagonal", "off-diagonal", "max stderr"], cells)
+        if _distribution_kind(ds) is not None:  # bins, moments: no diagonal to speak of
+            cells = [
+                [label(ds, v), _number(e["all"]), _number(e["stderr"])] for v, e in errors.items()
+            ]
+            lines += _columns(["estimate", "every entry", "max stderr"], cells)
+        else:
+            cells = [
+                [
+                    label(ds, v),
+                    _number(e["diagonal"]),
+                    _number(e["off_diagonal"]),
+                    _number(e["stderr"]),
+                ]
+                for v, e in errors.items()
+            ]
+            lines += _columns(["estimate", "diagonal", "off-diagonal", "max stderr"], cells)
     return "\n".join(lines)
 
 
@@ -582,10 +594,50 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     return fig
 
 
+#: a response with more entries than this is drawn as heat maps (:func:`plot_response_maps`),
+#: not a line panel per entry
+MAX_PANELS = 36
+_MOMENTS = {1: "mean", 2: "variance", 3: "third central moment", 4: "fourth central moment"}
+
+
+def _distribution_kind(ds: xr.Dataset) -> str | None:
+    """``pdf``, ``moments`` or ``exceedance`` for a distribution estimate, else None."""
+    if "distribution" not in ds.attrs:
+        return None
+    return str(parse_json_attr(ds.attrs["distribution"], "distribution")["kind"])
+
+
+def entry_labels(ds: xr.Dataset, i: str, j: str) -> tuple[str, str]:
+    """The title and y label of entry ``k_ij``, in the observable's own units: ``variance of x1``
+    for a moment, ``P(x1 > q0.99)`` for an exceedance, else the observable's name."""
+    component, _, part = i.partition(":")
+    kind = _distribution_kind(ds)
+    if kind == "moments" and part.startswith("moment"):
+        k = int(float(part[len("moment") :]))
+        what = f"{_MOMENTS.get(k, f'moment {k}')} of {component}"
+        power = "" if k == 1 else f"^{k}"
+        return what, f"{what}\nper unit forcing (units of {component}{power})"
+    if kind == "exceedance" and part.startswith("exceed"):
+        what = f"P({component} > q{part[len('exceed') :]})"
+        return what, f"{what}\nper unit forcing (probability)"
+    return (
+        f"k[{i}, {j}](t)",
+        f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)",
+    )
+
+
+def _time_label(ds: xr.Dataset) -> str:
+    unit = _unit(ds) or ", the data's time unit"
+    return f"time lag t (dt = {ds.attrs.get('dt', '?')}{unit})"
+
+
 def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     """Every entry ``k_ij(t)`` against time, every estimate with its ±2 standard-error band
     (sampling error); raw values, or diagonal entries normalised to ``k_ii(0) = 1`` (the paper's
-    figures) with ``normalise``."""
+    figures) with ``normalise``. A PDF estimate, or one with more than :data:`MAX_PANELS`
+    entries, is drawn as heat maps instead (:func:`plot_response_maps`)."""
+    if _distribution_kind(ds) == "pdf" or ds.sizes["i"] * ds.sizes["j"] > MAX_PANELS:
+        return plot_response_maps(ds)
     shown, note = ds, "raw values"
     if normalise:
         try:
@@ -618,10 +670,12 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
                 band = ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
             legend.setdefault(name, (line,) if band is None else (band, line))
         diagonal = a == b
-        ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
-        unit = _unit(ds) or ", the data's time unit"
-        ax.set_xlabel(f"time lag t (dt = {ds.attrs.get('dt', '?')}{unit})")
-        ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
+        title, ylabel = entry_labels(ds, i, j)
+        if len(names_j) > 1 and not title.startswith("k["):
+            title += f"; forcing {j}"
+        ax.set_title(title + ("  (normalised)" if diagonal and shown is not ds else ""))
+        ax.set_xlabel(_time_label(ds))
+        ax.set_ylabel(ylabel)
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
     labels = []
@@ -663,6 +717,115 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
         + f"not estimator bias{bias}",
         fontsize="medium",
     )
+    return fig
+
+
+def _heat_map(
+    fig: Figure, ax: Any, time: np.ndarray, rows: np.ndarray, values: np.ndarray, label: str
+) -> None:
+    """``values (rows, time)`` as a heat map on a symmetric colour scale, with its colour bar."""
+    limit = float(np.nanmax(np.abs(values))) or 1.0
+    image = ax.pcolormesh(
+        time, rows, values, cmap="RdBu_r", vmin=-limit, vmax=limit, shading="nearest"
+    )
+    fig.colorbar(image, ax=ax, label=label)
+
+
+def plot_response_maps(ds: xr.Dataset) -> Figure:
+    """Many entries as heat maps of the chosen estimate.
+
+    A PDF estimate: per observed component (rows) and forcing (columns), ``δp(x, t)`` per unit
+    forcing against the bin centre ``x`` (data units) and the lag
+    (:func:`~kelr_dist.distribution_response`). A square response of many components (``i``
+    the same names as ``j``): ``k_ij`` at three lags as ``i x j`` maps, and every diagonal
+    ``k_ii(t)`` with its ±2 standard-error band. Any other: per forcing, ``k_ij(t)`` against the
+    observable's entry and the lag.
+    """
+    from kelr_dist.edges.distribution import distribution_response
+
+    time = ds["time"].values
+    names_i = [str(v) for v in ds["i"].values]
+    names_j = [str(v) for v in ds["j"].values]
+    used = label(ds, "response")
+    if _distribution_kind(ds) == "pdf":
+        components = parse_json_attr(ds.attrs["distribution"], "distribution")["components"]
+        fig = new_figure(figsize=(5.2 * len(names_j), 3.4 * len(components)), layout="constrained")
+        axes = fig.subplots(len(components), len(names_j), squeeze=False)
+        for r, component in enumerate(components):
+            labelled = distribution_response(ds, component)
+            for c, j in enumerate(names_j):
+                ax = axes[r, c]
+                values = labelled["response"].sel(j=j).values.T  # (bin, lag)
+                _heat_map(
+                    fig, ax, time, labelled["bin"].values, values,
+                    f"δp per unit forcing\n(density per unit {component})",
+                )  # fmt: skip
+                ax.set_title(f"density of {component}, forcing on {j}")
+                ax.set_xlabel(_time_label(ds))
+                ax.set_ylabel(f"{component} (the data's units)")
+        fig.suptitle(
+            f"response of the PDF to forcing ({used}): k(t) per bin in density per unit of x\n"
+            "(distribution_<j>.png shows the response to a step of forcing)",
+            fontsize="medium",
+        )
+        return fig
+    if names_i == names_j:
+        d = len(names_i)
+        lags = sorted({0, (time.size - 1) // 4, (time.size - 1) // 2})
+        columns = max(len(lags), math.ceil(math.sqrt(d)))
+        rows = math.ceil(d / columns)
+        fig = new_figure(figsize=(2.6 * columns, 2.2 * rows + 4.0), layout="constrained")
+        top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(4.0, 2.2 * rows)))
+        k = ds["response"].transpose("lag", "i", "j").values
+        ticks = np.arange(0, d, max(1, d // 8))
+        for ax, lag in zip(np.atleast_1d(top.subplots(1, len(lags))), lags, strict=True):
+            _heat_map(top, ax, np.arange(d), np.arange(d), k[lag], "k_ij (units of i per unit "
+                      "forcing of j)")  # fmt: skip
+            ax.set_title(f"k_ij at t = {time[lag]:.3g}{_unit(ds)}")
+            ax.set_xlabel("forced component j (index)")
+            ax.set_ylabel("observed component i (index)")
+            ax.set_xticks(ticks, [names_j[t] for t in ticks], rotation=90, fontsize="small")
+            ax.set_yticks(ticks, [names_i[t] for t in ticks], fontsize="small")
+            ax.invert_yaxis()
+        spread = "response_total_stderr" if "response_total_stderr" in ds else "response_stderr"
+        s = ds[spread].transpose("lag", "i", "j").values if spread in ds else None
+        panels = np.atleast_1d(bottom.subplots(rows, columns, sharex=True)).ravel()
+        for n, ax in enumerate(panels):
+            if n >= d:
+                ax.set_visible(False)
+                continue
+            ax.plot(time, k[:, n, n], color="C0")
+            if s is not None:
+                ax.fill_between(
+                    time, k[:, n, n] - 2 * s[:, n, n], k[:, n, n] + 2 * s[:, n, n],
+                    color="C0", alpha=0.2, lw=0,
+                )  # fmt: skip
+            ax.axhline(0.0, color="grey", lw=0.5)
+            ax.set_title(f"k[{names_i[n]}, {names_i[n]}](t)", fontsize="small")
+            ax.tick_params(labelsize="x-small")
+        bottom.supxlabel(_time_label(ds), fontsize="small")
+        bottom.supylabel(
+            f"k_ii(t) (units of i per unit forcing), ±2 {spread[9:]}", fontsize="small"
+        )
+        fig.suptitle(
+            f"linear response operator of {d} components ({used}): k_ij at three lags (top) and "
+            f"the diagonal k_ii(t) with its ±2 {spread[9:].replace('_', ' ')} band (below)",
+            fontsize="medium",
+        )
+        return fig
+    fig = new_figure(figsize=(5.2 * len(names_j), 0.5 + 0.12 * len(names_i)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(names_j)))
+    k = ds["response"].transpose("lag", "i", "j").values
+    ticks = np.arange(0, len(names_i), max(1, len(names_i) // 16))
+    for ax, (c, j) in zip(axes, enumerate(names_j), strict=True):
+        _heat_map(fig, ax, time, np.arange(len(names_i)), k[:, :, c].T,
+                  "k_ij (units of A_i per unit forcing)")  # fmt: skip
+        ax.set_yticks(ticks, [names_i[t] for t in ticks], fontsize="small")
+        ax.invert_yaxis()
+        ax.set_title(f"forcing on {j}")
+        ax.set_xlabel(_time_label(ds))
+        ax.set_ylabel("observable entry i (its name)")
+    fig.suptitle(f"linear response operator ({used}), one row per observable entry")
     return fig
 
 
