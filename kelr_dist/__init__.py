@@ -7,8 +7,8 @@ The main entry points::
     kelr_dist.estimate_response(path_or_array, ...)      # the response k(lag, i, j)
 
 See ``docs/architecture.md`` for the module map. Importing the package registers the
-``Dataset.kelr`` accessor (:mod:`kelr_dist.edges.analysis`) as soon as xarray is imported
-(:mod:`kelr_dist.edges.accessor`), so that the package itself imports neither xarray nor pandas.
+``Dataset.kelr`` accessor (``kelr_dist.edges.analysis``) as soon as xarray is imported
+(``kelr_dist.edges.accessor``), so that the package itself imports neither xarray nor pandas.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -32,6 +32,7 @@ _EXPORTS = {
     "step": "edges.analysis",
     "susceptibility": "edges.analysis",
     "distribution_response": "edges.distribution",
+    "LinearRegimeWarning": "edges.distribution",
     "predict_distribution": "edges.distribution",
     "Coordinate": "kernels.bases.families",
     "Hermite": "kernels.bases.families",

@@ -18,7 +18,7 @@ variable (default ``x``) with
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
   ``seed``, ``burn_in``, ``kelr_dist_version``).
 
-:func:`open_trajectory` (a path) and :func:`as_trajectory` (an opened ``Dataset``/``DataArray``)
+:func:`open_trajectory` (a path) and ``as_trajectory`` (an opened ``Dataset``/``DataArray``)
 return a lazily loaded, dask-backed ``DataArray`` with dims always ``("chain", "time",
 "component")``, ``attrs["dt"]`` and ``attrs["store"]`` set. Whatever breaks the contract raises
 one :class:`TrajectoryError` naming the store, the variable and the problem.
@@ -105,7 +105,7 @@ def open_trajectory(
     ----------
     path : a zarr store (local directory, or a URL xarray can open).
     variable : name of the trajectory variable.
-    dt : the sample interval, for a store without its own (see :func:`as_trajectory`).
+    dt : the sample interval, for a store without its own (see ``as_trajectory``).
 
     Returns
     -------
@@ -122,7 +122,7 @@ def open_trajectory(
     TrajectoryError
         when the store is missing, is not a zarr store, is an incomplete generated store
         (the message says how to resume), or the variable breaks the contract
-        (see :func:`as_trajectory`).
+        (see ``as_trajectory``).
 
     Notes
     -----
@@ -705,7 +705,7 @@ def _step_range(t: Any) -> tuple[float, float]:
 
 
 def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
-    """Blocks of one chain, all components, time chunks as stored (see :func:`as_trajectory`)."""
+    """Blocks of one chain, all components, time chunks as stored (see ``as_trajectory``)."""
     itemsize = da.dtype.itemsize
     n_chains, _, n_comp = da.shape
     if da.chunks is None:
@@ -823,7 +823,7 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     the store does not say) and ``time_units_source`` (where it was found), ``components``,
     ``dtype``, ``time_chunk`` (largest time chunk), ``n_blocks`` (chain x time blocks),
     ``bytes`` and ``origin`` (the provenance attributes present, ``model_params`` decoded from
-    JSON), ``limits`` (:func:`estimate_limits`: why ``kelr estimate`` would refuse it; empty
+    JSON), ``limits`` (``estimate_limits``: why ``kelr estimate`` would refuse it; empty
     when it would not).
     """
     origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}

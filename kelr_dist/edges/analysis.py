@@ -563,8 +563,9 @@ class KelrAccessor:
     def predict(
         self, forcing: xr.DataArray, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
-        """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_total_stderr"]``
-        (or ``_stderr`` in results without it; and ``_converged``)."""
+        """:func:`~kelr_dist.predict_response` of ``ds[variable]`` with
+        ``ds[variable + "_total_stderr"]`` (or ``_stderr`` in results without it; and
+        ``_converged``)."""
         response, stderr = self._variable(variable)
         return predict_response(
             response, forcing, stderr=stderr, errors=errors, converged=self._converged(variable)

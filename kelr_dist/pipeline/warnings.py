@@ -90,7 +90,7 @@ class TruncationWarning(UserWarning):
 
 
 class SensitivityWarning(UserWarning):
-    """The response moves by more than :data:`SENSITIVITY_TOLERANCE` (one) total standard error
+    """The response moves by more than ``SENSITIVITY_TOLERANCE`` (one) total standard error
     when the fitted score model gets richer, where a model that follows the score moves by a
     small part of one: the estimate is limited by the model (a score the basis does not follow),
     a bias that neither the held-out loss nor the error bars see."""
