@@ -110,7 +110,7 @@ def conclude(
         steps.append(f"+ {FOURIER_COUNT} random Fourier features")
     neighbour = "; ".join(steps) or None
     sensitivity = warn_sensitivity(main, neighbour, used, entries, raised)
-    warn_unconverged(main, raised)
+    warn_unconverged(main, entries, raised)
     if main.nonfinite:
         emit(
             NonFiniteWarning,

@@ -284,18 +284,21 @@ def warn_sensitivity(
     return worst
 
 
-def warn_unconverged(result: ResponseResult, record: list[str] | None = None) -> None:
+def warn_unconverged(
+    result: ResponseResult, entries: Entries, record: list[str] | None = None
+) -> None:
     """One-line :class:`ConvergenceWarning` when the blocking of some entries did not converge
     (``response_converged`` is False there)."""
     converged = np.asarray(result.blocking.converged, dtype=bool)
     if converged.all():
         return
     lags = np.flatnonzero(~converged.all(axis=(1, 2)))
+    unit = f" {entries.time_units}" if entries.time_units else ""
     emit(
         ConvergenceWarning,
         f"the error bars of {int((~converged).sum())} of {converged.size} response entries "
-        f"(lags {lags[0]}..{lags[-1]}) did not converge (block averaging reached no plateau: "
-        "chains short against the correlation time); those standard errors are too small "
-        "(see response_converged)",
+        f"(at times {lags[0] * entries.dt:.4g}..{lags[-1] * entries.dt:.4g}{unit}) did not "
+        "converge (block averaging reached no plateau: chains short against the correlation "
+        "time); those standard errors are too small (see response_converged)",
         record,
     )
