@@ -256,6 +256,6 @@ def test_the_distribution_figure_explains_its_step_and_names_its_time_unit(ou):
     fig = plot_distribution(ds, "x1")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles and all("after a step of forcing" in t and "on x1" in t for t in titles)
-    assert all("no PDF moves by more than 25% of its peak" in t for t in titles)
+    assert all("each PDF moves ≤ 25% of its peak" in t for t in titles)
     labels = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel().startswith("time")]
     assert labels == ["time since the step (the data's time unit)"] * 2

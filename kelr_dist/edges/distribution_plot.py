@@ -100,7 +100,7 @@ def plot_distribution(
         row[1].set_title(
             f"p({component}, t) after a step of forcing\n"
             f"δf = {amplitude:.3g} on {forced}, ±2 s.e.\n"
-            f"(δf: no PDF moves by more than {SHOWN_CHANGE:.0%} of its peak)",
+            f"(δf: each PDF moves ≤ {SHOWN_CHANGE:.0%} of its peak)",
             fontsize=9,
         )
         row[1].tick_params(labelleft=True)
