@@ -25,6 +25,9 @@ extensions = [
     "sphinx_gallery.gen_gallery",
 ]
 
+# every cross-reference must resolve: a broken one fails the build (with -W)
+nitpicky = True
+
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 # the tables under benchmarks/ and figures/ are written by the scripts that measure them and

@@ -30,6 +30,7 @@ _EXPORTS = {
     "step": "edges.analysis",
     "susceptibility": "edges.analysis",
     "distribution_response": "edges.distribution",
+    "LinearRegimeWarning": "edges.distribution",
     "predict_distribution": "edges.distribution",
     "Coordinate": "kernels.bases.families",
     "Hermite": "kernels.bases.families",

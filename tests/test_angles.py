@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from scipy.linalg import expm
+from scipy.special import i0, i1
 
 from kelr_dist import EdgeWarning, estimate_response
 from kelr_dist.kernels.bases.coordinates import fit_basis, periodicity
@@ -277,11 +278,13 @@ def test_hard_edges_are_found_and_vanishing_ones_are_not():
 
 def test_a_hard_edge_on_the_line_is_warned_in_one_line():
     with pytest.warns(EdgeWarning, match="lower edge") as caught:
-        estimate_response(
+        ds = estimate_response(
             reflected_ou(40_000), max_lag=5, client="synchronous", estimator="score-matching"
         )
     message = next(str(w.message) for w in caught if w.category is EdgeWarning)
     assert "\n" not in message and "do not hold" in message
+    # recorded with the result like every other warning, so that the report shows it
+    assert "EdgeWarning: " + message in ds.attrs["warnings"].splitlines()
 
 
 def test_job_files_and_the_command_line_take_the_period_and_the_observable(tmp_path):
@@ -308,3 +311,47 @@ def test_job_files_and_the_command_line_take_the_period_and_the_observable(tmp_p
         main, ["estimate", "x.zarr", "y.zarr", "--basis", "fourier(period=-1)"]
     )
     assert refused.exit_code == 2 and "period > 0" in refused.output
+
+
+def blocked_stderr_of_the_mean(values: np.ndarray) -> float:
+    """The block-averaging standard error of the mean of ``values (n,)`` (one chain)."""
+    from kelr_dist.kernels.reduction import BlockInfo
+    from kelr_dist.kernels.response.blocking import block_standard_error, response_block_partial
+
+    info = BlockInfo(0, 0, values.size, values.size)
+    partial = response_block_partial(values[:, None], np.ones((values.size, 1)), 0, info)
+    return float(block_standard_error(partial).stderr[0, 0, 0])
+
+
+def test_the_lag0_error_bar_of_an_angle_includes_the_error_of_its_mean():
+    """With ``observable="angles"`` the Stein correction makes ``k_{sin θ, θ}(0)`` the sample
+    mean of ``cos θ`` (Stein's identity on the circle): its error bar is at least that mean's
+    block-averaged standard error, and over seeds the estimate stays within 4 of its error bars
+    of the analytic ``E[cos θ] = I1(κ)/I0(κ) cos μ`` (von Mises)."""
+    model = make_model("circle")
+    concentration = i1(model.kappa) / i0(model.kappa)  # E[cos(θ - μ)]
+    # k_{A,θ}(0) = E[A'(θ)]: E[-sin θ] and E[cos θ]
+    truth = {
+        "cos(x1)": -concentration * math.sin(model.mu),
+        "sin(x1)": concentration * math.cos(model.mu),
+    }
+    z = []
+    for seed in range(6):
+        x = samples("circle", 50_000, seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = estimate_response(
+                x, dt=model.dt, max_lag=5, observable="angles", client="synchronous", max_order=24
+            )
+        lag0 = ds.isel(lag=0, j=0)
+        assert ds.attrs["stein_correction"] == "affine"
+        mean = float(lag0["response"].sel(i="sin(x1)"))
+        np.testing.assert_allclose(mean, np.cos(x[:, 0]).mean(), rtol=1e-10)
+        floor = blocked_stderr_of_the_mean(np.cos(x[:, 0]))
+        assert float(lag0["response_stderr"].sel(i="sin(x1)")) >= 0.95 * floor
+        for i, value in truth.items():
+            z.append(
+                (float(lag0["response"].sel(i=i)) - value)
+                / float(lag0["response_total_stderr"].sel(i=i))
+            )
+    assert np.all(np.abs(z) < 4), z

@@ -693,3 +693,15 @@ def test_the_kelr_program_ends_by_the_interrupt(tmp_path):
         process.kill()
     assert process.returncode == -signal.SIGINT, err
     assert err.strip().splitlines()[-1] == "kelr: interrupted", err
+
+
+def test_info_on_a_netcdf_file_says_how_to_read_it(tmp_path):
+    """A netCDF file is not a zarr store: ``kelr info`` says so in one line and how to read it
+    (from Python, or converted once), exit code 2."""
+    data = np.random.default_rng(0).standard_normal((2000, 2))
+    xr.Dataset({"x": (("time", "component"), data)}).to_netcdf(tmp_path / "traj.nc")
+    out = kelr("info", "traj.nc", cwd=tmp_path)
+    assert out.returncode == 2
+    message = out.stderr.strip()
+    assert "\n" not in message and "a file, not a zarr store" in message
+    assert "estimate_response(xarray.open_dataset(path))" in message and "to_zarr" in message

@@ -9,7 +9,7 @@ from kelr_dist.kernels.response.blocking import BlockingResult
 from kelr_dist.kernels.response.operator import ResponseResult
 from kelr_dist.kernels.scores.heldout import Choice
 from kelr_dist.kernels.scores.score_matching import Candidate
-from kelr_dist.pipeline.warnings import DisagreementWarning, warn_disagreement
+from kelr_dist.pipeline.warnings import DisagreementWarning, Entries, warn_disagreement
 
 
 def result(mean: np.ndarray, stderr: float) -> ResponseResult:
@@ -37,14 +37,17 @@ def table(ke_loss: float, sm_loss: float, ke_chosen: bool) -> list[Choice]:
 
 PICK = Candidate(4, 1e-6, 0.0, np.zeros(4))
 K = np.linspace(1.0, 0.0, 11)[:, None, None] * np.ones((1, 2, 2))
+NAMES = Entries(("x1", "x2:bin3"), ("x1", "x2"), dt=0.5, time_units="s")
 
 
 @pytest.mark.parametrize("ke_chosen", [True, False])
 def test_families_apart_by_many_stderr_with_tied_losses_warn(ke_chosen):
     rival = "score_matching" if ke_chosen else "kernel_embedding"
     responses = {"response": result(K, 0.01), f"response_{rival}": result(K + 0.1, 0.01)}
-    with pytest.warns(DisagreementWarning, match=r"differ by 7\.1 standard errors"):
-        z = warn_disagreement(responses, table(-2.0, -2.1, ke_chosen), PICK)
+    # the entry is named as the result names it, its lag as a time in the data's unit
+    message = r"differ by 7\.1 standard errors \(x1 forced on x1 at time 0 s\)"
+    with pytest.warns(DisagreementWarning, match=message):
+        z = warn_disagreement(responses, table(-2.0, -2.1, ke_chosen), PICK, NAMES)
     assert z == pytest.approx(0.1 / np.hypot(0.01, 0.01))
 
 
@@ -53,12 +56,11 @@ def test_a_decisive_loss_gap_or_agreeing_responses_stay_silent():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         # losses 7 standard errors apart: the held-out choice is decisive
-        assert warn_disagreement(responses, table(-3.0, -2.0, True), PICK) > 5
+        assert warn_disagreement(responses, table(-3.0, -2.0, True), PICK, NAMES) > 5
         # responses within their error bars
         close = {"response": result(K, 0.01), "response_score_matching": result(K + 0.02, 0.01)}
-        assert warn_disagreement(close, table(-2.0, -2.1, True), PICK) < 5
+        assert warn_disagreement(close, table(-2.0, -2.1, True), PICK, NAMES) < 5
         # one family only: nothing to compare
-        assert (
-            warn_disagreement({"response": result(K, 0.01)}, table(-2, -2, True)[1:], PICK) is None
-        )
-        assert warn_disagreement(responses, table(-2.0, -2.1, True), None) is None
+        alone = {"response": result(K, 0.01)}
+        assert warn_disagreement(alone, table(-2, -2, True)[1:], PICK, NAMES) is None
+        assert warn_disagreement(responses, table(-2.0, -2.1, True), None, NAMES) is None

@@ -240,3 +240,22 @@ def test_moments_by_every_route(tmp_path, capsys, monkeypatch):
         kelr_dist.predict_distribution(
             python, kelr_dist.step(1.0, python["time"].values[:5], j="x1"), component="x1"
         )
+
+
+def test_the_distribution_figure_explains_its_step_and_names_its_time_unit(ou):
+    """The predicted PDFs' panel says what ``δf`` is (a step of forcing on the forced
+    component, sized to keep every PDF's move within a quarter of its peak) and the time axis
+    names its unit, the data's own when the result records none."""
+    from kelr_dist.edges.distribution_plot import plot_distribution
+
+    model, x = ou
+    ds = kelr_dist.estimate_response(
+        x[:20_000], dt=model.dt, observable="pdf(bins=10)", max_lag=10, score=model.score,
+        estimator="score-matching", degree=1, client="synchronous",
+    )  # fmt: skip
+    fig = plot_distribution(ds, "x1")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles and all("after a step of forcing" in t and "on x1" in t for t in titles)
+    assert all("each PDF moves ≤ 25% of its peak" in t for t in titles)
+    labels = [ax.get_xlabel() for ax in fig.axes if ax.get_xlabel().startswith("time")]
+    assert labels == ["time since the step (the data's time unit)"] * 2

@@ -635,7 +635,9 @@ def test_max_time_for_an_array_without_dt_is_refused() -> None:
     """An array has no sample interval of its own: ``max_time`` without ``dt`` would count
     samples (5 steps for max_time=5) and is refused in one line; with ``dt`` it is time."""
     x = np.random.default_rng(2).standard_normal((2_000, 2))
-    message = r"^max_time=5 given for an array without dt: .* give dt= .* or max_lag \(in"
+    message = (
+        r"^max_time=5 given for an array without dt or a time index: .* give dt= .* or max_lag \(in"
+    )
     with pytest.raises(ValueError, match=message):
         estimate_response(x, client="synchronous", max_order=4, max_time=5)
     ds = estimate_response(x, client="synchronous", max_order=4, max_time=0.5, dt=0.1)
@@ -685,6 +687,39 @@ def test_pandas_columns_name_the_components() -> None:
     assert names(unnamed) == names(x)
     with pytest.raises(ValueError, match=r"component names \['u', 'u'\] are not unique"):
         names(pd.DataFrame(x, columns=["u", "u"]))
+
+
+def test_a_pandas_time_index_is_used_as_the_time_coordinate() -> None:
+    """A float index gives ``dt`` (so ``max_time`` is taken), dates and durations give ``dt``
+    in seconds, as xarray's time coordinate does; an integer index counts samples."""
+    import pandas as pd
+
+    from kelr_dist.pipeline.inputs import check_inputs
+    from kelr_dist.pipeline.options import EstimateOptions
+
+    x = np.random.default_rng(8).standard_normal((3_000, 2))
+    cases = {
+        "float": (np.arange(3_000) * 0.1, 0.1, None),
+        "dates": (pd.date_range("2020-01-01", periods=3_000, freq="1min"), 60.0, "s"),
+        "dates in a time zone": (
+            pd.date_range("2020-03-28", periods=3_000, freq="1min", tz="Europe/Paris"),
+            60.0,
+            "s",
+        ),
+        "durations": (pd.timedelta_range(0, periods=3_000, freq="2s"), 2.0, "s"),
+    }
+    for case, (index, dt, units) in cases.items():
+        for data in (pd.DataFrame(x, index=index), pd.Series(x[:, 0], index=index, name="u")):
+            inputs = check_inputs(data, EstimateOptions(max_time=30 * dt))
+            assert inputs.trajectory.attrs["dt"] == pytest.approx(dt), case
+            assert inputs.trajectory.attrs.get("time_units") == units, case
+            assert inputs.max_lag == 30, case
+    counted = check_inputs(pd.DataFrame(x, index=np.arange(3_000)), EstimateOptions(max_lag=3))
+    assert counted.trajectory.attrs["time_units"] == "steps"
+    with pytest.raises(ValueError, match="without dt or a time index"):
+        check_inputs(pd.DataFrame(x), EstimateOptions(max_time=3.0))
+    with pytest.raises(ValueError, match="dt=0.2 given, but the data's time coordinate says 0.1"):
+        check_inputs(pd.DataFrame(x, index=cases["float"][0]), EstimateOptions(), dt=0.2)
 
 
 def test_the_result_records_its_observable_and_forcing() -> None:

@@ -255,3 +255,19 @@ def test_components_are_a_key_of_the_input_section(tmp_path):
     assert parse_job(MINIMAL, tmp_path / "job.yaml").options.components is None
     with pytest.raises(JobError, match=r"^job\.yaml: input\.components: expected component names"):
         parse_job(with_("input", "components", [1, 2]), tmp_path / "job.yaml")
+
+
+def test_the_help_and_the_schema_name_the_distribution_observables():
+    """``kelr estimate --help`` and the job-file schema (``kelr run --help``) list every built-in
+    observable, the distribution ones with their parameters."""
+    from click.testing import CliRunner
+
+    from kelr_dist.edges.cli import main
+    from kelr_dist.edges.jobfile import schema_yaml
+
+    help_text = " ".join(CliRunner().invoke(main, ["estimate", "--help"]).output.split())
+    schema = " ".join(line.partition("#")[2].strip() for line in schema_yaml().splitlines())
+    for text in (help_text, schema):
+        for name in ("'identity'", "'square'", "'angles'", "'pdf(bins=40", "'moments'"):
+            assert name in text, (name, text)
+        assert "'exceedance" in text.replace(" ", "")

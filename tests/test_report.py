@@ -248,7 +248,9 @@ def test_unconverged_error_bars_warn_once(tmp_path):
     from kelr_dist.pipeline.warnings import ConvergenceWarning
 
     simulate("ou", tmp_path / "short.zarr", 4000, chunk=2000, progress=False)
-    with pytest.warns(ConvergenceWarning, match=r"error bars of \d+ of \d+ response entries"):
+    # the lags named as times in the data's unit, as the result's time coordinate names them
+    message = r"error bars of \d+ of \d+ response entries \(at times [0-9.]+\.\.[0-9.]+\)"
+    with pytest.warns(ConvergenceWarning, match=message):
         ds = estimate_response(
             tmp_path / "short.zarr", max_order=4, max_lag=1000, client="synchronous"
         )
@@ -350,3 +352,137 @@ def test_the_time_unit_is_shown_where_the_result_has_one():
     axis = plot_responses(ds).axes[0].get_xlabel()
     assert axis == "time lag t (dt = 0.05 s)"
     assert "the data's time unit" in plot_responses(analytic_result()).axes[0].get_xlabel()
+
+
+def test_the_report_lists_the_warnings_the_estimate_raised():
+    """Every line of ``attrs["warnings"]`` is a row of the table (class and message), and a
+    result without any says so."""
+    lines = [
+        "EdgeWarning: component 'x1': its density does not vanish at its lower edge 0",
+        "SensitivityWarning: the response moves by 6.7 total standard errors",
+    ]
+    text = summary(analytic_result().assign_attrs(warnings="\n".join(lines)))
+    rows = [line for line in text.splitlines() if line.startswith("warning ")]
+    assert [row.split(None, 1)[1] for row in rows] == lines
+    quiet = summary(analytic_result().assign_attrs(warnings=""))
+    assert [line.split() for line in quiet.splitlines() if line.startswith("warning")] == [
+        ["warning", "none"]
+    ]
+
+
+def test_a_criteria_panel_of_zeros_says_so_without_a_matplotlib_warning(ou_result):
+    """No sample rejected at any order: the rejection panel is linear with a note instead of
+    an empty log axis (whose matplotlib warning would reach the terminal)."""
+    import warnings
+
+    from kelr_dist.edges.report import plot_criteria
+
+    ds = open_result(ou_result / "result.zarr")
+    ds["rejection"] = ds["rejection"] * 0.0
+    ds["rejection_paper"] = ds["rejection_paper"] * 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_criteria(ds)
+    panel = next(ax for ax in fig.axes if ax.get_title().startswith("R_M"))
+    assert panel.get_yscale() == "linear"
+    assert [t.get_text() for t in panel.texts] == ["every value is 0 here"]
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def candidates(chosen: int, **attrs) -> xr.Dataset:
+    """A result's candidate table alone: one kernel-embedding order, score matching at degrees
+    1-3 with two ridges at degree 1 (the chosen ridge not the lower loss there)."""
+    return xr.Dataset(
+        {
+            "candidate_estimator": ("candidate", ["kernel-embedding"] + ["score-matching"] * 4),
+            "candidate_order": ("candidate", [13, 1, 1, 2, 3]),
+            "candidate_ridge": ("candidate", [np.nan, 0.0, 1e-6, 0.0, 0.0]),
+            "candidate_loss": ("candidate", [-0.9, -1.0, -1.01, -0.99, 40.0]),
+            "candidate_loss_stderr": ("candidate", [0.01] * 5),
+            "candidate_chosen": ("candidate", np.arange(5) == chosen),
+        },
+        attrs=attrs,
+    )
+
+
+def _stars(ax) -> list[tuple[float, float, str]]:
+    return [
+        (float(line.get_xdata()[0]), float(line.get_ydata()[0]), str(line.get_markerfacecolor()))
+        for line in ax.get_lines()
+        if line.get_marker() == "*"
+    ]
+
+
+def test_selection_stars_score_matchings_degree_and_says_when_one_order_was_fitted():
+    """The chosen degree is starred even where another ridge of it had the lower loss; with the
+    kernel embedding chosen, score matching's own pick gets an open star; a single fitted order
+    is said in words, and a symlog loss axis has plain tick labels."""
+    from kelr_dist.edges.report import plot_selection
+
+    fig = plot_selection(candidates(1, degree=1, ridge=0.0))
+    ke, sm = fig.axes[:2]
+    assert _stars(sm) == [(1.0, -1.0, "red")]
+    assert "only one order fitted (M = 13)" in " ".join(t.get_text() for t in ke.texts)
+    assert [float(t) for t in ke.get_xticks()] == [13.0]
+    labels = [t.get_text() for t in ke.get_yticklabels()]
+    assert labels and not any("^" in text for text in labels), labels  # no 10^k mathtext
+    fig = plot_selection(candidates(0, degree=1, ridge=0.0))
+    ke, sm = fig.axes[:2]
+    assert _stars(ke) == [(13.0, -0.9, "red")]
+    assert _stars(sm) == [(1.0, -1.0, "none")]
+
+
+def test_many_observables_are_drawn_as_heat_maps_and_moments_in_their_own_units():
+    """A PDF estimate's response figure is a heat map per observed component and forcing (not a
+    line panel per bin); moments are titled and labelled in their own units, an exceedance as
+    the probability it is; the errors against the exact FDT are one column for them."""
+    import json
+
+    from kelr_dist.edges.report import entry_labels
+
+    model = make_model("ou")
+    rng = np.random.default_rng(3)
+    x, _ = model.advance(model.initial_state(rng), 20_000, rng)
+    common = {"dt": model.dt, "max_lag": 10, "score": model.score, "exact": True}
+    common |= {"estimator": "score-matching", "degree": 1, "client": "synchronous"}
+    pdf = estimate_response(x, observable="pdf(bins=12)", **common)
+    fig = plot_responses(pdf)
+    maps = [ax for ax in fig.axes if ax.get_title()]
+    assert sorted(ax.get_title() for ax in maps) == [
+        f"density of {c}, forcing on {j}" for c in ("x1", "x2") for j in ("x1", "x2")
+    ]
+    assert all(ax.collections for ax in maps)  # a heat map each
+    assert fig.get_size_inches()[1] < 10
+    moments = estimate_response(x, observable="moments", **common)
+    titles = {ax.get_title(): ax.get_ylabel() for ax in plot_responses(moments).axes}
+    assert titles["variance of x1; forcing x2"] == (
+        "variance of x1\nper unit forcing (units of x1^2)"
+    )
+    assert "mean of x2; forcing x1" in titles
+    table = summary(moments)
+    assert "every entry" in table and "off-diagonal" not in table
+    exceedance = xr.Dataset(attrs={"distribution": json.dumps({"kind": "exceedance"})})
+    assert entry_labels(exceedance, "x1:exceed0.99", "x1") == (
+        "P(x1 > q0.99)", "P(x1 > q0.99)\nper unit forcing (probability)"
+    )  # fmt: skip
+
+
+def test_a_response_of_many_components_is_drawn_as_maps_at_three_lags_and_its_diagonal():
+    """64 components: k_ij at three lags as maps and the 64 diagonal entries with their band,
+    not 64² line panels."""
+    d, time = 64, np.arange(41) * 0.05
+    coupling = 0.1 * np.random.default_rng(0).standard_normal((d, d)) + np.eye(d)
+    k = np.exp(-time)[:, None, None] * coupling
+    names = [f"x{n + 1}" for n in range(d)]
+    dims = ("lag", "i", "j")
+    ds = xr.Dataset(
+        {"response": (dims, k), "response_stderr": (dims, np.full(k.shape, 0.02))},
+        coords={"lag": np.arange(41), "time": ("lag", time), "i": names, "j": names},
+        attrs={"dt": 0.05, "estimator": "score-matching"},
+    )
+    fig = plot_responses(ds)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert titles[:3] == ["k_ij at t = 0", "k_ij at t = 0.5", "k_ij at t = 1"]
+    assert titles[3:] == [f"k[{n}, {n}](t)" for n in names]
+    diagonal = next(ax for ax in fig.axes if ax.get_title() == "k[x7, x7](t)")
+    assert diagonal.collections  # its ±2 stderr band

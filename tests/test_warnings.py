@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -91,6 +92,8 @@ def test_bias_warns_for_a_nonlinear_observable():
                           max_lag=20)  # fmt: skip
     found = [str(w.message) for w in caught if w.category is BiasWarning]
     assert found and "total standard errors" in found[0]
+    # the entry named as the result names it
+    assert re.search(r"residual [-+][0-9.e-]+ of x[12]\^2 forced on x[12] is", found[0])
     assert "BiasWarning: " + found[0] in ds.attrs["warnings"].splitlines()
     ratio = np.abs(ds["stein_residual"] / ds["stein_residual_total_stderr"])
     assert float(ratio.max()) > 3
@@ -104,6 +107,9 @@ def test_sensitivity_warns_when_one_more_degree_moves_the_response():
     ds, caught = estimate(x, model, estimator="score-matching", degree=2, max_lag=20)
     found = [str(w.message) for w in caught if w.category is SensitivityWarning]
     assert found and "degree 2 -> 3; + 64 random Fourier features" in found[0]
+    # the entry by its names and the lag as a time in the data's unit, and the rule in words
+    assert re.search(r"\(x1 forced on x1 at time [0-9.]+\)", found[0])
+    assert "more than the 1 a model that follows the score moves by" in found[0]
     assert "SensitivityWarning: " + found[0] in ds.attrs["warnings"].splitlines()
     moved = np.abs(ds["response_model_shift"]) / ds["response_total_stderr"]
     assert float(moved.max()) == pytest.approx(ds.attrs["model_sensitivity"])

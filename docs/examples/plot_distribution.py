@@ -16,6 +16,7 @@ the example runs in seconds.)
 # The bins are cubic B-splines on a grid chosen from the data (they sum to one, so the PDF
 # response integrates to zero at every lag); ``bin`` holds their centres in data units.
 import tempfile
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -26,14 +27,17 @@ from kelr_dist.edges.distribution_plot import plot_distribution
 if __name__ == "__main__":
     folder = Path(tempfile.mkdtemp())
     kelr_dist.simulate("triple-well", folder / "tw.zarr", n_samples=100_000, seed=5)
-    ds = kelr_dist.estimate_response(
-        folder / "tw.zarr",
-        estimator="kernel-embedding",
-        observable="pdf(bins=30)",
-        max_time=3,
-        n_workers=1,
-        progress=False,
-    )
+    with warnings.catch_warnings():  # each warning is also a line of ds.attrs["warnings"]
+        warnings.simplefilter("ignore")
+        ds = kelr_dist.estimate_response(
+            folder / "tw.zarr",
+            estimator="kernel-embedding",
+            observable="pdf(bins=30)",
+            max_time=3,
+            n_workers=1,
+            progress=False,
+        )
+    print("warnings:", ds.attrs["warnings"] or "none")
     pdf = kelr_dist.distribution_response(ds, "x1")
     print(ds.attrs["estimator"], pdf["response"].dims, pdf["bin"].values[:3])
 

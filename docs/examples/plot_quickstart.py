@@ -36,13 +36,15 @@ if __name__ == "__main__":
         k = ds.response.isel(i=i, j=j)
         se = ds.response_stderr.isel(i=i, j=j)
         ax.fill_between(
-            ds.time, k - 2 * se, k + 2 * se, color="C0", alpha=0.3, lw=0, label="±2 standard errors"
-        )
+            ds.time, k - 2 * se, k + 2 * se, color="C0", alpha=0.3, lw=0,
+            label="±2 standard errors (sampling only)",
+        )  # fmt: skip
         ax.plot(ds.time, k, color="C0", label=f"estimate ({ds.attrs['estimator']})")
         ax.plot(ds.time, ds.response_exact.isel(i=i, j=j), "k--", label="exact FDT")
         ax.set_title(f"$k_{{{i + 1}{j + 1}}}(t)$")
+        ax.set_ylabel(f"x{i + 1} per unit\nforcing of x{j + 1}")
     for ax in axes[1]:
-        ax.set_xlabel("time")
+        ax.set_xlabel("time lag t (the model's time unit)")
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
     plt.show()

@@ -21,7 +21,7 @@ variable (default ``x``) with
 - attributes saying where it came from (generated stores: ``model``, ``model_params`` (JSON),
   ``seed``, ``burn_in``, ``kelr_dist_version``).
 
-:func:`open_trajectory` (a path) and :func:`as_trajectory` (an opened ``Dataset``/``DataArray``)
+:func:`open_trajectory` (a path) and ``as_trajectory`` (an opened ``Dataset``/``DataArray``)
 return a lazily loaded, dask-backed ``DataArray`` with dims always ``("chain", "time",
 "component")``, ``attrs["dt"]`` and ``attrs["store"]`` set. Whatever breaks the contract raises
 one :class:`TrajectoryError` naming the store, the variable and the problem.
@@ -114,7 +114,7 @@ def open_trajectory(
     ----------
     path : a zarr store (local directory, or a URL xarray can open).
     variable : name of the trajectory variable.
-    dt : the sample interval, for a store without its own (see :func:`as_trajectory`).
+    dt : the sample interval, for a store without its own (see ``as_trajectory``).
 
     Returns
     -------
@@ -131,7 +131,7 @@ def open_trajectory(
     TrajectoryError
         when the store is missing, is not a zarr store, is an incomplete generated store
         (the message says how to resume), or the variable breaks the contract
-        (see :func:`as_trajectory`).
+        (see ``as_trajectory``).
 
     Notes
     -----
@@ -450,6 +450,14 @@ def open_store_dataset(source: str, variable: str) -> xr.Dataset:
     """The zarr store at ``source`` (an absolute path or URL) as a lazy Dataset whose
     ``variable`` reads through :class:`ChunkReader`; refused with a :class:`TrajectoryError`
     when it is not a readable, complete store."""
+    if Path(source).is_file():  # a netCDF or HDF5 file, say: zarr stores are folders
+        raise _error(
+            source,
+            variable,
+            "a file, not a zarr store (a folder): open a netCDF/HDF5 file in Python, "
+            "estimate_response(xarray.open_dataset(path)), or convert it once with "
+            "xarray.open_dataset(path).to_zarr('traj.zarr')",
+        )
     try:
         ds = xr.open_zarr(source, chunks={}, **OPEN_OPTIONS)
     except Exception as exc:  # zarr/xarray raise many types for "not a readable store"
@@ -940,7 +948,7 @@ def _step_range(t: Any) -> tuple[float, float]:
 
 
 def _chunked(da: xr.DataArray, source: str, variable: str) -> xr.DataArray:
-    """Blocks of one chain, all components, time chunks as stored (see :func:`as_trajectory`)."""
+    """Blocks of one chain, all components, time chunks as stored (see ``as_trajectory``)."""
     itemsize = da.dtype.itemsize
     n_chains, _, n_comp = da.shape
     if da.chunks is None:
@@ -1067,7 +1075,7 @@ def describe_trajectory(da: xr.DataArray) -> dict[str, Any]:
     the store does not say) and ``time_units_source`` (where it was found), ``components``,
     ``dtype``, ``time_chunk`` (largest time chunk), ``n_blocks`` (chain x time blocks),
     ``bytes`` and ``origin`` (the provenance attributes present, ``model_params`` decoded from
-    JSON), ``limits`` (:func:`estimate_limits`: why ``kelr estimate`` would refuse it; empty
+    JSON), ``limits`` (``estimate_limits``: why ``kelr estimate`` would refuse it; empty
     when it would not).
     """
     origin = {k: da.attrs[k] for k in PROVENANCE_ATTRS if k in da.attrs}

@@ -606,8 +606,9 @@ class KelrAccessor:
     def predict(
         self, forcing: xr.DataArray, *, variable: str = "response", errors: ErrorModel = "bound"
     ) -> xr.DataArray:
-        """:func:`predict_response` of ``ds[variable]`` with ``ds[variable + "_total_stderr"]``
-        (or ``_stderr`` in results without it; and ``_converged``).
+        """:func:`~kelr_dist.predict_response` of ``ds[variable]`` with
+        ``ds[variable + "_total_stderr"]`` (or ``_stderr`` in results without it; and
+        ``_converged``).
 
         For a field's result the forcing may be a history over the grid ``(time, lat, lon)``
         (or, for a result estimated with a forcing pattern, the pattern's amplitude

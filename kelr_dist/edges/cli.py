@@ -704,9 +704,10 @@ run.help = f"{inspect.cleandoc(run.help or '')}\n\n\b\nJob file schema:\n{schema
 def report(result: str, figures: str | None) -> None:
     """Print the summary of a RESULT written by 'kelr estimate' or 'kelr run'.
 
-    The table holds the chosen order, δ, the rejection rate, the run time, the basis and the
-    errors against the exact response when present (max over t <= 10 of |k - k_exact|,
-    diagonal and off-diagonal). With --figures, PNG figures are written too.
+    The table holds the chosen order, δ, the rejection rate, the run time, the basis, the
+    warnings the estimate raised and the errors against the exact response when present (max
+    over t <= 10 of |k - k_exact|, diagonal and off-diagonal). With --figures, PNG figures are
+    written too.
 
     \b
     Examples:

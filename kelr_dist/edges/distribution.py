@@ -144,7 +144,7 @@ def predict_distribution(
     """The predicted PDF ``p(x, t) = p0(x) + δp(x, t)`` of one component under a forcing history.
 
     ``δp_b(t) = ∫_0^t Σ_j k_bj(t - s) δf_j(s) ds / h`` (eq. 4 with the bin observables, trapezoid
-    rule, :func:`kelr_dist.edges.analysis.predict_response`); ``p0_b = Ā_b / h``. The bins
+    rule, :func:`~kelr_dist.predict_response`); ``p0_b = Ā_b / h``. The bins
     partition unity, so ``Σ_b h p_b(t) = 1`` at every time, and ``integral`` checks it. Where
     ``p`` goes negative the forcing is beyond the linear regime: the values are kept as they are
     (never clipped), ``negative`` marks them, ``attrs["negative_from_time"]`` holds the first
@@ -157,7 +157,7 @@ def predict_distribution(
         response's ``dt``.
     component : the component whose PDF is predicted (may be omitted for one component).
     name : the response variable to use (``response``, ``response_exact``, ...).
-    errors : ``"bound"`` or ``"independent"`` (:mod:`kelr_dist.edges.analysis`).
+    errors : ``"bound"`` or ``"independent"`` (``kelr_dist.edges.analysis``).
 
     Returns
     -------

@@ -4,8 +4,8 @@ For each forced component ``j`` of an estimate with ``observable="pdf"`` one fig
 observed component: on the left a heat map of ``δp(x, t)``, the PDF's response to a unit step
 forcing of ``j`` (``∫_0^t k_bj(s) ds / h``, eq. 4), in density per unit of ``x`` per unit forcing,
 with ``x`` in data units; on the right, on the same ``x`` axis, the unperturbed PDF ``p0`` and the
-predicted PDFs ``p0 + δf δp(x, t)`` at a few times with their error bands, for a forcing ``δf``
-that moves the PDF by a quarter of its peak (named in the legend).
+predicted PDFs ``p0 + δf δp(x, t)`` at a few times with their error bands, for a step of forcing
+of size ``δf`` chosen to move the PDF by a quarter of its peak (named in the title).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 #: the shown forcing moves the PDF by this fraction of its peak at most: visible, and well inside
 #: the linear regime where the prediction stays positive
 SHOWN_CHANGE = 0.25
+#: how an axis names the time unit of a result that records none
+DATA_TIME_UNIT = "the data's time unit"
 #: predicted PDFs drawn at these fractions of the largest lag
 SHOWN_TIMES = (0.05, 0.2, 1.0)
 
@@ -79,17 +81,28 @@ def plot_distribution(
         bar.set_label(
             f"δp({component}, t) per unit step forcing of {forced} (density per unit {component})"
         )
-        row[0].set_xlabel(f"time since the step{f' ({units})' if units else ''}")
+        row[0].set_xlabel(f"time since the step ({units or DATA_TIME_UNIT})")
         row[0].set_ylabel(component)
         row[1].plot(p0, x, color="black", lw=2, label="unperturbed p0")
         for fraction, colour in zip(SHOWN_TIMES, colours, strict=True):
             n = int(round(fraction * (times.size - 1)))
             p = p0 + amplitude * delta.values[n]
             band = 2.0 * amplitude * per_unit["stderr"].values[n]
-            row[1].plot(p, x, color=colour, lw=1.2, label=f"t = {times[n]:.3g}")
+            row[1].plot(
+                p,
+                x,
+                color=colour,
+                lw=1.2,
+                label=f"t = {times[n]:.3g}{f' {units}' if units else ''}",
+            )
             row[1].fill_betweenx(x, p - band, p + band, color=colour, alpha=0.25, lw=0)
         row[1].set_xlabel(f"density per unit {component}")
-        row[1].set_title(f"p({component}, t), step δf = {amplitude:.3g}, ±2 s.e.", fontsize=10)
+        row[1].set_title(
+            f"p({component}, t) after a step of forcing\n"
+            f"δf = {amplitude:.3g} on {forced}, ±2 s.e.\n"
+            f"(δf: each PDF moves ≤ {SHOWN_CHANGE:.0%} of its peak)",
+            fontsize=9,
+        )
         row[1].tick_params(labelleft=True)
         row[1].legend(fontsize=8, loc="best")
     return fig

@@ -160,8 +160,8 @@ def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str,
 
     Returns
     -------
-    ``{variable: {"diagonal": ..., "off_diagonal": ..., "stderr": ...}}``; empty without
-    ``response_exact``.
+    ``{variable: {"all": ..., "diagonal": ..., "off_diagonal": ..., "stderr": ...}}`` (``all``:
+    over every entry); empty without ``response_exact``.
     """
     if "response_exact" not in ds:
         return {}
@@ -177,6 +177,7 @@ def response_errors(ds: xr.Dataset, horizon: float = ERROR_HORIZON) -> dict[str,
         error = np.abs(ds[name].transpose("lag", "i", "j").values[lags] - exact).max(axis=0)
         stderr = ds.get(f"{name}_stderr")
         errors[name] = {
+            "all": float(error.max()),
             "diagonal": float(error[diagonal].max()),
             "off_diagonal": float(error[~diagonal].max()) if (~diagonal).any() else math.nan,
             "stderr": math.nan if stderr is None else float(stderr.values[lags].max()),
@@ -198,6 +199,13 @@ def _unit(ds: xr.Dataset) -> str:
     from dates), else nothing."""
     units = ds.attrs.get("time_units")
     return f" {units}" if units else ""
+
+
+def warning_lines(ds: xr.Dataset) -> list[str]:
+    """The warnings the estimate raised, one line each as ``"Category: message"``
+    (``attrs["warnings"]``), or ``["none"]``."""
+    lines = [line for line in str(ds.attrs.get("warnings", "")).splitlines() if line.strip()]
+    return lines or ["none"]
 
 
 def _estimator_line(ds: xr.Dataset) -> str:
@@ -405,6 +413,7 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         ("error bars", _convergence_text(ds)),
         ("run time", f"{float(a.get('runtime_seconds', math.nan)):.1f} s"),
     ]
+    rows += [("warning", line) for line in warning_lines(ds)]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label:<{width}}  {value}" for label, value in rows]
     stein = stein_rows(ds)
@@ -434,11 +443,22 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
     if errors:
         horizon = min(ERROR_HORIZON, t_max)
         lines.append(f"errors vs exact FDT, max over t <= {horizon:.4g} of |k - k_exact|:")
-        cells = [
-            [label(ds, v), _number(e["diagonal"]), _number(e["off_diagonal"]), _number(e["stderr"])]
-            for v, e in errors.items()
-        ]
-        lines += _columns(["estimate", "diagonal", "off-diagonal", "max stderr"], cells)
+        if _distribution_kind(ds) is not None:  # bins, moments: no diagonal to speak of
+            cells = [
+                [label(ds, v), _number(e["all"]), _number(e["stderr"])] for v, e in errors.items()
+            ]
+            lines += _columns(["estimate", "every entry", "max stderr"], cells)
+        else:
+            cells = [
+                [
+                    label(ds, v),
+                    _number(e["diagonal"]),
+                    _number(e["off_diagonal"]),
+                    _number(e["stderr"]),
+                ]
+                for v, e in errors.items()
+            ]
+            lines += _columns(["estimate", "diagonal", "off-diagonal", "max stderr"], cells)
     return "\n".join(lines)
 
 
@@ -451,6 +471,17 @@ def _positive(values: np.ndarray) -> np.ndarray:
     """``values`` with non-positive entries masked (NaN) for a log axis."""
     values = np.asarray(values, dtype=float)
     return np.where(values > 0, values, np.nan)
+
+
+def _log_scale_or_say(ax: Any, *curves: np.ndarray | float) -> bool:
+    """A logarithmic y axis where some curve of the panel has a positive value (True); else a
+    linear one at 0 with a note that every value is 0, nothing to draw on a log scale (False)."""
+    if any(np.any(np.asarray(c, dtype=float) > 0) for c in curves):
+        ax.set_yscale("log")
+        return True
+    ax.set_ylim(-0.05, 1.0)
+    ax.text(0.5, 0.5, "every value is 0 here", transform=ax.transAxes, ha="center", va="center")
+    return False
 
 
 def _log_floor(*curves: np.ndarray) -> float:
@@ -500,41 +531,48 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     fig = new_figure(figsize=(13, 8.2), layout="constrained")
     axes = fig.subplots(2, 2).ravel()
     ax = axes[0]
-    ax.semilogy(orders, _positive(eta), "o-", ms=3, label="η_M")
-    if "eta_noise" in ds:
-        ax.semilogy(orders, _positive(ds["eta_noise"].values), "--", label="noise level of η_M")
+    noise = ds["eta_noise"].values if "eta_noise" in ds else None
+    ax.plot(orders, _positive(eta), "o-", ms=3, label="η_M")
+    if noise is not None:
+        ax.plot(orders, _positive(noise), "--", label="noise level of η_M")
     ax.axhline(eta_line, color="grey", lw=0.9, ls=":", label="2 x final level: converged below")
     if converged.any():
         ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
-    ax.set_ylim(bottom=_log_floor(eta[1:], ds["eta_noise"].values if "eta_noise" in ds else eta))
+    if _log_scale_or_say(ax, eta, eta_line):
+        ax.set_ylim(bottom=_log_floor(eta[1:], noise if noise is not None else eta))
     ax.set_title("η_M: size of the order-M shell of coefficients (eq. 54)")
     ax.set_ylabel("η_M (density units of the\nstandardized coordinates)")
 
     ax = axes[1]
-    ax.semilogy(orders, _positive(bound), "o-", ms=3, color="C3", label="ε̃_M (certified bound)")
+    ax.plot(orders, _positive(bound), "o-", ms=3, color="C3", label="ε̃_M (certified bound)")
     if math.isfinite(band):
         ax.axhline(band, color="grey", lw=0.9, ls=":", label="2 x least ε̃ among converged M")
     if converged.any():
         ax.axvspan(orders[converged].min(), orders[-1], color="green", alpha=0.07, lw=0)
     if floor > 0:
         ax.axvline(floor, color="grey", lw=0.9, ls="--", label=f"held-out L² floor M = {floor}")
-    ax.set_ylim(bottom=_log_floor(bound[1:]))  # p_0 (the weight) is never negative
+    if _log_scale_or_say(ax, bound):
+        ax.set_ylim(bottom=_log_floor(bound[1:]))  # p_0 (the weight) is never negative
     ax.set_title("ε̃_M: largest |p_M| where p_M < 0 (within 2 orders)")
     ax.set_ylabel("lower bound of sup |p_M - p_eq|\n(density, standardized coordinates)")
 
     ax = axes[2]
-    ax.semilogy(orders, _positive(ds["rejection"].values), "o-", ms=3, label="R_M with δ used")
-    if "rejection_paper" in ds:
-        ax.semilogy(orders, _positive(ds["rejection_paper"].values), "--", label="R_M, paper's δ_M")
+    rejection = ds["rejection"].values
+    paper = ds["rejection_paper"].values if "rejection_paper" in ds else None
+    ax.plot(orders, _positive(rejection), "o-", ms=3, label="R_M with δ used")
+    if paper is not None:
+        ax.plot(orders, _positive(paper), "--", label="R_M, paper's δ_M")
+    _log_scale_or_say(ax, rejection, *([] if paper is None else [paper]))
     ax.set_title("R_M: share of samples with p_M < δ (B̂ = 0 there, eq. 53)")
     ax.set_ylabel("rejection rate R_M\n(fraction of samples, dimensionless)")
 
     ax = axes[3]
-    ax.semilogy(orders, _positive(ds["delta"].values), "o-", ms=3, label="δ used")
-    if "delta_paper" in ds:
-        ax.semilogy(
-            orders, _positive(ds["delta_paper"].values), "--", label="paper's δ_M (least p_M > 0)"
-        )
+    delta = ds["delta"].values
+    delta_paper = ds["delta_paper"].values if "delta_paper" in ds else None
+    ax.plot(orders, _positive(delta), "o-", ms=3, label="δ used")
+    if delta_paper is not None:
+        ax.plot(orders, _positive(delta_paper), "--", label="paper's δ_M (least p_M > 0)")
+    _log_scale_or_say(ax, delta, *([] if delta_paper is None else [delta_paper]))
     ax.set_title("δ: positivity threshold (eq. 52)")
     ax.set_ylabel("δ (density, standardized coordinates)")
 
@@ -542,6 +580,7 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
         if marked is not None:
             ax.axvline(marked, color="red", linewidth=0.9, label=f"chosen M = {marked}")
         ax.set_xlabel("order M (dimensionless)")
+        ax.set_xlim(orders.min() - 1, orders.max() + 1)  # every order, drawn or all 0
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     selection = str(ds.attrs.get("order_selection", "auto"))
@@ -562,10 +601,50 @@ def plot_criteria(ds: xr.Dataset) -> Figure:
     return fig
 
 
+#: a response with more entries than this is drawn as heat maps (:func:`plot_response_maps`),
+#: not a line panel per entry
+MAX_PANELS = 36
+_MOMENTS = {1: "mean", 2: "variance", 3: "third central moment", 4: "fourth central moment"}
+
+
+def _distribution_kind(ds: xr.Dataset) -> str | None:
+    """``pdf``, ``moments`` or ``exceedance`` for a distribution estimate, else None."""
+    if "distribution" not in ds.attrs:
+        return None
+    return str(parse_json_attr(ds.attrs["distribution"], "distribution")["kind"])
+
+
+def entry_labels(ds: xr.Dataset, i: str, j: str) -> tuple[str, str]:
+    """The title and y label of entry ``k_ij``, in the observable's own units: ``variance of x1``
+    for a moment, ``P(x1 > q0.99)`` for an exceedance, else the observable's name."""
+    component, _, part = i.partition(":")
+    kind = _distribution_kind(ds)
+    if kind == "moments" and part.startswith("moment"):
+        k = int(float(part[len("moment") :]))
+        what = f"{_MOMENTS.get(k, f'moment {k}')} of {component}"
+        power = "" if k == 1 else f"^{k}"
+        return what, f"{what}\nper unit forcing (units of {component}{power})"
+    if kind == "exceedance" and part.startswith("exceed"):
+        what = f"P({component} > q{part[len('exceed') :]})"
+        return what, f"{what}\nper unit forcing (probability)"
+    return (
+        f"k[{i}, {j}](t)",
+        f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)",
+    )
+
+
+def _time_label(ds: xr.Dataset) -> str:
+    unit = _unit(ds) or ", the data's time unit"
+    return f"time lag t (dt = {ds.attrs.get('dt', '?')}{unit})"
+
+
 def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     """Every entry ``k_ij(t)`` against time, every estimate with its ±2 standard-error band
     (sampling error); raw values, or diagonal entries normalised to ``k_ii(0) = 1`` (the paper's
-    figures) with ``normalise``."""
+    figures) with ``normalise``. A PDF estimate, or one with more than :data:`MAX_PANELS`
+    entries, is drawn as heat maps instead (:func:`plot_response_maps`)."""
+    if _distribution_kind(ds) == "pdf" or ds.sizes["i"] * ds.sizes["j"] > MAX_PANELS:
+        return plot_response_maps(ds)
     shown, note = ds, "raw values"
     if normalise:
         try:
@@ -598,10 +677,12 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
                 band = ax.fill_between(time, k - 2 * s, k + 2 * s, color=color, alpha=0.15, lw=0)
             legend.setdefault(name, (line,) if band is None else (band, line))
         diagonal = a == b
-        ax.set_title(f"k[{i}, {j}](t)" + ("  (normalised)" if diagonal and shown is not ds else ""))
-        unit = _unit(ds) or ", the data's time unit"
-        ax.set_xlabel(f"time lag t (dt = {ds.attrs.get('dt', '?')}{unit})")
-        ax.set_ylabel(f"response of {i} to forcing on {j}\n(units of {i} per unit of forcing)")
+        title, ylabel = entry_labels(ds, i, j)
+        if len(names_j) > 1 and not title.startswith("k["):
+            title += f"; forcing {j}"
+        ax.set_title(title + ("  (normalised)" if diagonal and shown is not ds else ""))
+        ax.set_xlabel(_time_label(ds))
+        ax.set_ylabel(ylabel)
         ax.axhline(0.0, color="grey", linewidth=0.5)
         ax.grid(True, alpha=0.3)
     labels = []
@@ -646,6 +727,115 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     return fig
 
 
+def _heat_map(
+    fig: Figure, ax: Any, time: np.ndarray, rows: np.ndarray, values: np.ndarray, label: str
+) -> None:
+    """``values (rows, time)`` as a heat map on a symmetric colour scale, with its colour bar."""
+    limit = float(np.nanmax(np.abs(values))) or 1.0
+    image = ax.pcolormesh(
+        time, rows, values, cmap="RdBu_r", vmin=-limit, vmax=limit, shading="nearest"
+    )
+    fig.colorbar(image, ax=ax, label=label)
+
+
+def plot_response_maps(ds: xr.Dataset) -> Figure:
+    """Many entries as heat maps of the chosen estimate.
+
+    A PDF estimate: per observed component (rows) and forcing (columns), ``δp(x, t)`` per unit
+    forcing against the bin centre ``x`` (data units) and the lag
+    (:func:`~kelr_dist.distribution_response`). A square response of many components (``i``
+    the same names as ``j``): ``k_ij`` at three lags as ``i x j`` maps, and every diagonal
+    ``k_ii(t)`` with its ±2 standard-error band. Any other: per forcing, ``k_ij(t)`` against the
+    observable's entry and the lag.
+    """
+    from kelr_dist.edges.distribution import distribution_response
+
+    time = ds["time"].values
+    names_i = [str(v) for v in ds["i"].values]
+    names_j = [str(v) for v in ds["j"].values]
+    used = label(ds, "response")
+    if _distribution_kind(ds) == "pdf":
+        components = parse_json_attr(ds.attrs["distribution"], "distribution")["components"]
+        fig = new_figure(figsize=(5.2 * len(names_j), 3.4 * len(components)), layout="constrained")
+        axes = fig.subplots(len(components), len(names_j), squeeze=False)
+        for r, component in enumerate(components):
+            labelled = distribution_response(ds, component)
+            for c, j in enumerate(names_j):
+                ax = axes[r, c]
+                values = labelled["response"].sel(j=j).values.T  # (bin, lag)
+                _heat_map(
+                    fig, ax, time, labelled["bin"].values, values,
+                    f"δp per unit forcing\n(density per unit {component})",
+                )  # fmt: skip
+                ax.set_title(f"density of {component}, forcing on {j}")
+                ax.set_xlabel(_time_label(ds))
+                ax.set_ylabel(f"{component} (the data's units)")
+        fig.suptitle(
+            f"response of the PDF to forcing ({used}): k(t) per bin in density per unit of x\n"
+            "(distribution_<j>.png shows the response to a step of forcing)",
+            fontsize="medium",
+        )
+        return fig
+    if names_i == names_j:
+        d = len(names_i)
+        lags = sorted({0, (time.size - 1) // 4, (time.size - 1) // 2})
+        columns = max(len(lags), math.ceil(math.sqrt(d)))
+        rows = math.ceil(d / columns)
+        fig = new_figure(figsize=(2.6 * columns, 2.2 * rows + 4.0), layout="constrained")
+        top, bottom = cast(Any, fig.subfigures(2, 1, height_ratios=(4.0, 2.2 * rows)))
+        k = ds["response"].transpose("lag", "i", "j").values
+        ticks = np.arange(0, d, max(1, d // 8))
+        for ax, lag in zip(np.atleast_1d(top.subplots(1, len(lags))), lags, strict=True):
+            _heat_map(top, ax, np.arange(d), np.arange(d), k[lag], "k_ij (units of i per unit "
+                      "forcing of j)")  # fmt: skip
+            ax.set_title(f"k_ij at t = {time[lag]:.3g}{_unit(ds)}")
+            ax.set_xlabel("forced component j (index)")
+            ax.set_ylabel("observed component i (index)")
+            ax.set_xticks(ticks, [names_j[t] for t in ticks], rotation=90, fontsize="small")
+            ax.set_yticks(ticks, [names_i[t] for t in ticks], fontsize="small")
+            ax.invert_yaxis()
+        spread = "response_total_stderr" if "response_total_stderr" in ds else "response_stderr"
+        s = ds[spread].transpose("lag", "i", "j").values if spread in ds else None
+        panels = np.atleast_1d(bottom.subplots(rows, columns, sharex=True)).ravel()
+        for n, ax in enumerate(panels):
+            if n >= d:
+                ax.set_visible(False)
+                continue
+            ax.plot(time, k[:, n, n], color="C0")
+            if s is not None:
+                ax.fill_between(
+                    time, k[:, n, n] - 2 * s[:, n, n], k[:, n, n] + 2 * s[:, n, n],
+                    color="C0", alpha=0.2, lw=0,
+                )  # fmt: skip
+            ax.axhline(0.0, color="grey", lw=0.5)
+            ax.set_title(f"k[{names_i[n]}, {names_i[n]}](t)", fontsize="small")
+            ax.tick_params(labelsize="x-small")
+        bottom.supxlabel(_time_label(ds), fontsize="small")
+        bottom.supylabel(
+            f"k_ii(t) (units of i per unit forcing), ±2 {spread[9:]}", fontsize="small"
+        )
+        fig.suptitle(
+            f"linear response operator of {d} components ({used}): k_ij at three lags (top) and "
+            f"the diagonal k_ii(t) with its ±2 {spread[9:].replace('_', ' ')} band (below)",
+            fontsize="medium",
+        )
+        return fig
+    fig = new_figure(figsize=(5.2 * len(names_j), 0.5 + 0.12 * len(names_i)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(names_j)))
+    k = ds["response"].transpose("lag", "i", "j").values
+    ticks = np.arange(0, len(names_i), max(1, len(names_i) // 16))
+    for ax, (c, j) in zip(axes, enumerate(names_j), strict=True):
+        _heat_map(fig, ax, time, np.arange(len(names_i)), k[:, :, c].T,
+                  "k_ij (units of A_i per unit forcing)")  # fmt: skip
+        ax.set_yticks(ticks, [names_i[t] for t in ticks], fontsize="small")
+        ax.invert_yaxis()
+        ax.set_title(f"forcing on {j}")
+        ax.set_xlabel(_time_label(ds))
+        ax.set_ylabel("observable entry i (its name)")
+    fig.suptitle(f"linear response operator ({used}), one row per observable entry")
+    return fig
+
+
 def plot_selection(ds: xr.Dataset) -> Figure:
     """Held-out Hyvärinen loss of every candidate, ± its fold standard error: the kernel
     embedding against its order ``M`` and score matching against its degree ``q`` (the best
@@ -660,8 +850,17 @@ def plot_selection(ds: xr.Dataset) -> Figure:
     chosen = ds["candidate_chosen"].values.astype(bool)
     finite = np.isfinite(losses)
     sm = (estimators == "score-matching") & finite
+    ridges = ds["candidate_ridge"].values if "candidate_ridge" in ds else np.zeros(losses.size)
+    # score matching's own pick (the chosen candidate, or its best when the kernel embedding
+    # was used): its ridge is the one drawn at its degree, so that it is always starred
+    pick = chosen & sm
+    if not pick.any() and "degree" in ds.attrs:
+        pick = sm & (orders == int(ds.attrs["degree"]))
+        pick &= np.isclose(ridges, float(ds.attrs.get("ridge", 0.0))) if pick.sum() > 1 else pick
     best_ridge = [
-        np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
+        np.flatnonzero(sm & (orders == q) & pick)[0]
+        if (pick & (orders == q)).any()
+        else np.flatnonzero(sm & (orders == q))[np.argmin(losses[sm & (orders == q)])]
         for q in np.unique(orders[sm])
     ]
     rows = {
@@ -682,10 +881,22 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         mark = r[chosen[r]]
         if mark.size:
             ax.plot(orders[mark], losses[mark], "*", ms=16, color="red", label="chosen", zorder=3)
+        own = r[pick[r] & ~chosen[r]]
+        if own.size:  # score matching's pick, where the kernel embedding was chosen
+            ax.plot(
+                orders[own], losses[own], "*", ms=16, mfc="none", mec="red", zorder=3,
+                label="score matching's own pick",
+            )  # fmt: skip
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlim(orders[r].min() - 1, orders[r].max() + 1)
+        if r.size == 1:  # nothing to compare: say so rather than draw a lone point's axis
+            ax.set_xticks([orders[r][0]])
+            ax.text(
+                0.5, 0.92, f"only one order fitted (M = {orders[r][0]})\nnothing to compare",
+                transform=ax.transAxes, ha="center", va="top", fontsize="small",
+            )  # fmt: skip
         ax.grid(True, alpha=0.3)
     if (chosen & finite).any():
         best = float(losses[chosen & finite][0])
@@ -699,7 +910,14 @@ def plot_selection(ds: xr.Dataset) -> Figure:
         span = np.concatenate([losses[shown] - errors[shown], losses[shown] + errors[shown]])
         symlog = bool(span.max() > low + 2.0 * near or span.min() < low - 2.0 * near)
         if symlog:
+            from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+
             axes[0].set_yscale("symlog", linthresh=3.0 * near)
+            # plain numbers (not 10^k and -10^0) at 1, 2, 5 per decade
+            axes[0].yaxis.set_major_locator(
+                SymmetricalLogLocator(base=10, linthresh=3.0 * near, subs=(1.0, 2.0, 5.0))
+            )
+            axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
         pad = 0.05 * (span.max() - span.min() + 1e-3 * near)
         if symlog:  # a margin on the logarithmic part is a share of the value
             pad = max(pad, 0.2 * max(abs(span.max()), abs(span.min())))

@@ -16,6 +16,7 @@ _MODELS: dict[str, type[Model]] = {
     cls.name: cls
     for cls in (*paper_systems.SYSTEMS, *benchmark_systems.SYSTEMS, *angle_systems.SYSTEMS)
 }
+#: the names of the built-in models (:func:`make_model`, ``kelr simulate``)
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 
 

@@ -220,7 +220,7 @@ def simulate(
 
     Parameters
     ----------
-    model : a :class:`kelr_dist.models.protocol.Model` or a name (one of ``MODEL_NAMES``)
+    model : a ``kelr_dist.models.protocol.Model`` or a name (one of ``MODEL_NAMES``)
         built with default parameters.
     path : where the zarr store is written; an incomplete store made by an earlier call with
         the same settings is resumed, a complete one is returned as it is.

@@ -44,6 +44,7 @@ from kelr_dist.pipeline.steps import (
     score_matching_truncation,
 )
 from kelr_dist.pipeline.warnings import (
+    Entries,
     NonFiniteWarning,
     TruncationWarning,
     emit,
@@ -67,8 +68,9 @@ def conclude(
 ) -> xr.Dataset:
     """The result of the response read: the held-out choice between the families, the warnings
     (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
-    :class:`ConvergenceWarning`, :class:`ConditioningWarning`, :class:`NonFiniteWarning`, each
-    also a line of ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
+    :class:`SensitivityWarning`, :class:`ConvergenceWarning`, :class:`ConditioningWarning`,
+    :class:`NonFiniteWarning`, each also a line of ``attrs["warnings"]`` after read 1's
+    :class:`EdgeWarning` lines), the run's attributes, and the labelled Dataset."""
     traj = inputs.trajectory
     chains, n, _ = traj.shape
     ke, sm, pilot = fitted
@@ -82,7 +84,13 @@ def conclude(
     responses = dict(out.results)
     responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
     main = responses["response"]
-    raised: list[str] = []  # warnings only: the pilot's decision is attrs["pilot"]
+    raised: list[str] = list(setting.warnings)  # read 1's (EdgeWarning); decisions: attrs["pilot"]
+    entries = Entries(
+        tuple(setting.observable.names),
+        tuple(inputs.forcing.names),
+        float(traj.attrs["dt"]),
+        traj.attrs.get("time_units"),
+    )
     truncation = (
         kernel_embedding_truncation(ke, chains * n)
         if used == "kernel-embedding" and ke is not None
@@ -92,17 +100,17 @@ def conclude(
     )
     if truncation is not None:
         emit(TruncationWarning, truncation.message, raised)
-    warn_bias(main, raised)
+    warn_bias(main, entries, raised)
     disagreement = warn_disagreement(
-        responses, candidates, sm.pick if sm is not None else None, raised
+        responses, candidates, sm.pick if sm is not None else None, entries, raised
     )
     chosen = ke if used == "kernel-embedding" else sm if used == "score-matching" else None
     steps = [] if chosen is None or chosen.neighbours is None else [chosen.neighbours[1]]
     if used == "score-matching" and setting.periods is None:  # extend_score ran
         steps.append(f"+ {FOURIER_COUNT} random Fourier features")
     neighbour = "; ".join(steps) or None
-    sensitivity = warn_sensitivity(main, neighbour, used, raised)
-    warn_unconverged(main, raised)
+    sensitivity = warn_sensitivity(main, neighbour, used, entries, raised)
+    warn_unconverged(main, entries, raised)
     if sm is not None:
         warn_conditioning(sm.condition, raised)
     if main.nonfinite:

@@ -114,57 +114,55 @@ def estimate_response(
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).
     estimator : the score estimate: ``"kernel-embedding"`` (the paper's ``∇ log p_M``),
-        ``"score-matching"`` (Hyvärinen 2005, :mod:`kelr_dist.kernels.scores.score_matching`) or
-        ``"auto"``:
-        both, and the one with the smaller held-out Hyvärinen loss
-    (:mod:`kelr_dist.kernels.scores.heldout`).
+        ``"score-matching"`` (Hyvärinen 2005, ``kelr_dist.kernels.scores.score_matching``) or
+        ``"auto"``: both, and the one with the smaller held-out Hyvärinen loss
+        (``kelr_dist.kernels.scores.heldout``).
     basis : ``"auto"`` or a per-coordinate spec, e.g. ``"laguerre(theta=1),hermite"``
-        (:func:`kelr_dist.kernels.bases.spec.parse_basis_spec`), or a list of coordinates; both
+        (``kelr_dist.kernels.bases.spec.parse_basis_spec``), or a list of coordinates; both
         estimators
         use its coordinate families and affine maps.
     order : kernel embedding: ``"auto"`` (criteria of §4), an order ``M`` or a box tuple.
     max_order : highest order fitted and scanned (default: the budget of
-        :func:`kelr_dist.pipeline.steps.kernel_embedding_max_order`).
+        ``kelr_dist.pipeline.steps.kernel_embedding_max_order``).
     index_set : ``"total"`` (``|m|_1 ≤ M``), ``"box"`` (``m_k ≤ M_k``) or ``"auto"``: total
         degree unless at most one coordinate carries structure beyond its weight
-        (:func:`kelr_dist.kernels.scores.selection.active_coordinates`), then a box with order 0 on
+        (``kelr_dist.kernels.scores.selection.active_coordinates``), then a box with order 0 on
         the others,
         as in the paper's Langevin example; ``"adaptive"``: that for the kernel embedding, and
         score matching's index set grown by held-out loss in a dictionary of higher
         single-coordinate and pairwise degrees
-        (:func:`kelr_dist.kernels.scores.index_sets.grow`; attributes
+        (``kelr_dist.kernels.scores.index_sets.grow``; attributes
         ``score_matching_features``, ``score_matching_max_degrees``).
     degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
-        :func:`kelr_dist.pipeline.steps.score_matching_max_degree`) or a total degree ``q``.
+        ``kelr_dist.pipeline.steps.score_matching_max_degree``) or a total degree ``q``.
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
     max_lag, max_time : largest lag in rows or in time units (one of them).
-    delta : ``"auto"`` (error-tied threshold,
-    :func:`kelr_dist.kernels.scores.selection.choose_delta`),
+    delta : ``"auto"`` (error-tied threshold, ``kelr_dist.kernels.scores.selection.choose_delta``),
         ``"paper"`` (``δ_M`` of eq. 52) or a number, in standardized units (the density of
         ``(x - loc) / scale``).
     observable, forcing : ``A`` and ``c`` (default identity and constant forcing): objects, or
         names and references as in a job file; a forcing may also be a function
         ``x (n, d) -> (c, ∂_i c_i)``, each ``(n, d)``. ``A`` enters centred (covariance form,
-        :mod:`kelr_dist.kernels.response.operator`).
+        ``kelr_dist.kernels.response.operator``).
         A field's observables: ``"mean"``, ``"mean(weights=cos(lat))"`` (a coordinate over the
         grid, or its cosine in degrees) and ``"eof(k)"`` (leading EOF amplitudes); a field's
         forcing may be a pattern, a ``DataArray`` over its grid dims (``pattern_response``).
         The distribution observables ``"pdf"``, ``"moments"``, ``"exceedance"`` (with
-        parameters, :mod:`kelr_dist.kernels.observables.distribution`) take their grid from the
-        data; :func:`kelr_dist.edges.distribution.distribution_response` labels their responses.
+        parameters, ``kelr_dist.kernels.observables.distribution``) take their grid from the
+        data; :func:`~kelr_dist.distribution_response` labels their responses.
     exact : also the exact-FDT response with the model's score (built-in models know it from the
         store's attributes); ``score`` gives a score function ``X (n, d) -> ∇ log p (n, d)``, a
         callable or ``"package.module:function"`` (imported, never evaluated).
     kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
     stein_correction : refit the estimated scores (kernel embedding, score matching; not the
         baselines) by the affine Stein correction
-        (:mod:`kelr_dist.kernels.response.stein_correction`), in the response read, or, for a
+        (``kelr_dist.kernels.response.stein_correction``), in the response read, or, for a
         distribution observable, on the observable's own functions too, in one read before it
-        (:func:`refit_on_observable`); ``False`` gives the uncorrected estimators (the paper's
+        (``refit_on_observable``); ``False`` gives the uncorrected estimators (the paper's
         own ``B̂``).
     pilot : with ``estimator="auto"`` on at least 250 000 samples, fit the kernel embedding to
         a strided subsample first, and to all samples only when its held-out loss there can
-        still win (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`); ``False`` fits
+        still win (``kelr_dist.pipeline.steps.pilot_kernel_embedding``); ``False`` fits
         both families to all samples.
     client : a ``distributed.Client``, a scheduler address, ``None`` (the embedded
         ``LocalCluster``) or ``"synchronous"`` (no cluster: the same passes in this process).
@@ -200,7 +198,7 @@ def estimate_response(
     SensitivityWarning
         when the response moves by more than one total standard error as the chosen model gets
         two steps richer, or (score matching) is refitted with random Fourier features
-        (:func:`~kelr_dist.pipeline.steps.extend_score`; ``response_model_shift``, attributes
+        (``kelr_dist.pipeline.steps.extend_score``; ``response_model_shift``, attributes
         ``model_sensitivity``, ``model_neighbour``).
     ConvergenceWarning
         when the block averaging of some entries of the chosen estimate reached no plateau

@@ -65,11 +65,25 @@ def _column_names(table: Any, ndim: int) -> list[str] | None:
     return None if name is None else [str(name)]
 
 
+def _time_index(table: Any, ndim: int) -> np.ndarray | None:
+    """The time coordinate a pandas ``DataFrame``/``Series`` carries in its index: the values of
+    a float, ``DatetimeIndex`` or ``TimedeltaIndex`` index, taken as xarray's ``time``
+    coordinate is (float: ``dt`` from its step; dates and durations: ``dt`` in seconds); None
+    for other objects and for integer indexes (the default ``0, 1, ...``: sample numbers)."""
+    index: Any = getattr(table, "index", None)
+    if ndim not in (1, 2) or getattr(getattr(index, "dtype", None), "kind", "") not in tuple("fmM"):
+        return None
+    if getattr(index, "tz", None) is not None:  # dates with a time zone: the same instants in UTC
+        index = index.tz_convert(None)
+    return np.asarray(index)
+
+
 def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
     """The trajectory as a validated ``(chain, time, component)`` DataArray: a store path, an
-    xarray object in the store layout, or an array-like (numpy array, list) of shape
-    ``(time,)`` (one component), ``(time, component)`` or ``(chain, time, component)``; an
-    array without ``dt`` gets ``dt = 1`` in ``time_units = "steps"``."""
+    xarray object in the store layout, or an array-like (numpy array, list, pandas object) of
+    shape ``(time,)`` (one component), ``(time, component)`` or ``(chain, time, component)``; a
+    pandas object's float or date index is its ``time`` coordinate (:func:`_time_index`); an
+    array without either ``dt`` gets ``dt = 1`` in ``time_units = "steps"``."""
     if isinstance(trajectory, str | os.PathLike):
         return open_trajectory(trajectory, variable, dt=dt)
     if not isinstance(trajectory, xr.Dataset | xr.DataArray):
@@ -81,11 +95,14 @@ def _open(trajectory: Any, variable: str, dt: float | None) -> xr.DataArray:
                 "component), or a store path or an xarray object in the store layout"
             )
         names = _column_names(trajectory, array.ndim)
+        times = _time_index(trajectory, array.ndim)
         array = array[:, np.newaxis] if array.ndim == 1 else array
         dims = ("time", "component") if array.ndim == 2 else ("chain", "time", "component")
-        # without dt the lags are counted in samples, and the result says so
-        attrs = {"dt": 1.0, "time_units": "steps"} if dt is None else {}
-        coords = {} if names is None else {"component": names}
+        # without dt or a time index the lags are counted in samples, and the result says so
+        attrs = {"dt": 1.0, "time_units": "steps"} if dt is None and times is None else {}
+        coords: dict[str, Any] = {} if names is None else {"component": names}
+        if times is not None:
+            coords["time"] = times
         trajectory = xr.DataArray(array, dims=dims, coords=coords, attrs=attrs)
     source = str(trajectory.encoding.get("source", IN_MEMORY))
     return as_trajectory(stacked(trajectory, variable, source), variable, dt=dt)
@@ -245,13 +262,14 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
     """
     array = not isinstance(trajectory, str | os.PathLike | xr.Dataset | xr.DataArray)
     dt = options.dt
-    if array and dt is None and options.max_time is not None:
+    traj = _select(_open(trajectory, options.variable, dt), options.components, name)
+    counted = traj.attrs.get("time_units") == "steps"  # no dt, no time index (see _open)
+    if array and dt is None and counted and options.max_time is not None:
         raise ValueError(
-            f"{name('max_time')}={options.max_time:g} given for an array without dt: its lags "
-            f"would count samples, not time; give dt= (the sample interval) or "
+            f"{name('max_time')}={options.max_time:g} given for an array without dt or a time "
+            f"index: its lags would count samples, not time; give dt= (the sample interval) or "
             f"{name('max_lag')} (in samples)"
         )
-    traj = _select(_open(trajectory, options.variable, dt), options.components, name)
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])

@@ -611,8 +611,10 @@ class EstimateOptions(_Options):
     observable: Annotated[Any, _checks(_observable)] = option(
         "identity",
         "A(x): 'identity', 'square', 'angles' ((cos, sin) of the periodic components, the "
-        "others as they are), for a field 'mean', 'mean(weights=cos(lat))' or 'eof(k)', or "
-        "{function: 'package.module:function', names: [...]}",
+        "others as they are), for a field 'mean', 'mean(weights=cos(lat))' or 'eof(k)'; a "
+        "distribution: 'pdf(bins=40,kernel=cubic)' (smooth bins), 'moments' (centred moments "
+        "1-4), 'exceedance(quantiles=0.01,...,0.99,width=0.05)' (probabilities above "
+        "quantiles), parameters optional; or {function: 'package.module:function', names: [...]}",
     )
     forcing: Annotated[Any, _checks(_forcing)] = option(
         "constant",

@@ -60,6 +60,8 @@ class Setting:
     observable: Observable
     centre: np.ndarray
     periods: np.ndarray | None
+    #: the lines of the warnings read 1 raised (``"EdgeWarning: ..."``), for ``attrs["warnings"]``
+    warnings: tuple[str, ...] = ()
 
 
 def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
@@ -71,10 +73,12 @@ def settle(passes: Passes, options: EstimateOptions, inputs: Inputs) -> Setting:
     else:
         survey, observable = survey_for(passes, inputs.observable)
     periodic = find_periodic(passes, survey, options.basis)
-    warn_edges(survey, periodic, [str(c) for c in passes.trajectory["component"].values])
+    raised: list[str] = []
+    names = [str(c) for c in passes.trajectory["component"].values]
+    warn_edges(survey, periodic, names, raised)
     coordinates = choose_coordinates(passes, survey, options.basis, periodic)
     observable, centre, periods = _on_the_circle(passes, options, survey, periodic, observable)
-    return Setting(survey, periodic, coordinates, observable, centre, periods)
+    return Setting(survey, periodic, coordinates, observable, centre, periods, tuple(raised))
 
 
 def _on_the_circle(

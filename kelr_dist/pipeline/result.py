@@ -271,19 +271,27 @@ def write_result(
     *,
     also: Sequence[str | os.PathLike[str]] = (),
 ) -> None:
-    """Write a result atomically (:func:`kelr_dist.data.atomic.write_datasets`) to ``path``
+    """Write a result atomically (``kelr_dist.data.atomic.write_datasets``) to ``path``
     and every path in ``also``, all or nothing: each is written to a temporary sibling and
     flushed, and only when every one succeeded are they put in place; ``*.nc`` gives netCDF,
     anything else a zarr store. An interrupted or failed write (a full disk) leaves every path
     as it was; an output over the store the result was estimated from (``ds.attrs["store"]``)
     is refused.
 
+    Parameters
+    ----------
+    ds : a result of :func:`~kelr_dist.estimate_response` (or one opened again).
+    path : where to write it: a ``*.nc`` path gives a netCDF file, any other a zarr store.
+    overwrite : replace an existing output at ``path`` (and at the paths in ``also``).
+    also : more paths to write the same result to, in the same all-or-nothing step (a zarr
+        store and a netCDF copy, say).
+
     Raises
     ------
     ValueError
         an output that exists (without ``overwrite``), overlaps the input store or cannot be
-        created (:func:`check_output`).
-    kelr_dist.data.atomic.OutputExists
+        created (``check_output``).
+    ``kelr_dist.data.atomic.OutputExists``
         another writer created an output while this one wrote (a ``FileExistsError``); the
         other writer's output is kept and nothing of this one is left.
     OSError

@@ -24,6 +24,7 @@ category; :func:`emit` also records the line in the result's ``attrs["warnings"]
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -72,11 +73,12 @@ DISAGREEMENT_TOLERANCE = 5.0
 LOSS_TIE = 2.0
 
 
-#: the response moving by more than this many of its total standard errors when the fitted
-#: model gets two steps richer (or random Fourier features are added) is reported: the
-#: estimate depends on the model more than its error bars say. One error bar is the scale a user
-#: reads off the band; a model that follows the score moves by its fit noise only, a small part
-#: of it (the accuracy suite's shift/tse column, docs/benchmarks.md 'Tuning constants')
+#: the rule of :class:`SensitivityWarning`: the response moving by more than this many of its
+#: total standard errors when the fitted model gets two steps richer (or random Fourier features
+#: are added) is reported. A model that follows the score moves by its fit noise only, a small
+#: part of one standard error (0.01-0.68 on the accuracy suite's well-fitted systems, its
+#: shift/tse column, docs/benchmarks.md 'Tuning constants'); a move beyond one standard error is
+#: a model choice the data do not settle, a bias of about that size that the error bars leave out
 SENSITIVITY_TOLERANCE = 1.0
 
 
@@ -116,9 +118,10 @@ class TruncationWarning(UserWarning):
 
 
 class SensitivityWarning(UserWarning):
-    """The response moves by more than its error bars when the fitted score model gets one step
-    richer: the estimate is limited by the model (a score the basis does not follow), a bias
-    that neither the held-out loss nor the error bars see."""
+    """The response moves by more than ``SENSITIVITY_TOLERANCE`` (one) total standard error
+    when the fitted score model gets richer, where a model that follows the score moves by a
+    small part of one: the estimate is limited by the model (a score the basis does not follow),
+    a bias that neither the held-out loss nor the error bars see."""
 
 
 class ConditioningWarning(UserWarning):
@@ -131,6 +134,26 @@ class NonFiniteWarning(UserWarning):
     low-density rejections)."""
 
 
+class Entries(NamedTuple):
+    """How a warning names a response entry as the result does: the observable's components
+    (the result's ``i``, e.g. ``x2:bin32``), the forced components (``j``) and the time of a lag
+    in data units (the result's ``time``)."""
+
+    observables: tuple[str, ...]
+    forcings: tuple[str, ...]
+    dt: float
+    time_units: str | None = None
+
+    def entry(self, i: int, j: int) -> str:
+        """``"x2:bin32 forced on x1"``."""
+        return f"{self.observables[i]} forced on {self.forcings[j]}"
+
+    def at(self, lag: int, i: int, j: int) -> str:
+        """``"x2:bin32 forced on x1 at time 0.4 s"`` (no unit for the data's own)."""
+        unit = f" {self.time_units}" if self.time_units else ""
+        return f"{self.entry(i, j)} at time {lag * self.dt:.4g}{unit}"
+
+
 def emit(category: type[Warning], message: str, record: list[str] | None) -> None:
     """Warn with ``message`` (one line) and add ``"Category: message"`` to ``record``, which the
     result keeps in ``attrs["warnings"]``."""
@@ -139,7 +162,12 @@ def emit(category: type[Warning], message: str, record: list[str] | None) -> Non
         record.append(f"{category.__name__}: {message}")
 
 
-def warn_edges(survey: Survey, periodic: list[Periodicity | None], names: list[str]) -> None:
+def warn_edges(
+    survey: Survey,
+    periodic: list[Periodicity | None],
+    names: list[str],
+    record: list[str] | None = None,
+) -> None:
     """One-line :class:`EdgeWarning` per component on the line with a hard edge
     (:meth:`kelr_dist.kernels.survey.moments.EdgeStatistics.hard`)."""
     if survey.edges is None:
@@ -154,12 +182,12 @@ def warn_edges(survey: Survey, periodic: list[Periodicity | None], names: list[s
                 )
                 if hard
             )
-            warnings.warn(
+            emit(
+                EdgeWarning,
                 f"component {names[k]!r}: its density does not vanish at its {where} (a wall or "
                 "clipped data): the lag-0 Stein check and the affine Stein correction assume it "
                 "does, so they do not hold there (declare it periodic if it is an angle)",
-                EdgeWarning,
-                stacklevel=4,
+                record,
             )
 
 
@@ -192,7 +220,7 @@ def _tested(residual: np.ndarray, stderr: np.ndarray) -> int:
         return int(np.isfinite(np.abs(residual) / stderr).sum())
 
 
-def warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
+def warn_bias(result: ResponseResult, entries: Entries, record: list[str] | None = None) -> None:
     """One-line :class:`BiasWarning` when the lag-0 Stein residual exceeds its total error bars
     (sampling and the fitted score's variance) by the family-wise :func:`stein_threshold` over
     the entries tested, or, for an estimate with the affine Stein correction, when the residual
@@ -203,8 +231,9 @@ def warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
     if ratio > stein_threshold(_tested(result.stein_residual, result.stein_total_stderr)):
         emit(
             BiasWarning,
-            f"lag-0 Stein residual {result.stein_residual[entry]:+.3g} at (i, j) = {entry} is "
-            f"{ratio:.1f} total standard errors: the estimate is biased beyond its error bars",
+            f"lag-0 Stein residual {result.stein_residual[entry]:+.3g} of "
+            f"{entries.entry(*entry)} is {ratio:.1f} total standard errors: the estimate is "
+            "biased beyond its error bars",
             record,
         )
         return
@@ -220,8 +249,8 @@ def warn_bias(result: ResponseResult, record: list[str] | None = None) -> None:
         entry = tuple(int(v) for v in worst)
         emit(
             BiasWarning,
-            f"before the Stein correction the lag-0 Stein residual at (i, j) = "
-            f"{entry} was {shares[entry]:.0%} of k(0) "
+            f"before the Stein correction the lag-0 Stein residual of "
+            f"{entries.entry(*entry)} was {shares[entry]:.0%} of k(0) "
             f"({ratios[entry]:.1f} total standard errors): the score estimate is "
             "poor; the correction removes that bias at lag 0 only, later lags may keep part of "
             "it (compare estimator='score-matching' / 'kernel-embedding', or use more data)",
@@ -233,6 +262,7 @@ def warn_disagreement(
     responses: dict[str, ResponseResult],
     rows: list[Choice],
     pick: Candidate | None,
+    entries: Entries,
     record: list[str] | None = None,
 ) -> float | None:
     """The largest ``|k̂_KE - k̂_SM|`` over lags and entries in standard errors of the difference
@@ -266,7 +296,7 @@ def warn_disagreement(
         emit(
             DisagreementWarning,
             f"the kernel-embedding and score-matching responses differ by {worst:.1f} standard "
-            f"errors (lag {lag}, entry ({i}, {j})) while their held-out losses are only "
+            f"errors ({entries.at(lag, i, j)}) while their held-out losses are only "
             f"{gap:.1f} standard errors apart: one of them is biased and the held-out choice "
             f"({used.estimator}) is not decisive; compare response_kernel_embedding with "
             "response_score_matching, or use more data",
@@ -276,7 +306,11 @@ def warn_disagreement(
 
 
 def warn_sensitivity(
-    result: ResponseResult, neighbour: str | None, used: str, record: list[str] | None = None
+    result: ResponseResult,
+    neighbour: str | None,
+    used: str,
+    entries: Entries,
+    record: list[str] | None = None,
 ) -> float | None:
     """The largest ``|model_shift| / total_stderr`` over lags and entries (``None`` without a
     neighbouring model); a one-line :class:`SensitivityWarning` when it exceeds
@@ -292,28 +326,31 @@ def warn_sensitivity(
         lag, i, j = (int(v) for v in np.unravel_index(int(np.argmax(z)), z.shape))
         emit(
             SensitivityWarning,
-            f"the response moves by {worst:.1f} total standard errors (lag {lag}, entry "
-            f"({i}, {j})) from {used} {neighbour}: the estimate depends on the model "
-            "more than its error bars say, so it is likely biased by about that much (see "
-            "response_model_shift; try index_set='adaptive', a basis that follows the data, "
-            "or the other estimator)",
+            f"the response moves by {worst:.1f} total standard errors ({entries.at(lag, i, j)}) "
+            f"from {used} {neighbour}, more than the {SENSITIVITY_TOLERANCE:g} a model that "
+            "follows the score moves by: the data do not settle the model, and the estimate may "
+            "be biased by about that much beyond its error bars (see response_model_shift; try "
+            "index_set='adaptive', a basis that follows the data, or the other estimator)",
             record,
         )
     return worst
 
 
-def warn_unconverged(result: ResponseResult, record: list[str] | None = None) -> None:
+def warn_unconverged(
+    result: ResponseResult, entries: Entries, record: list[str] | None = None
+) -> None:
     """One-line :class:`ConvergenceWarning` when the blocking of some entries did not converge
     (``response_converged`` is False there)."""
     converged = np.asarray(result.blocking.converged, dtype=bool)
     if converged.all():
         return
     lags = np.flatnonzero(~converged.all(axis=(1, 2)))
+    unit = f" {entries.time_units}" if entries.time_units else ""
     emit(
         ConvergenceWarning,
         f"the error bars of {int((~converged).sum())} of {converged.size} response entries "
-        f"(lags {lags[0]}..{lags[-1]}) did not converge (block averaging reached no plateau: "
-        "chains short against the correlation time); those standard errors are too small "
-        "(see response_converged)",
+        f"(at times {lags[0] * entries.dt:.4g}..{lags[-1] * entries.dt:.4g}{unit}) did not "
+        "converge (block averaging reached no plateau: chains short against the correlation "
+        "time); those standard errors are too small (see response_converged)",
         record,
     )

@@ -575,11 +575,13 @@ class _ResponseKernel:
         ]
         target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
         # a_i b_j - target_ij column by column (q and d are small: whole-row products would
-        # run numpy's loops over them), score-major like the lagged sums' columns
-        residuals = np.empty((len(columns) + len(unrefitted), *target.shape[1:], x.shape[0]))
+        # run numpy's loops over them), score-major like the lagged sums' columns; the target
+        # itself last, whose mean a corrected estimate's k(0) reduces to
+        residuals = np.empty((len(columns) + len(unrefitted) + 1, *target.shape[1:], x.shape[0]))
         for k, b in enumerate(columns + unrefitted):
             for i, j in np.ndindex(target.shape[1:]):
                 np.subtract(a[:, i] * b[:, j], target[:, i, j], out=residuals[k, i, j])
+        residuals[-1] = np.moveaxis(target, 0, -1)
         residuals = residuals.reshape(-1, x.shape[0]).T
         names = list(self.scores)
         d = len(self.forcing.names)
@@ -819,6 +821,10 @@ def _finalize(
                 jackknife_stderr(np.stack(raw)) if results[name].correction is not None else None
             ),
         )
+    target = stein.columns(slice(len(names + unrefitted) * q * width, None), axis=-2)
+    for name in names:
+        if results[name].correction is not None or name in unrefitted:
+            results[name] = _lag0_with_its_target(results[name], target.stderr.reshape(q, width))
     for u, name in enumerate(unrefitted):
         k = len(names) + u
         raw = results[name]
@@ -839,6 +845,19 @@ def _finalize(
         largest = np.take_along_axis(shifts, np.abs(shifts).argmax(axis=0)[None], axis=0)[0]
         results[name] = replace(results[name], model_shift=largest)
     return results
+
+
+def _lag0_with_its_target(result: ResponseResult, target_stderr: np.ndarray) -> ResponseResult:
+    """``result`` (a Stein-corrected estimate) with its lag-0 standard errors at least the
+    error of the mean it reduces to: the correction is fitted so that ``k̂(0) = Ê[∂_j(c_j A_i)]
+    + r`` with a residual ``r`` (0 for the observables it makes exact), on the same samples, so
+    ``k̂(0)`` carries the sampling error of that mean, ``target_stderr (q, d)``, which the
+    lagged products' error bar (the correction held fixed) leaves out: the lag-0 error bar is
+    ``max(σ, sqrt(σ_target² + σ_r²))``."""
+    stderr = result.stderr.copy()
+    floor = np.hypot(target_stderr, result.stein_residual_stderr)
+    stderr[0] = np.fmax(stderr[0], floor)
+    return replace(result, blocking=replace(result.blocking, stderr=stderr))
 
 
 def _corrected(raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult) -> ResponseResult:
