@@ -107,9 +107,9 @@ def estimate_response(
         array ``(n, d)`` / ``(chains, n, d)`` or pandas DataFrame (sample interval ``dt``,
         default 1 in ``time_units = "steps"``, when ``max_time`` is not given). Unnamed
         components are ``x1, x2, ...`` by every route. A field ``(time, lat, lon, ...)`` (any
-        grid dims) is estimated on its grid points (:mod:`kelr_dist.data.fields`): points NaN
+        grid dims) is estimated on its grid points (``kelr_dist.data.fields``): points NaN
         at every time are dropped (``attrs["field_masked"]``), and the result's ``i`` and ``j``
-        come back as ``i_<dim>``/``j_<dim>`` over the grid (:mod:`kelr_dist.pipeline.fields`).
+        come back as ``i_<dim>``/``j_<dim>`` over the grid (``kelr_dist.pipeline.fields``).
     variable : the trajectory variable of a store/Dataset.
     components : estimate on these components only, by name (a list, or ``"x1,x3"``), in the
         order given; ``None``: all (``kelr estimate --components``).
