@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,10 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
+from kelr_dist.pipeline.eof import fit_eofs, lift_result, project_trajectory
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
-from kelr_dist.pipeline.options import EstimateOptions, checked
+from kelr_dist.pipeline.options import EstimateOptions, checked, eof_modes
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -90,6 +92,7 @@ def estimate_response(
     gaussian: bool = False,
     stein_correction: bool = True,
     pilot: bool = True,
+    reduce: str | None = None,
     client: Any = None,
     n_workers: int | None = None,
     memory_limit: Any = None,
@@ -158,6 +161,12 @@ def estimate_response(
         a strided subsample first, and to all samples only when its held-out loss there can
         still win (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`); ``False`` fits
         both families to all samples.
+    reduce : ``"eof(k)"``: estimate on the leading ``k`` EOFs (principal components, from one
+        pass of covariance sums, :mod:`kelr_dist.pipeline.eof`) and lift the response back to
+        the components as ``V k Vᵀ``: the response of the projected dynamics (attributes
+        ``response_of``, ``explained_variance``; the amplitudes' own result as ``eof_*``). Only
+        with the identity observable and constant forcing; the other options (basis, degree,
+        baselines) apply to the amplitudes ``eof1..eofk``.
     client : a ``distributed.Client``, a scheduler address, ``None`` (the embedded
         ``LocalCluster``) or ``"synchronous"`` (no cluster: the same passes in this process).
     n_workers, memory_limit : size of the embedded cluster.
@@ -203,16 +212,23 @@ def estimate_response(
             order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
             max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
             forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
-            stein_correction=stein_correction, pilot=pilot,
+            stein_correction=stein_correction, pilot=pilot, reduce=reduce,
         ),
     )  # fmt: skip
     inputs = check_inputs(trajectory, options, dt)
+    modes = eof_modes(options.reduce)
+    components = [str(c) for c in inputs.trajectory["component"].values]
+    eofs = None
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
         passes = Passes(kept, run_on, progress, in_memory)
+        if modes is not None:  # every later pass runs on the EOF amplitudes
+            eofs = fit_eofs(passes, modes)
+            passes.trajectory = project_trajectory(kept, eofs)
+            inputs = replace(inputs, trajectory=project_trajectory(inputs.trajectory, eofs))
         setting = settle(passes, options, inputs)
         plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
@@ -249,4 +265,5 @@ def estimate_response(
             replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
-    return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
+    ds = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
+    return ds if eofs is None else lift_result(ds, eofs, components, str(options.reduce))
