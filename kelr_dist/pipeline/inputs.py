@@ -201,6 +201,13 @@ def _exact_score(
         attrs["model"],
         **(parse_json_attr(params, "model_params") if isinstance(params, str) else params),
     )
+    if not model.closed_form_density:
+        raise ValueError(
+            f"{name('exact')}: the store's model {model.name!r} has no closed-form equilibrium "
+            "density, so there is no exact-FDT response; compare with a direct perturbation "
+            "experiment, or give a score function with "
+            f"{name('score')}='package.module:function'"
+        )
     return model.score
 
 
