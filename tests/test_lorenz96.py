@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +95,32 @@ def test_cli_simulate_and_exact_refused(tmp_path):
     assert run.returncode == 2 and not out.exists()
     assert run.stderr.strip().count("\n") == 0
     assert "--exact: the store's model 'lorenz96' has no closed-form equilibrium" in run.stderr
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lorenz96_response.py"
+
+
+@pytest.mark.parametrize("route", [["--window", "3"], ["--reduce", "eof(3)"]])
+def test_response_script_at_tiny_size(tmp_path, route):
+    """The direct-perturbation script end to end on 8 sites: the table has every row, the
+    direct experiment's error bars, and the package's column (the EOF route: site mean only)."""
+    table = tmp_path / "table.md"
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--K", "8", "--samples", "2e4", "--members", "100",
+         "--max-time", "1", *route, "--output", str(table), "--figure", str(tmp_path / "f.png")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in table.read_text().splitlines() if line.startswith("| ")]
+    assert len(rows) == 5 and "quasi-Gaussian" in rows[0]
+    assert all(" ± " in row for row in rows[1:])
+    mean_rows = [row for row in rows[1:] if row.startswith("| site mean")]
+    assert all("—" not in row for row in mean_rows)
+    assert ("—" in rows[2]) == (route[0] == "--reduce")
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_response_script_refuses_an_even_window(tmp_path):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--window", "4"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert run.returncode != 0 and "--window=4 must be an odd number" in run.stderr
