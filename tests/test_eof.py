@@ -77,6 +77,8 @@ def test_ou_projected_response_is_recovered():
     assert "projected dynamics" in ds.attrs["response_of"]
     expected = np.sum(1.0 / RATES[:2]) / np.sum(1.0 / RATES)
     assert abs(ds.attrs["explained_variance"] - expected) < 0.02
+    assert ds["eof_patterns"].dims == ("field_component", "component")
+    assert list(ds["component"].values) == ["eof1", "eof2"]
     overlap = np.abs(ds["eof_patterns"].values.T @ _rotation()[:, :2])
     np.testing.assert_allclose(overlap, np.eye(2), atol=0.06)  # sampling error
 
@@ -122,3 +124,8 @@ def test_cli_reduce_on_a_store(tmp_path):
     assert ds.attrs["reduce"] == "eof(2)" and ds["response"].shape == (21, 4, 4)
     error = np.abs(ds["response"].values - _projected_response(ds["time"].values, 2))
     assert np.all(error <= 4 * ds["response_total_stderr"].values + 1e-3)
+    # the report reads it: the lifted response, and the score model of the amplitudes (figures)
+    run = _kelr("report", out, "--figures", tmp_path / "figures", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "figures" / "response.png").exists()
+    assert len(list((tmp_path / "figures").glob("*.png"))) > 1

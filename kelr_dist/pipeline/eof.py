@@ -11,8 +11,8 @@ Three steps around the ordinary estimate (:func:`kelr_dist.pipeline.estimate.est
 2. :func:`project_trajectory`: the amplitudes ``y = Vᵀ (x - x̄)``, lazily, block by block, on
    which every later pass of the estimate runs (components ``eof1..eofk``);
 3. :func:`lift_result`: every response-shaped variable of the amplitudes' result lifted back as
-   ``V k_y Vᵀ`` (standard errors as the bound ``|V| σ |V|ᵀ``), the amplitudes' own result kept
-   beside it with the prefix ``eof_``.
+   ``V k_y Vᵀ`` (standard errors as the bound ``|V| σ |V|ᵀ``), the amplitudes' own kept beside
+   it with the prefix ``eof_``.
 
 The lifted response is the response of the projected dynamics: the amplitudes' own score, with
 the other modes treated as part of the noise. It is the full system's response only when the
@@ -100,14 +100,15 @@ def lift_result(ds: xr.Dataset, eofs: Eofs, components: list[str], reduce: str) 
     """The result of an estimate on the EOF amplitudes, lifted back to ``components``.
 
     Every variable over ``(..., i, j)`` (responses, their errors and blocking, Stein residuals)
-    is lifted by :func:`_lifted` onto ``i``, ``j`` = ``components``; the amplitudes' result is
-    kept with the prefix ``eof_`` on those variables and the dims ``eof_i``, ``eof_j``, ``eof``
-    (the amplitudes). Added: ``eof_patterns(component, eof)``, ``eof_mean(component)``,
-    ``eof_variance(eof)``, ``eof_explained(eof)`` (fraction of the total variance), and the
-    attributes ``reduce``, ``explained_variance`` (of the ``k`` EOFs together) and
-    ``response_of`` (:data:`RESPONSE_OF`).
+    is lifted by :func:`_lifted` onto ``i``, ``j`` = ``components``; the amplitudes' own are kept
+    with the prefix ``eof_`` on dims ``eof_i``, ``eof_j``. What describes the fitted scores (the
+    basis, the density's coefficients) stays on ``component`` = ``eof1..eofk``: it is a model of
+    the amplitudes. Added: ``eof_patterns(field_component, component)`` (``V``),
+    ``eof_mean(field_component)``, ``eof_variance(component)``, ``eof_explained(component)``
+    (fraction of the total variance), and the attributes ``reduce``, ``explained_variance`` (of
+    the ``k`` EOFs together) and ``response_of`` (:data:`RESPONSE_OF`).
     """
-    inner = ds.rename({"i": "eof_i", "j": "eof_j", "component": "eof"})
+    inner = ds.rename({"i": "eof_i", "j": "eof_j"})
     names = [name for name, v in inner.data_vars.items() if {"eof_i", "eof_j"} <= set(v.dims)]
     lifted = {}
     for name in names:
@@ -117,14 +118,14 @@ def lift_result(ds: xr.Dataset, eofs: Eofs, components: list[str], reduce: str) 
         lifted[name] = ((*dims, "i", "j"), _lifted(values, eofs.patterns))
     inner = inner.rename({name: f"eof_{name}" for name in names})
     labels = np.array(components, dtype=object)
-    out = inner.assign_coords(i=labels, j=labels, component=labels)
+    out = inner.assign_coords(i=labels, j=labels, field_component=labels)
     out = out.assign(
         {
             **lifted,
-            "eof_patterns": (("component", "eof"), eofs.patterns),
-            "eof_mean": ("component", eofs.mean),
-            "eof_variance": ("eof", eofs.variances),
-            "eof_explained": ("eof", eofs.explained),
+            "eof_patterns": (("field_component", "component"), eofs.patterns),
+            "eof_mean": ("field_component", eofs.mean),
+            "eof_variance": ("component", eofs.variances),
+            "eof_explained": ("component", eofs.explained),
         }
     )
     out.attrs.update(
