@@ -266,14 +266,14 @@ def package(
 
 
 def compare(measured: Curve, other: Curve | None, times: np.ndarray, horizon: float) -> tuple:
-    """Largest ``|R - R_direct|`` over ``0 < t <= horizon`` and the share of those times beyond
-    two combined standard errors."""
+    """Largest ``|R - R_direct|`` over ``0 < t <= horizon``, the share of those times beyond
+    two combined standard errors, and the largest standard error of ``other`` there."""
     if other is None:
-        return math.nan, math.nan
+        return math.nan, math.nan, math.nan
     keep = (times > 0) & (times <= horizon + 1e-9)
     gap = np.abs(other.value - measured.value)[keep]
     combined = np.sqrt(measured.stderr**2 + other.stderr**2)[keep]
-    return float(gap.max()), float(np.mean(gap > 2 * combined))
+    return float(gap.max()), float(np.mean(gap > 2 * combined)), float(other.stderr[keep].max())
 
 
 def table(results: dict, times: np.ndarray, args: argparse.Namespace, heading: str) -> str:
@@ -284,8 +284,8 @@ def table(results: dict, times: np.ndarray, args: argparse.Namespace, heading: s
         heading,
         "",
         f"| response | forcing | {cells} | quasi-Gaussian: max err | >2se | package: max err | "
-        ">2se | package / qG | qG on the package's coordinates: max err |",
-        "|---|---|" + "---:|" * (len(marks) + 6),
+        "max se | >2se | package / qG | qG on the package's coordinates: max err |",
+        "|---|---|" + "---:|" * (len(marks) + 7),
     ]
     for label, name, kind in ROWS:
         measured = results["direct"][(name, kind)]
@@ -298,6 +298,8 @@ def table(results: dict, times: np.ndarray, args: argparse.Namespace, heading: s
         lines.append(
             f"| {label} | {forcing} | {values} | {qg[0]:.4f} | {qg[1]:.0%} | "
             + ("—" if math.isnan(pk[0]) else f"{pk[0]:.4f}")
+            + " | "
+            + ("—" if math.isnan(pk[2]) else f"{pk[2]:.4f}")
             + " | "
             + ("—" if math.isnan(pk[1]) else f"{pk[1]:.0%}")
             + " | "

@@ -112,7 +112,7 @@ def test_response_script_at_tiny_size(tmp_path, route):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     rows = [line for line in table.read_text().splitlines() if line.startswith("| ")]
-    assert len(rows) == 5 and "quasi-Gaussian" in rows[0]
+    assert len(rows) == 5 and "quasi-Gaussian" in rows[0] and "max se" in rows[0]
     assert all(" ± " in row for row in rows[1:])
     mean_rows = [row for row in rows[1:] if row.startswith("| site mean")]
     assert all("—" not in row for row in mean_rows)
