@@ -127,5 +127,6 @@ def test_cli_reduce_on_a_store(tmp_path):
     # the report reads it: the lifted response, and the score model of the amplitudes (figures)
     run = _kelr("report", out, "--figures", tmp_path / "figures", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
+    assert "eof(2) (explaining" in run.stdout and "projected dynamics' response" in run.stdout
     assert (tmp_path / "figures" / "response.png").exists()
     assert len(list((tmp_path / "figures").glob("*.png"))) > 1
