@@ -22,6 +22,7 @@ projector ``V Vᵀ``, not the identity).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import dask.array as da
@@ -30,8 +31,10 @@ import xarray as xr
 
 from kelr_dist.kernels.baselines.quasi_gaussian import mean_covariance_reduction
 from kelr_dist.kernels.bases.eof import Eofs, eof_names, leading_eofs, lift, lift_bound
+from kelr_dist.pipeline.options import eof_modes
 
 if TYPE_CHECKING:
+    from kelr_dist.pipeline.inputs import Inputs
     from kelr_dist.pipeline.steps import Passes
 
 #: the attribute a lifted result's readers are pointed to
@@ -77,6 +80,35 @@ def project_trajectory(trajectory: xr.DataArray, eofs: Eofs) -> xr.DataArray:
         attrs=dict(trajectory.attrs),
         name=trajectory.name,
     )
+
+
+@dataclass(frozen=True)
+class EofRoute:
+    """The EOFs an estimate ran on, the data's ``components`` and the ``reduce`` option."""
+
+    eofs: Eofs
+    components: list[str]
+    reduce: str
+
+    def lift(self, ds: xr.Dataset) -> xr.Dataset:
+        """The amplitudes' result ``ds`` lifted back to the components (:func:`lift_result`)."""
+        return lift_result(ds, self.eofs, self.components, self.reduce)
+
+
+def reduce_inputs(
+    passes: Passes, inputs: Inputs, reduce: str | None
+) -> tuple[Inputs, EofRoute | None]:
+    """With ``reduce="eof(k)"``: the EOFs fitted by one pass (:func:`fit_eofs`), and ``passes``
+    and the returned inputs on the amplitudes (:func:`project_trajectory`), so that every later
+    pass runs on them; without it, ``inputs`` as they are and no route."""
+    modes = eof_modes(reduce)
+    if reduce is None or modes is None:
+        return inputs, None
+    eofs = fit_eofs(passes, modes)
+    components = [str(c) for c in inputs.trajectory["component"].values]
+    passes.trajectory = project_trajectory(passes.trajectory, eofs)
+    projected = project_trajectory(inputs.trajectory, eofs)
+    return replace(inputs, trajectory=projected), EofRoute(eofs, components, reduce)
 
 
 def _lifted(values: xr.DataArray, patterns: np.ndarray) -> np.ndarray:

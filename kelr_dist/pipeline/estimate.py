@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -56,10 +55,10 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
-from kelr_dist.pipeline.eof import fit_eofs, lift_result, project_trajectory
+from kelr_dist.pipeline.eof import reduce_inputs
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
-from kelr_dist.pipeline.options import EstimateOptions, checked, eof_modes
+from kelr_dist.pipeline.options import EstimateOptions, checked
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -216,19 +215,13 @@ def estimate_response(
         ),
     )  # fmt: skip
     inputs = check_inputs(trajectory, options, dt)
-    modes = eof_modes(options.reduce)
-    components = [str(c) for c in inputs.trajectory["component"].values]
-    eofs = None
     # a client made here from an address is closed at the end (also on an error)
     with client_for(client, n_workers=n_workers, memory_limit=memory_limit, quiet=True) as run_on:
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
         passes = Passes(kept, run_on, progress, in_memory)
-        if modes is not None:  # every later pass runs on the EOF amplitudes
-            eofs = fit_eofs(passes, modes)
-            passes.trajectory = project_trajectory(kept, eofs)
-            inputs = replace(inputs, trajectory=project_trajectory(inputs.trajectory, eofs))
+        inputs, route = reduce_inputs(passes, inputs, options.reduce)  # reduce="eof(k)"
         setting = settle(passes, options, inputs)
         plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
@@ -266,4 +259,4 @@ def estimate_response(
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     ds = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
-    return ds if eofs is None else lift_result(ds, eofs, components, str(options.reduce))
+    return ds if route is None else route.lift(ds)
