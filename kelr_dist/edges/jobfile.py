@@ -69,6 +69,7 @@ LAYOUT: dict[str, dict[str, str] | str] = {
     "forcing": "forcing",
     "lags": {"max_lag": "max_lag", "max_time": "max_time"},
     "delta": "delta",
+    "reduce": "reduce",
     "baselines": {"exact": "exact", "score": "score", "kde": "kde", "gaussian": "gaussian"},
     "outputs": {
         "result": "result",

@@ -387,6 +387,14 @@ def summary(ds: xr.Dataset, name: str | None = None) -> str:
         ),
         ("basis", _short(str(a.get("basis", "?")))),
     ]
+    if "reduce" in a:  # the EOF route (kelr_dist.pipeline.eof)
+        rows.append(
+            (
+                "reduced",
+                f"{a['reduce']} (explaining {float(a['explained_variance']):.1%} of the variance): "
+                "the projected dynamics' response, lifted back to the components",
+            )
+        )
     rows += [("periodic", line) for line in periodic_lines(ds)]
     if "order" in a:
         rows += [

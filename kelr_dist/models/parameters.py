@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -33,6 +33,9 @@ class Parameters:
     order, then :meth:`_derive` computes the :func:`derived` fields (and makes the checks that
     involve several parameters). :meth:`params` gives the parameters back.
     """
+
+    #: whether ``score`` and ``log_density`` are known in closed form (the exact FDT)
+    closed_form_density: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -1,9 +1,10 @@
 """The model protocol: what every built-in model offers the simulator and the exact FDT.
 
-Each model has a closed-form equilibrium density ``p_eq`` (so the exact-FDT response, with the
-true score ``grad log p_eq`` in eq. 5, is the reference the estimates are judged against) and a
-resumable sampler (:mod:`kelr_dist.models.sampling`). The systems import this protocol; the
-registry (:mod:`kelr_dist.models.registry`) imports the systems, so no import goes in a circle.
+Each model but Lorenz-96 has a closed-form equilibrium density ``p_eq`` (so the exact-FDT
+response, with the true score ``grad log p_eq`` in eq. 5, is the reference the estimates are
+judged against); each has a resumable sampler (:mod:`kelr_dist.models.sampling`). The systems
+import this protocol; the registry (:mod:`kelr_dist.models.registry`) imports the systems, so no
+import goes in a circle.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ class Model(Protocol):
 
     #: command-line name (one of :data:`MODEL_NAMES`)
     name: ClassVar[str]
+    #: whether ``score`` and ``log_density`` are known in closed form; a model without them
+    #: (Lorenz-96) raises ValueError from both, and has no exact-FDT response
+    closed_form_density: ClassVar[bool]
 
     @property
     def components(self) -> tuple[str, ...]:

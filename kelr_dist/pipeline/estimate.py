@@ -56,6 +56,7 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
+from kelr_dist.pipeline.eof import reduce_inputs
 from kelr_dist.pipeline.fields import field_result
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
@@ -92,6 +93,7 @@ def estimate_response(
     gaussian: bool = False,
     stein_correction: bool = True,
     pilot: bool = True,
+    reduce: str | None = None,
     client: Any = None,
     n_workers: int | None = None,
     memory_limit: Any = None,
@@ -164,6 +166,12 @@ def estimate_response(
         a strided subsample first, and to all samples only when its held-out loss there can
         still win (``kelr_dist.pipeline.steps.pilot_kernel_embedding``); ``False`` fits
         both families to all samples.
+    reduce : ``"eof(k)"``: estimate on the leading ``k`` EOFs (principal components, from one
+        pass of covariance sums, :mod:`kelr_dist.pipeline.eof`) and lift the response back to
+        the components as ``V k Vᵀ``: the response of the projected dynamics (attributes
+        ``response_of``, ``explained_variance``; the amplitudes' own result as ``eof_*``). Only
+        with the identity observable and constant forcing; the other options (basis, degree,
+        baselines) apply to the amplitudes ``eof1..eofk``.
     client : a ``distributed.Client``, a scheduler address, ``None`` (the embedded
         ``LocalCluster``) or ``"synchronous"`` (no cluster: the same passes in this process).
     n_workers, memory_limit : size of the embedded cluster.
@@ -212,7 +220,7 @@ def estimate_response(
             order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
             max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
             forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
-            stein_correction=stein_correction, pilot=pilot, dt=dt,
+            stein_correction=stein_correction, pilot=pilot, dt=dt, reduce=reduce,
         ),
     )  # fmt: skip
     cluster = checked(
@@ -237,6 +245,8 @@ def estimate_response(
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
         passes = Passes(kept, run_on, cluster.progress, in_memory)
+        field = inputs.trajectory  # the grid's layout, before any reduction
+        inputs, route = reduce_inputs(passes, inputs, options.reduce)  # reduce="eof(k)"
         setting = settle(passes, options, inputs)
         plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
@@ -274,4 +284,6 @@ def estimate_response(
         )
         out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
     result = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
-    return field_result(result, inputs.trajectory, setting.observable, inputs.pattern)
+    if route is not None:
+        result = route.lift(result)
+    return field_result(result, field, setting.observable, inputs.pattern)

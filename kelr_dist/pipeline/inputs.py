@@ -25,6 +25,7 @@ from kelr_dist.data.store import (
     open_trajectory,
     parse_json_attr,
 )
+from kelr_dist.kernels.bases.eof import eof_names
 from kelr_dist.kernels.bases.spec import parse_basis_spec
 from kelr_dist.kernels.observables.distribution import PendingDistribution
 from kelr_dist.kernels.observables.field import FieldSpec
@@ -35,7 +36,7 @@ from kelr_dist.kernels.response.operator import (
 from kelr_dist.kernels.scores.folds import Folds
 from kelr_dist.kernels.scores.score_matching import feature_count
 from kelr_dist.pipeline.fields import PendingEOF, field_observable, forcing_pattern
-from kelr_dist.pipeline.options import EstimateOptions, Name, is_pattern
+from kelr_dist.pipeline.options import EstimateOptions, Name, eof_modes, is_pattern
 from kelr_dist.pipeline.steps import (
     kernel_embedding_max_order,
 )
@@ -225,6 +226,13 @@ def _exact_score(
         attrs["model"],
         **(parse_json_attr(params, "model_params") if isinstance(params, str) else params),
     )
+    if not model.closed_form_density:
+        raise ValueError(
+            f"{name('exact')}: the store's model {model.name!r} has no closed-form equilibrium "
+            "density, so there is no exact-FDT response; compare with a direct perturbation "
+            "experiment, or give a score function with "
+            f"{name('score')}='package.module:function'"
+        )
     return model.score
 
 
@@ -251,7 +259,10 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
     ``options.dt``), select its ``options.components``, and make every check of
     ``options`` against it that needs its metadata but not its values: limits, the largest
     lag, a degree's memory, the KDE's dimension, folds, the basis spec, the exact score, the
-    observable and forcing. (``kelr estimate``/``kelr run`` call it before a cluster starts.)
+    observable and forcing. With ``options.reduce="eof(k)"`` the checks that depend on the
+    components are made for the ``k`` EOF amplitudes ``eof1..eofk`` the estimate runs on (the
+    observable and forcing are theirs). (``kelr estimate``/``kelr run`` call it before a cluster
+    starts.)
 
     Raises
     ------
@@ -273,6 +284,13 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
     chains, n, d = traj.shape
     components = [str(c) for c in traj["component"].values]
     step = float(traj.attrs["dt"])
+    modes = eof_modes(options.reduce)
+    if modes is not None:  # the estimate runs on the EOF amplitudes
+        if modes > d:
+            raise ValueError(
+                f"{name('reduce')}={options.reduce!r} asks for {modes} EOFs of {d} components"
+            )
+        d, components = modes, list(eof_names(modes))
     _check_shape(traj, n, d)
     lag = _max_lag(options, step, n, str(traj.attrs.get("store", IN_MEMORY)), name)
     fitted, chosen = _orders(options, d)

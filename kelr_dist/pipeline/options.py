@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import reprlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -306,6 +307,29 @@ def _basis(value: Any) -> str | tuple[Any, ...]:
     raise _invalid(
         f"expected a basis spec string like 'auto' or 'hermite,hermite', got {shown(value)}"
     )
+
+
+#: ``reduce="eof(k)"``: estimate on the leading ``k`` EOFs and lift the response back
+_EOF = re.compile(r"eof\(\s*(\d+)\s*\)")
+
+
+def _reduce(value: Any) -> str | None:
+    """``None`` or ``"eof(k)"`` with ``k`` a positive integer (written back as ``"eof(k)"``)."""
+    if value is None:
+        return None
+    match = _EOF.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) < 1:
+        raise _invalid(
+            "expected 'eof(k)' with k a positive integer (the leading principal components "
+            f"kept), got {shown(value)}"
+        )
+    return f"eof({int(match.group(1))})"
+
+
+def eof_modes(reduce: str | None) -> int | None:
+    """The number of EOFs of a validated ``reduce`` option (None: no reduction)."""
+    match = None if reduce is None else _EOF.fullmatch(reduce)
+    return None if match is None else int(match.group(1))
 
 
 def _memory(value: Any) -> str | int | None:
@@ -652,6 +676,13 @@ class EstimateOptions(_Options):
         "sample interval of a trajectory given as an array (none: 1, lags counted in steps)",
         python_only=True,
     )
+    reduce: Annotated[str | None, _checks(_reduce)] = option(
+        None,
+        "'eof(k)': estimate on the leading k EOFs (principal components, one pass of covariance "
+        "sums) and lift the response back to the components: the response of the projected "
+        "dynamics (none: on the components themselves)",
+        metavar="eof(K)",
+    )
 
     @model_validator(mode="after")
     def _together(self, info: ValidationInfo) -> EstimateOptions:
@@ -668,12 +699,37 @@ class EstimateOptions(_Options):
                 f"{name('index_set')}='adaptive' grows the score-matching set itself: leave "
                 f"{name('degree')}='auto', got {self.degree!r}"
             )
+        if self.reduce is not None:
+            self._check_reduce(name)
         if isinstance(self.order, int) and isinstance(self.max_order, int):
             if self.order > self.max_order:
                 raise _invalid(
                     f"{name('order')}={self.order} is above {name('max_order')}={self.max_order}"
                 )
         return self
+
+    def _check_reduce(self, name: Name) -> None:
+        """What ``reduce`` cannot lift back to the components: another observable than the
+        identity, another forcing than a constant one, or an exact score (of the full system,
+        not of the projected dynamics)."""
+        given = self.function_names()
+        lifted = f"{name('reduce')}={self.reduce!r} lifts the response of the EOF amplitudes"
+        if given["observable"] != OBSERVABLES[0]:
+            raise _invalid(
+                f"{lifted} to constant forcings: it needs {name('observable')}='identity', "
+                f"got {given['observable']!r}"
+            )
+        if given["forcing"] != FORCINGS[0]:
+            raise _invalid(
+                f"{lifted} to constant forcings: it needs {name('forcing')}='constant', got "
+                f"{given['forcing']!r}"
+            )
+        for key in ("exact", "score"):
+            if getattr(self, key) not in (False, None):
+                raise _invalid(
+                    f"{name(key)}: an exact score is the full system's, not the projected "
+                    f"dynamics' of {name('reduce')}={self.reduce!r}"
+                )
 
     def observable_for(
         self, components: Sequence[str], circle: Circle | None = None

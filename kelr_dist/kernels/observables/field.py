@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kelr_dist.kernels.bases.eof import leading_eofs as eof_basis
+
 #: the field observables options name: ``mean``, ``mean(weights=...)``, ``eof(k)``,
 #: ``eof(k, weights=...)``
 FIELD_SPEC = re.compile(r"^\s*(?P<kind>mean|eof)\s*(\((?P<inside>.*)\))?\s*$")
@@ -106,11 +108,8 @@ def leading_eofs(
     loadings : ``(k, d)`` the rows ``u_mᵀ D`` (the observable's matrix ``L``)
     explained : ``(k,)`` the share of the (weighted) total variance each EOF carries
     """
-    root = np.ones(covariance.shape[0]) if weights is None else np.sqrt(weights)
-    values, vectors = np.linalg.eigh(covariance * np.outer(root, root))
-    order = np.argsort(values)[::-1][:k]
-    vectors = vectors[:, order]
-    signs = np.sign(vectors[np.argmax(np.abs(vectors), axis=0), np.arange(vectors.shape[1])])
-    loadings = (vectors * signs).T * root
-    explained = values[order] / max(float(values.sum()), np.finfo(float).tiny)
-    return loadings, explained
+    d = covariance.shape[0]
+    root = np.ones(d) if weights is None else np.sqrt(weights)
+    eofs = eof_basis(np.zeros(d), covariance * np.outer(root, root), k)
+    total = max(eofs.total, np.finfo(float).tiny)
+    return eofs.patterns.T * root, eofs.variances / total
