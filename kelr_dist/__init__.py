@@ -46,6 +46,7 @@ _EXPORTS = {
     "BiasWarning": "pipeline.warnings",
     "ConvergenceWarning": "pipeline.warnings",
     "EdgeWarning": "pipeline.warnings",
+    "GoodnessOfFitWarning": "pipeline.warnings",
     "DisagreementWarning": "pipeline.warnings",
     "NonFiniteWarning": "pipeline.warnings",
     "SensitivityWarning": "pipeline.warnings",

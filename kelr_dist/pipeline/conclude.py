@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
@@ -43,11 +44,13 @@ from kelr_dist.pipeline.steps import (
     score_matching_truncation,
 )
 from kelr_dist.pipeline.warnings import (
+    GOODNESS_OF_FIT_LEVEL,
     NonFiniteWarning,
     TruncationWarning,
     emit,
     warn_bias,
     warn_disagreement,
+    warn_goodness_of_fit,
     warn_sensitivity,
     warn_unconverged,
 )
@@ -65,7 +68,8 @@ def conclude(
 ) -> xr.Dataset:
     """The result of the response read: the held-out choice between the families, the warnings
     (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
-    :class:`ConvergenceWarning`, :class:`NonFiniteWarning`, each also a line of
+    :class:`ConvergenceWarning`, :class:`GoodnessOfFitWarning`, :class:`NonFiniteWarning`, each
+    also a line of
     ``attrs["warnings"]``), the run's attributes, and the labelled Dataset."""
     traj = inputs.trajectory
     chains, n, _ = traj.shape
@@ -78,7 +82,11 @@ def conclude(
     )
     used = used_estimator(candidates)
     responses = dict(out.results)
-    responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
+    chosen_name = f"response_{used.replace('-', '_')}"
+    responses["response"] = responses.pop(chosen_name)
+    checks = dict(out.goodness_of_fit or {})
+    if chosen_name in checks:
+        checks["response"] = checks.pop(chosen_name)
     main = responses["response"]
     raised: list[str] = []
     if pilot is not None and pilot.skips_kernel_embedding:
@@ -103,6 +111,10 @@ def conclude(
     neighbour = "; ".join(steps) or None
     sensitivity = warn_sensitivity(main, neighbour, used, raised)
     warn_unconverged(main, raised)
+    fit = None
+    if "response" in checks:
+        names = [str(c) for c in traj["component"].values]
+        fit = warn_goodness_of_fit(checks["response"], names, stein_holds(setting), raised)
     if main.nonfinite:
         emit(
             NonFiniteWarning,
@@ -169,6 +181,12 @@ def conclude(
         attrs.update(model_sensitivity=sensitivity, model_neighbour=neighbour)
     if setting.periods is not None:
         attrs["periodic"] = periodic_attr(traj, setting.periodic)
+    if fit is not None:
+        attrs.update(
+            goodness_of_fit_z=fit[0],
+            goodness_of_fit_threshold=fit[1],
+            goodness_of_fit_level=GOODNESS_OF_FIT_LEVEL,
+        )
     attrs["runtime_seconds"] = time.perf_counter() - started
     return assemble_result(
         responses=responses,
@@ -179,6 +197,21 @@ def conclude(
         observable=setting.observable,
         forcing=inputs.forcing,
         attrs=attrs,
+        checks=checks,
+    )
+
+
+def stein_holds(setting: Setting) -> np.ndarray:
+    """``(d,)`` bool: the components where Stein's identity holds without a boundary term (on a
+    circle, or on the line without a hard edge: :class:`EdgeWarning` names the others)."""
+    periodic = setting.periodic
+    edges = setting.survey.edges
+    hard = [(False, False)] * len(periodic) if edges is None else edges.hard()
+    return np.array(
+        [
+            p is not None or not (lower or upper)
+            for p, (lower, upper) in zip(periodic, hard, strict=True)
+        ]
     )
 
 

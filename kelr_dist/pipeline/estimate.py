@@ -18,7 +18,8 @@ read  reductions (sharing the read)                           gives
       on it in memory
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
-      kernel embedding's held-out loss                         the estimator choice
+      kernel embedding's held-out loss, every score's          the estimator choice, the
+      Stein identity with test functions beyond its span       goodness-of-fit check
 ====  ======================================================  ===================================
 
 Read 3 is skipped for ``estimator="score-matching"`` and when the pilot leaves the kernel
@@ -54,6 +55,7 @@ from kelr_dist.kernels.response.operator import (
     response_reduction,
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
+from kelr_dist.kernels.scores.stein_check import SteinFunctions, stein_check_reduction
 from kelr_dist.pipeline.conclude import conclude
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
@@ -61,7 +63,9 @@ from kelr_dist.pipeline.options import EstimateOptions, checked
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
+    check_stride,
     choose_score_matching,
+    correlation_time,
     fit_estimators,
     respond,
 )
@@ -191,6 +195,10 @@ def estimate_response(
         two steps richer, or (score matching) is refitted with random Fourier features
         (:func:`~kelr_dist.pipeline.steps.extend_score`; ``response_model_shift``, attributes
         ``model_sensitivity``, ``model_neighbour``).
+    GoodnessOfFitWarning
+        when the chosen score fails Stein's identity for a cubic, sine or cosine of some
+        component beyond the Šidák threshold of a family-wise 1% (``goodness_of_fit``,
+        attributes ``goodness_of_fit_z``, ``goodness_of_fit_threshold``).
     ConvergenceWarning
         when the block averaging of some entries of the chosen estimate reached no plateau
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
@@ -248,5 +256,16 @@ def estimate_response(
             unrefitted=unrefitted,
             replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
-        out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
+        stride = check_stride(correlation_time(setting.survey))
+        check = stein_check_reduction(
+            scores,
+            SteinFunctions(
+                setting.survey.moments.mean, setting.survey.moments.std, setting.periods
+            ),
+            replicates,
+            stride,
+            replicate_stride(math.prod(inputs.trajectory.shape[:2]) // stride),
+        )
+        held_out = None if ke is None or sm is None else (ke, inputs.folds)
+        out = respond(passes, response, held_out, check)
     return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)

@@ -13,6 +13,9 @@ category; :func:`emit` also records the line in the result's ``attrs["warnings"]
   total standard errors to a richer model (:func:`warn_sensitivity`);
 - :class:`ConvergenceWarning`: block averaging without a plateau (:func:`warn_unconverged`);
 - :class:`EdgeWarning`: a density that does not vanish at a hard edge (:func:`warn_edges`);
+- :class:`GoodnessOfFitWarning`: Stein's identity of the chosen score failing, with test functions
+  outside its span, beyond the Šidák threshold of a family-wise level
+  :data:`GOODNESS_OF_FIT_LEVEL` (:func:`warn_goodness_of_fit`);
 - :class:`TruncationWarning` and :class:`NonFiniteWarning`, raised by
   :func:`kelr_dist.pipeline.conclude.conclude` from the steps' findings.
 """
@@ -30,6 +33,7 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.heldout import Choice
 from kelr_dist.kernels.scores.score_matching import Candidate
+from kelr_dist.kernels.scores.stein_check import FUNCTIONS, SteinCheck, sidak_threshold
 from kelr_dist.pipeline.steps import (
     Survey,
 )
@@ -96,6 +100,12 @@ class SensitivityWarning(UserWarning):
 class NonFiniteWarning(UserWarning):
     """The kernel-embedding density was not finite on some samples (counted apart from the
     low-density rejections)."""
+
+
+class GoodnessOfFitWarning(UserWarning):
+    """The chosen score fails Stein's identity for test functions outside its span (a cubic, a
+    sine, a cosine per component) by more than its error bars allow: the model cannot represent
+    the data's score, a bias that its own lag-0 check, held in its span, does not see."""
 
 
 def emit(category: type[Warning], message: str, record: list[str] | None) -> None:
@@ -265,3 +275,39 @@ def warn_unconverged(result: ResponseResult, record: list[str] | None = None) ->
         "(see response_converged)",
         record,
     )
+
+
+#: the chance, when the score is right, that any of the goodness-of-fit tests of an estimate
+#: fails (family-wise; each test is held to the Šidák threshold of its share)
+GOODNESS_OF_FIT_LEVEL = 0.01
+
+
+def warn_goodness_of_fit(
+    check: SteinCheck, names: list[str], tested: np.ndarray, record: list[str] | None = None
+) -> tuple[float, float]:
+    """The largest ``|T| / total stderr`` of the goodness-of-fit tests of the components
+    ``tested`` ``(d,)`` bool (those without a hard edge, where Stein's identity holds) and its
+    threshold (:func:`~kelr_dist.kernels.scores.stein_check.sidak_threshold` over those tests at
+    :data:`GOODNESS_OF_FIT_LEVEL`); a one-line :class:`GoodnessOfFitWarning` when it is beyond
+    the threshold."""
+    z = np.where(tested[:, None], check.z, -1.0)
+    tests = int(tested.sum()) * len(FUNCTIONS)
+    if tests == 0:
+        return float("nan"), float("nan")
+    threshold = sidak_threshold(tests, GOODNESS_OF_FIT_LEVEL)
+    k, f = (int(v) for v in np.unravel_index(int(np.argmax(z)), z.shape))
+    worst = float(z[k, f])
+    if worst > threshold:
+        failed = int((z > threshold).sum())
+        emit(
+            GoodnessOfFitWarning,
+            f"the score fails Stein's identity E[f s + df/dx] = 0 for the {FUNCTIONS[f]} test "
+            f"function of component {names[k]!r} by {check.relative[k, f]:+.3g} of E|df/dx| "
+            f"({worst:.1f} total standard errors; {failed} of {tests} tests beyond the Šidák "
+            f"threshold {threshold:.2f} of a family-wise level {GOODNESS_OF_FIT_LEVEL:.0%}): the "
+            "score model does not follow the data there and the response may be biased beyond "
+            "its error bars (see goodness_of_fit; try a higher degree, index_set='adaptive' or "
+            "the other estimator)",
+            record,
+        )
+    return worst, threshold
