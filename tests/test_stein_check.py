@@ -50,23 +50,34 @@ def double_well_score(x: np.ndarray) -> np.ndarray:
     return -(x**3) + 2 * x
 
 
-def check(x: np.ndarray, score, chunks=None, stride=1):
+def check(x: np.ndarray, score, chunks=None, stride=1, replicates=(), replicate_stride=1):
     functions = SteinFunctions(x.mean(axis=0), x.std(axis=0))
-    reduction = stein_check_reduction({"s": FunctionScore(score)}, functions, stride=stride)
+    reduction = stein_check_reduction(
+        {"s": FunctionScore(score)},
+        functions,
+        {"s": [FunctionScore(r) for r in replicates]} if replicates else None,
+        stride=stride,
+        replicate_stride=replicate_stride,
+    )
     return reduce_in_memory(reduction, x, chunks)["s"]
 
 
 def test_any_chunking_gives_the_same_check():
     """The check is a mean with block-averaging partials: any split into blocks (and any stride)
-    gives the same statistic and standard error."""
+    gives the same statistic and standard errors, the jackknife over refits too."""
     x = parabola(30_000, np.random.default_rng(3))
-    for stride in (1, 3):
-        one = check(x, parabola_score, stride=stride)
+    refits = [lambda y, a=a: parabola_score(y) * a for a in (0.98, 1.0, 1.03)]
+    for stride, every in ((1, 1), (3, 2)):
+        one = check(x, parabola_score, None, stride, refits, every)
         for chunks in (1_000, 7_777, [5, 20_000, 9_995]):
-            other = check(x, parabola_score, chunks, stride)
-            np.testing.assert_allclose(other.statistic, one.statistic, rtol=1e-12, atol=1e-14)
-            np.testing.assert_allclose(other.stderr, one.stderr, rtol=1e-12)
+            other = check(x, parabola_score, chunks, stride, refits, every)
+            for key in ("statistic", "stderr", "estimator_stderr"):
+                np.testing.assert_allclose(
+                    getattr(other, key), getattr(one, key), rtol=1e-12, atol=1e-14
+                )
         assert one.rows == -(-30_000 // stride)
+        assert (one.estimator_stderr > 0).all()
+        np.testing.assert_array_equal(one.total_stderr, np.hypot(one.stderr, one.estimator_stderr))
 
 
 def test_sidak_threshold():

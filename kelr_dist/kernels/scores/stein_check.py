@@ -149,21 +149,23 @@ class _CheckKernel:
         # the replicates' rows: every replicate_stride-th of these, in the strided time index
         sub = replicate_origins(series, self.replicate_stride)
         names = list(self.scores)
-        others = [(name, s) for name in names for s in self.replicates.get(name, ())]
-        values = evaluate_scores([self.scores[n] for n in names] + [s for _, s in others], rows)
-        used = [_as_used(*v) for v in values]
-        for k, name in enumerate(names):
-            h = f * used[k][:, :, None] + df
+        used = [_as_used(*v) for v in evaluate_scores([self.scores[n] for n in names], rows)]
+        for name, score in zip(names, used, strict=True):
+            h = f * score[:, :, None] + df
             out[name] = {
                 "blocks": response_block_partial(
                     h.reshape(h.shape[0], -1), np.ones((h.shape[0], 1)), 0, series
                 )
             }
-        for k, (name, _) in enumerate(others):
-            shift = f[sub] * (used[len(names) + k][sub] - used[names.index(name)][sub])[..., None]
+        others = [(name, s) for name in names for s in self.replicates.get(name, ())]
+        if not others:
+            return out
+        refits = evaluate_scores([s for _, s in others], rows[sub])
+        for (name, _), values in zip(others, refits, strict=True):
+            shift = f[sub] * (_as_used(*values) - used[names.index(name)][sub])[..., None]
             part = out[name]
             part["shifts"] = [*part.get("shifts", []), shift.sum(axis=0)]
-            part["replicate_rows"] = f[sub].shape[0]
+            part["replicate_rows"] = shift.shape[0]
         return out
 
 
