@@ -9,12 +9,17 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from kelr_dist.models import angle_systems, benchmark_systems, paper_systems
+from kelr_dist.models import angle_systems, benchmark_systems, lattice, paper_systems
 from kelr_dist.models.protocol import Model
 
 _MODELS: dict[str, type[Model]] = {
     cls.name: cls
-    for cls in (*paper_systems.SYSTEMS, *benchmark_systems.SYSTEMS, *angle_systems.SYSTEMS)
+    for cls in (
+        *paper_systems.SYSTEMS,
+        *benchmark_systems.SYSTEMS,
+        *angle_systems.SYSTEMS,
+        *lattice.SYSTEMS,
+    )
 }
 MODEL_NAMES: tuple[str, ...] = tuple(_MODELS)
 
