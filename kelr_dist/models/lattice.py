@@ -15,12 +15,16 @@ the cosine tie makes the score of a site a non-polynomial function of its neighb
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kelr_dist.models import densities
 from kelr_dist.models.mala import MalaSystem
 from kelr_dist.models.parameters import count, parameter, positive, real
+
+if TYPE_CHECKING:
+    from kelr_dist.models.protocol import Model
 
 
 @dataclass(eq=False)
@@ -54,4 +58,4 @@ class Lattice(MalaSystem, name="lattice", system=densities.LATTICE, step=0.02, s
         return 1.0 + 0.1 * rng.standard_normal(len(self.components))
 
 
-SYSTEMS = (Lattice,)
+SYSTEMS: tuple[type[Model], ...] = (Lattice,)
