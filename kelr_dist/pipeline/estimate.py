@@ -55,17 +55,14 @@ from kelr_dist.kernels.response.operator import (
     response_reduction,
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
-from kelr_dist.kernels.scores.stein_check import SteinFunctions, stein_check_reduction
 from kelr_dist.pipeline.conclude import conclude
-from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
+from kelr_dist.pipeline.fits import ESTIMATED, goodness_of_fit, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
 from kelr_dist.pipeline.options import EstimateOptions, checked
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
-    check_stride,
     choose_score_matching,
-    correlation_time,
     fit_estimators,
     respond,
 )
@@ -256,16 +253,7 @@ def estimate_response(
             unrefitted=unrefitted,
             replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
-        stride = check_stride(correlation_time(setting.survey))
-        check = stein_check_reduction(
-            scores,
-            SteinFunctions(
-                setting.survey.moments.mean, setting.survey.moments.std, setting.periods
-            ),
-            replicates,
-            stride,
-            replicate_stride(math.prod(inputs.trajectory.shape[:2]) // stride),
-        )
         held_out = None if ke is None or sm is None else (ke, inputs.folds)
+        check = goodness_of_fit(inputs, setting, scores, replicates)
         out = respond(passes, response, held_out, check)
     return conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
