@@ -159,8 +159,8 @@ def assemble_result(
     if "goodness_of_fit" in ds:
         ds["goodness_of_fit"].attrs["long_name"] = (
             "Stein discrepancy E[f s_k + d_k f] of the score for test functions f of component "
-            "k outside its span (cubic, sine, cosine of the standardised component), as a share "
-            "of E|d_k f|: 0 for the true score"
+            "k outside its span (tempered cubic, sine, cosine of the standardised component), "
+            "as a share of E|d_k f|: 0 for the true score"
         )
     ds["time"].attrs["long_name"] = "time lag" + (f" ({units})" if units is not None else "")
     return ds
