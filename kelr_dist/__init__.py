@@ -47,6 +47,7 @@ _EXPORTS = {
     "ConditioningWarning": "pipeline.warnings",
     "ConvergenceWarning": "pipeline.warnings",
     "EdgeWarning": "pipeline.warnings",
+    "GoodnessOfFitWarning": "pipeline.warnings",
     "DisagreementWarning": "pipeline.warnings",
     "NonFiniteWarning": "pipeline.warnings",
     "SensitivityWarning": "pipeline.warnings",

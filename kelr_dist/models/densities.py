@@ -15,6 +15,8 @@ from kelr_dist.kernels.compiled import compiled
 
 #: the systems' numbers, as the kernels know them (the angle systems last)
 CURVED_WELLS, COUPLED_3D, CHAIN, STUDENT, TRIG_4D, GAMMA_3D, TORUS, ANGLES_LINE, CIRCLE = range(9)
+#: the lattice fields (:mod:`kelr_dist.models.lattice`), numbered after the angle systems
+LATTICE = 9
 
 
 @compiled
@@ -198,6 +200,39 @@ def _angle_point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray
 
 
 @compiled
+def _lattice_point(x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
+    """``log p`` of :class:`~kelr_dist.models.lattice.Lattice` and its gradient at one point
+    ``x (rows * columns,)``, the sites row by row.
+
+    ``theta = (rows, columns, barrier, tilt, coupling, twist, omega)``: each site a double well
+    ``-H (x² - 1)² - tilt x``, each bond ``(i, j)`` to the next site along a row or a column
+    (periodic along a side of at least 3 sites) ``-κ (x_i - x_j)² / 2 + τ cos(ω (x_i - x_j))``.
+    """
+    rows, columns = int(theta[0]), int(theta[1])
+    barrier, tilt, kappa, twist, omega = theta[2], theta[3], theta[4], theta[5], theta[6]
+    log_p = 0.0
+    for i in range(x.shape[0]):
+        w = x[i] * x[i] - 1.0
+        log_p -= barrier * w * w + tilt * x[i]
+        grad[i] = -4.0 * barrier * x[i] * w - tilt
+    for r in range(rows):
+        for c in range(columns):
+            i = r * columns + c
+            for j in (
+                r * columns + (c + 1) % columns if c + 1 < columns or columns >= 3 else -1,
+                ((r + 1) % rows) * columns + c if r + 1 < rows or rows >= 3 else -1,
+            ):
+                if j < 0:
+                    continue
+                gap = x[i] - x[j]
+                log_p += -0.5 * kappa * gap * gap + twist * math.cos(omega * gap)
+                force = -kappa * gap - twist * omega * math.sin(omega * gap)
+                grad[i] += force
+                grad[j] -= force
+    return log_p
+
+
+@compiled
 def log_density_point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.ndarray) -> float:
     """Unnormalised ``log p_eq(x)`` of ``system``; writes ``grad log p_eq(x)`` into ``grad``."""
     if system == CURVED_WELLS:
@@ -210,6 +245,8 @@ def log_density_point(system: int, x: np.ndarray, theta: np.ndarray, grad: np.nd
         return _trig_4d_point(x, theta, grad)
     if system == GAMMA_3D:
         return _gamma_3d_point(x, theta, grad)
+    if system == LATTICE:
+        return _lattice_point(x, theta, grad)
     if system >= TORUS:
         return _angle_point(system, x, theta, grad)
     return _student_point(x, theta, grad)

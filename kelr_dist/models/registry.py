@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from kelr_dist.models import angle_systems, benchmark_systems, lorenz96, paper_systems
+from kelr_dist.models import angle_systems, benchmark_systems, lattice, lorenz96, paper_systems
 from kelr_dist.models.protocol import Model
 
 _MODELS: dict[str, type[Model]] = {
@@ -19,6 +19,7 @@ _MODELS: dict[str, type[Model]] = {
         *benchmark_systems.SYSTEMS,
         *angle_systems.SYSTEMS,
         *lorenz96.SYSTEMS,
+        *lattice.SYSTEMS,
     )
 }
 #: the names of the built-in models (:func:`make_model`, ``kelr simulate``)

@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import xarray as xr
 
 from kelr_dist import __version__
@@ -44,6 +45,7 @@ from kelr_dist.pipeline.steps import (
     score_matching_truncation,
 )
 from kelr_dist.pipeline.warnings import (
+    GOODNESS_OF_FIT_LEVEL,
     Entries,
     NonFiniteWarning,
     TruncationWarning,
@@ -51,6 +53,7 @@ from kelr_dist.pipeline.warnings import (
     warn_bias,
     warn_conditioning,
     warn_disagreement,
+    warn_goodness_of_fit,
     warn_sensitivity,
     warn_unconverged,
 )
@@ -69,8 +72,9 @@ def conclude(
     """The result of the response read: the held-out choice between the families, the warnings
     (:class:`TruncationWarning`, :class:`BiasWarning`, :class:`DisagreementWarning`,
     :class:`SensitivityWarning`, :class:`ConvergenceWarning`, :class:`ConditioningWarning`,
-    :class:`NonFiniteWarning`, each also a line of ``attrs["warnings"]`` after read 1's
-    :class:`EdgeWarning` lines), the run's attributes, and the labelled Dataset."""
+    :class:`GoodnessOfFitWarning`, :class:`NonFiniteWarning`, each also a line of
+    ``attrs["warnings"]`` after read 1's :class:`EdgeWarning` lines), the run's attributes, and
+    the labelled Dataset."""
     traj = inputs.trajectory
     chains, n, _ = traj.shape
     ke, sm, pilot = fitted
@@ -82,7 +86,11 @@ def conclude(
     )
     used = used_estimator(candidates)
     responses = dict(out.results)
-    responses["response"] = responses.pop(f"response_{used.replace('-', '_')}")
+    chosen_name = f"response_{used.replace('-', '_')}"
+    responses["response"] = responses.pop(chosen_name)
+    checks = dict(out.goodness_of_fit or {})
+    if chosen_name in checks:
+        checks["response"] = checks.pop(chosen_name)
     main = responses["response"]
     raised: list[str] = list(setting.warnings)  # read 1's (EdgeWarning); decisions: attrs["pilot"]
     entries = Entries(
@@ -113,6 +121,10 @@ def conclude(
     warn_unconverged(main, entries, raised)
     if sm is not None:
         warn_conditioning(sm.condition, raised)
+    fit = None
+    if "response" in checks:
+        names = [str(c) for c in traj["component"].values]
+        fit = warn_goodness_of_fit(checks["response"], names, stein_holds(setting), raised)
     if main.nonfinite:
         emit(
             NonFiniteWarning,
@@ -184,6 +196,12 @@ def conclude(
         attrs.update(model_sensitivity=sensitivity, model_neighbour=neighbour)
     if setting.periods is not None:
         attrs["periodic"] = periodic_attr(traj, setting.periodic)
+    if fit is not None:
+        attrs.update(
+            goodness_of_fit_z=fit[0],
+            goodness_of_fit_threshold=fit[1],
+            goodness_of_fit_level=GOODNESS_OF_FIT_LEVEL,
+        )
     attrs["runtime_seconds"] = time.perf_counter() - started
     return assemble_result(
         responses=responses,
@@ -194,6 +212,21 @@ def conclude(
         observable=setting.observable,
         forcing=inputs.forcing,
         attrs=attrs,
+        checks=checks,
+    )
+
+
+def stein_holds(setting: Setting) -> np.ndarray:
+    """``(d,)`` bool: the components where Stein's identity holds without a boundary term (on a
+    circle, or on the line without a hard edge: :class:`EdgeWarning` names the others)."""
+    periodic = setting.periodic
+    edges = setting.survey.edges
+    hard = [(False, False)] * len(periodic) if edges is None else edges.hard()
+    return np.array(
+        [
+            p is not None or not (lower or upper)
+            for p, (lower, upper) in zip(periodic, hard, strict=True)
+        ]
     )
 
 

@@ -18,7 +18,8 @@ read  reductions (sharing the read)                           gives
       on it in memory
 3     δ/R/η sweep over every order                             order and δ (eqs. 52–54)
 4     lagged sums for every score, Stein residuals, the        ``k(lag, i, j)`` with error bars,
-      kernel embedding's held-out loss                         the estimator choice
+      kernel embedding's held-out loss, every score's          the estimator choice, the
+      Stein identity with test functions beyond its span       goodness-of-fit check
 ====  ======================================================  ===================================
 
 Read 3 is skipped for ``estimator="score-matching"`` and when the pilot leaves the kernel
@@ -58,7 +59,7 @@ from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
 from kelr_dist.pipeline.eof import reduce_inputs
 from kelr_dist.pipeline.fields import field_result
-from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
+from kelr_dist.pipeline.fits import ESTIMATED, goodness_of_fit, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
 from kelr_dist.pipeline.options import PYTHON_NAMES, ClusterOptions, EstimateOptions, checked
 from kelr_dist.pipeline.planning import plan_estimate, settle
@@ -208,6 +209,10 @@ def estimate_response(
         two steps richer, or (score matching) is refitted with random Fourier features
         (``kelr_dist.pipeline.steps.extend_score``; ``response_model_shift``, attributes
         ``model_sensitivity``, ``model_neighbour``).
+    GoodnessOfFitWarning
+        when the chosen score fails Stein's identity for a cubic, sine or cosine of some
+        component beyond the Šidák threshold of a family-wise 1% (``goodness_of_fit``,
+        attributes ``goodness_of_fit_z``, ``goodness_of_fit_threshold``).
     ConvergenceWarning
         when the block averaging of some entries of the chosen estimate reached no plateau
         (``response_converged`` False; per-entry block sizes in ``response_block_size``).
@@ -282,7 +287,9 @@ def estimate_response(
             unrefitted=unrefitted,
             replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
         )
-        out = respond(passes, response, None if ke is None or sm is None else (ke, inputs.folds))
+        held_out = None if ke is None or sm is None else (ke, inputs.folds)
+        check = goodness_of_fit(inputs, setting, scores, replicates)
+        out = respond(passes, response, held_out, check)
     result = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
     if route is not None:
         result = route.lift(result)

@@ -4,7 +4,8 @@
 (after a pilot when the plan asks for one); :func:`response_scores` gathers every score the
 response read evaluates, with their fold refits and richer neighbours, after refitting them on
 random Fourier features (read 3f) or on a distribution observable's own functions
-(:func:`refit_on_observable`, read 3r).
+(:func:`refit_on_observable`, read 3r); :func:`goodness_of_fit` builds the scores' check of the
+response read.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from kelr_dist.kernels.reduction import Reduction
 from kelr_dist.kernels.response.operator import (
     DIFFERENCE_STEP,
     Score,
+    replicate_stride,
 )
 from kelr_dist.kernels.response.stein_correction import (
     FourierFeatures,
@@ -23,6 +26,7 @@ from kelr_dist.kernels.response.stein_correction import (
 )
 from kelr_dist.kernels.scores.folds import Folds
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
+from kelr_dist.kernels.scores.stein_check import SteinFunctions, stein_check_reduction
 from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import EstimateOptions
 from kelr_dist.pipeline.planning import Plan, Setting
@@ -32,7 +36,9 @@ from kelr_dist.pipeline.steps import (
     Passes,
     Pilot,
     ScoreMatchingChoice,
+    check_stride,
     choose_kernel_embedding,
+    correlation_time,
     extend_score,
     fit_estimators,
     gram_stride,
@@ -74,6 +80,28 @@ def response_scores(
         return (*found, {})
     fourier_base = sm.model if fourier and sm is not None else None
     return refit_on_observable(passes, setting, found, inputs.folds, fourier_base)
+
+
+def goodness_of_fit(
+    inputs: Inputs,
+    setting: Setting,
+    scores: dict[str, Score],
+    replicates: dict[str, tuple[Score, ...]],
+) -> Reduction:
+    """The goodness-of-fit check of every score of the response read
+    (:func:`~kelr_dist.kernels.scores.stein_check.stein_check_reduction`): test functions of the
+    survey's standardised components, on every ``⌊τ/4⌋``-th row
+    (:func:`~kelr_dist.pipeline.steps.check_stride`), the fold refits' jackknife on every
+    ``replicate_stride``-th of those, as in the response read."""
+    stride = check_stride(correlation_time(setting.survey))
+    moments = setting.survey.moments
+    return stein_check_reduction(
+        scores,
+        SteinFunctions(moments.mean, moments.std, setting.periods),
+        replicates,
+        stride,
+        replicate_stride(math.prod(inputs.trajectory.shape[:2]) // stride),
+    )
 
 
 def refit_on_observable(

@@ -21,6 +21,7 @@ from kelr_dist.kernels.response.operator import Forcing, Observable, ResponseRes
 from kelr_dist.kernels.scores.heldout import Choice
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
 from kelr_dist.kernels.scores.selection import typical_error
+from kelr_dist.kernels.scores.stein_check import FUNCTIONS, SteinCheck
 
 if TYPE_CHECKING:  # the steps import the engine (distributed): not needed to read a result
     from kelr_dist.pipeline.steps import KernelEmbeddingChoice
@@ -47,9 +48,11 @@ def assemble_result(
     observable: Observable,
     forcing: Forcing,
     attrs: dict[str, Any],
+    checks: dict[str, SteinCheck] | None = None,
 ) -> xr.Dataset:
     """The result Dataset: every score's ``k(lag, i, j)`` with standard errors (and their
-    blocking: ``_block_size``, ``_converged``) and lag-0 Stein residuals, the held-out candidate
+    blocking: ``_block_size``, ``_converged``) and lag-0 Stein residuals, its goodness of fit
+    per component and test function (``checks``, by response variable), the held-out candidate
     table, and the kernel embedding's criteria per order and coefficients (labels are attached
     here and nowhere else)."""
     lags = np.arange(next(iter(responses.values())).mean.shape[0])
@@ -79,6 +82,11 @@ def assemble_result(
                 ("i", "j"),
                 raw.stderr.reshape(shape),
             )
+    for name, check in (checks or {}).items():
+        suffix = name[len("response") :]
+        fit_dims = ("component", "stein_function")
+        data[f"goodness_of_fit{suffix}"] = (fit_dims, check.relative)
+        data[f"goodness_of_fit{suffix}_total_stderr"] = (fit_dims, check.total_stderr / check.scale)
     coords: dict[str, Any] = {
         "lag": lags,
         "time": ("lag", lags * attrs["dt"]),
@@ -87,6 +95,8 @@ def assemble_result(
         "j": _names(forcing.names),
         "component": _names(trajectory["component"].values),
     }
+    if checks:
+        coords["stein_function"] = _names(FUNCTIONS)
     if candidates:
         data.update(
             candidate_estimator=("candidate", _names([c.estimator for c in candidates])),
@@ -148,6 +158,12 @@ def assemble_result(
     ds["stein_residual"].attrs["long_name"] = (
         "lag-0 Stein residual k(0) - E[d_j(c_j (A_i - mean A_i))]: estimator bias at lag 0"
     )
+    if "goodness_of_fit" in ds:
+        ds["goodness_of_fit"].attrs["long_name"] = (
+            "Stein discrepancy E[f s_k + d_k f] of the score for test functions f of component "
+            "k outside its span (tempered cubic, sine, cosine of the standardised component), "
+            "as a share of E|d_k f|: 0 for the true score"
+        )
     ds["time"].attrs["long_name"] = "time lag" + (f" ({units})" if units is not None else "")
     return ds
 

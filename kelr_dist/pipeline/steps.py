@@ -94,6 +94,7 @@ from kelr_dist.kernels.scores.selection import (
     choose_order,
     criteria_reduction,
 )
+from kelr_dist.kernels.scores.stein_check import SteinCheck
 from kelr_dist.kernels.survey.moments import (
     CoordinateError,
     EdgeStatistics,
@@ -176,6 +177,14 @@ def gram_stride(n_samples: int, features: int, correlation: float | None = None)
     if correlation is None:
         return stride
     return max(stride, int(correlation // CORRELATION_STRIDE_DIVISOR))
+
+
+def check_stride(correlation: float | None) -> int:
+    """Every how many rows the goodness-of-fit check reads
+    (:mod:`~kelr_dist.kernels.scores.stein_check`): every ``⌊τ /``
+    :data:`CORRELATION_STRIDE_DIVISOR` ``⌋``-th for an integrated autocorrelation time ``τ`` in
+    rows (:func:`correlation_time`; all rows when it is not known), as the Gram pass."""
+    return 1 if correlation is None else max(1, int(correlation // CORRELATION_STRIDE_DIVISOR))
 
 
 def correlation_time(survey: Survey) -> float | None:
@@ -831,6 +840,8 @@ class Responses:
 
     results: dict[str, ResponseResult]
     density_loss: FoldLosses | None = None
+    #: every score's goodness-of-fit check (when asked), by response variable
+    goodness_of_fit: dict[str, SteinCheck] | None = None
 
 
 def extend_score(passes: Passes, score: Any, moments: Moments, stride: int = 1) -> ExtendedScore:
@@ -860,17 +871,23 @@ def respond(
     passes: Passes,
     response: Reduction,
     held_out: tuple[KernelEmbeddingChoice, Folds] | None = None,
+    check: Reduction | None = None,
 ) -> Responses:
     """Read 4: the response pass ``response`` (conjugate variables and lagged sums for every
     score, eq. 5, eq. 6, the lag-0 Stein residuals and the affine Stein correction: built by
-    :func:`kelr_dist.kernels.response.operator.response_reduction`) and, with ``held_out``, the
-    kernel embedding's held-out loss, in the same read."""
+    :func:`kelr_dist.kernels.response.operator.response_reduction`), with ``held_out`` the
+    kernel embedding's held-out loss, and with ``check`` the scores' goodness of fit
+    (:func:`~kelr_dist.kernels.scores.stein_check.stein_check_reduction`), in the same read."""
     reductions = [response]
     if held_out is not None:
         choice, folds = held_out
         reductions.append(density_loss_reduction(choice.density, choice.order, choice.delta, folds))
-    out = passes(*reductions)
-    return Responses(out[0], out[1] if held_out is not None else None)
+    if check is not None:
+        reductions.append(check)
+    out = iter(passes(*reductions))
+    results = next(out)
+    loss = next(out) if held_out is not None else None
+    return Responses(results, loss, next(out) if check is not None else None)
 
 
 def index_set_for(index_set: str) -> IndexSet:
@@ -888,6 +905,7 @@ __all__ = [
     "Survey",
     "choose_coordinates",
     "choose_kernel_embedding",
+    "check_stride",
     "choose_score_matching",
     "correlation_time",
     "declared_periods",

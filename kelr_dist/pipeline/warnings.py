@@ -17,6 +17,9 @@ category; :func:`emit` also records the line in the result's ``attrs["warnings"]
 - :class:`EdgeWarning`: a density that does not vanish at a hard edge (:func:`warn_edges`);
 - :class:`ConditioningWarning`: score matching's scaled Gram matrix with a condition number
   above :data:`GRAM_CONDITION_LIMIT` (:func:`warn_conditioning`);
+- :class:`GoodnessOfFitWarning`: Stein's identity of the chosen score failing, with test functions
+  outside its span, beyond the Šidák threshold of a family-wise level
+  :data:`GOODNESS_OF_FIT_LEVEL` (:func:`warn_goodness_of_fit`);
 - :class:`TruncationWarning` and :class:`NonFiniteWarning`, raised by
   :func:`kelr_dist.pipeline.conclude.conclude` from the steps' findings.
 """
@@ -36,6 +39,7 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.heldout import Choice
 from kelr_dist.kernels.scores.score_matching import RCOND, Candidate
+from kelr_dist.kernels.scores.stein_check import FUNCTIONS, SteinCheck, sidak_threshold
 from kelr_dist.pipeline.steps import (
     Survey,
 )
@@ -152,6 +156,12 @@ class Entries(NamedTuple):
         """``"x2:bin32 forced on x1 at time 0.4 s"`` (no unit for the data's own)."""
         unit = f" {self.time_units}" if self.time_units else ""
         return f"{self.entry(i, j)} at time {lag * self.dt:.4g}{unit}"
+
+
+class GoodnessOfFitWarning(UserWarning):
+    """The chosen score fails Stein's identity for test functions outside its span (a cubic, a
+    sine, a cosine per component) by more than its error bars allow: the model cannot represent
+    the data's score, a bias that its own lag-0 check, held in its span, does not see."""
 
 
 def emit(category: type[Warning], message: str, record: list[str] | None) -> None:
@@ -354,3 +364,39 @@ def warn_unconverged(
         "time); those standard errors are too small (see response_converged)",
         record,
     )
+
+
+#: the chance, when the score is right, that any of the goodness-of-fit tests of an estimate
+#: fails (family-wise; each test is held to the Šidák threshold of its share)
+GOODNESS_OF_FIT_LEVEL = 0.01
+
+
+def warn_goodness_of_fit(
+    check: SteinCheck, names: list[str], tested: np.ndarray, record: list[str] | None = None
+) -> tuple[float, float]:
+    """The largest ``|T| / total stderr`` of the goodness-of-fit tests of the components
+    ``tested`` ``(d,)`` bool (those without a hard edge, where Stein's identity holds) and its
+    threshold (:func:`~kelr_dist.kernels.scores.stein_check.sidak_threshold` over those tests at
+    :data:`GOODNESS_OF_FIT_LEVEL`); a one-line :class:`GoodnessOfFitWarning` when it is beyond
+    the threshold."""
+    z = np.where(tested[:, None], check.z, -1.0)
+    tests = int(tested.sum()) * len(FUNCTIONS)
+    if tests == 0:
+        return float("nan"), float("nan")
+    threshold = sidak_threshold(tests, GOODNESS_OF_FIT_LEVEL)
+    k, f = (int(v) for v in np.unravel_index(int(np.argmax(z)), z.shape))
+    worst = float(z[k, f])
+    if worst > threshold:
+        failed = int((z > threshold).sum())
+        emit(
+            GoodnessOfFitWarning,
+            f"the score fails Stein's identity E[f s + df/dx] = 0 for the {FUNCTIONS[f]} test "
+            f"function of component {names[k]!r} by {check.relative[k, f]:+.3g} of E|df/dx| "
+            f"({worst:.1f} total standard errors; {failed} of {tests} tests beyond the Šidák "
+            f"threshold {threshold:.2f} of a family-wise level {GOODNESS_OF_FIT_LEVEL:.0%}): the "
+            "score model does not follow the data there and the response may be biased beyond "
+            "its error bars (see goodness_of_fit; try a higher degree, index_set='adaptive' or "
+            "the other estimator)",
+            record,
+        )
+    return worst, threshold
