@@ -57,7 +57,7 @@ from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
 from kelr_dist.pipeline.fits import ESTIMATED, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
-from kelr_dist.pipeline.options import PYTHON_NAMES, ClusterOptions, EstimateOptions, checked
+from kelr_dist.pipeline.options import ClusterOptions, EstimateOptions, checked, python_name
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -206,16 +206,12 @@ def estimate_response(
             stein_correction=stein_correction, pilot=pilot, dt=dt,
         ),
     )  # fmt: skip
-    cluster = checked(
-        ClusterOptions,
-        dict(client=client, n_workers=n_workers, memory_limit=memory_limit, progress=progress),
-        lambda field: PYTHON_NAMES.get(field, field),
-    )
+    cluster = checked(ClusterOptions, dict(client=client, n_workers=n_workers,
+                      memory_limit=memory_limit, progress=progress), python_name)  # fmt: skip
     inputs = check_inputs(trajectory, options)
     # a client made here from an address is closed at the end (also on an error)
-    with client_for(
-        cluster.scheduler, n_workers=cluster.workers, memory_limit=cluster.memory_limit, quiet=True
-    ) as run_on:
+    with client_for(cluster.scheduler, n_workers=cluster.workers,
+                    memory_limit=cluster.memory_limit, quiet=True) as run_on:  # fmt: skip
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
