@@ -33,7 +33,7 @@ class SampleMoments:
 
 #: a component whose variance left after its least-squares regression on the components before
 #: it is below this fraction of its variance (``1 - R² <``, a variance inflation factor above
-#: 1e8; Belsley, Kuh & Welsch, *Regression Diagnostics*, Wiley 1980, §3.1) is collinear: its
+#: 1e8; Belsley, Kuh & Welsch, *Regression Diagnostics*, Wiley 1980, ch. 3) is collinear: its
 #: residual spread is below 1e-4 of its own, the level of data rounded to four significant
 #: digits, far above float32 storage's rounding (``1 - R² ≈ 1e-15``). The equilibrium density
 #: then lives on a thin neighbourhood of a hyperplane that neither a tensor-product basis nor the
