@@ -674,10 +674,10 @@ def test_pandas_columns_name_the_components() -> None:
     from kelr_dist.pipeline.options import EstimateOptions
 
     x = np.random.default_rng(8).standard_normal((3_000, 2))
-    options = EstimateOptions()
+    options = EstimateOptions(dt=0.1)
 
     def names(data: object) -> list[str]:
-        return check_inputs(data, options, dt=0.1).trajectory["component"].values.tolist()
+        return check_inputs(data, options).trajectory["component"].values.tolist()
 
     assert names(pd.DataFrame(x, columns=["u", "v"])) == ["u", "v"]
     assert names(pd.Series(x[:, 0], name="temperature")) == ["temperature"]
@@ -760,7 +760,7 @@ def test_max_time_gives_the_lags_up_to_it(max_time: float, lag: int) -> None:
     from kelr_dist.pipeline.options import EstimateOptions
 
     x = np.random.default_rng(6).standard_normal((3_000, 2))
-    assert check_inputs(x, EstimateOptions(max_time=max_time), dt=0.05).max_lag == lag
+    assert check_inputs(x, EstimateOptions(max_time=max_time, dt=0.05)).max_lag == lag
 
 
 def test_integer_arrays_are_estimated_as_float64_and_booleans_refused() -> None:

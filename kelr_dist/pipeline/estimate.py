@@ -61,7 +61,7 @@ from kelr_dist.pipeline.eof import reduce_inputs
 from kelr_dist.pipeline.fields import field_result
 from kelr_dist.pipeline.fits import ESTIMATED, goodness_of_fit, kernel_embedding, response_scores
 from kelr_dist.pipeline.inputs import check_inputs
-from kelr_dist.pipeline.options import PYTHON_NAMES, ClusterOptions, EstimateOptions, checked
+from kelr_dist.pipeline.options import ClusterOptions, EstimateOptions, checked, python_name
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
     Passes,
@@ -228,11 +228,8 @@ def estimate_response(
             stein_correction=stein_correction, pilot=pilot, dt=dt, reduce=reduce,
         ),
     )  # fmt: skip
-    cluster = checked(
-        ClusterOptions,
-        dict(client=client, n_workers=n_workers, memory_limit=memory_limit, progress=progress),
-        lambda field: PYTHON_NAMES.get(field, field),
-    )
+    cluster = checked(ClusterOptions, dict(client=client, n_workers=n_workers,
+                      memory_limit=memory_limit, progress=progress), python_name)  # fmt: skip
     inputs = check_inputs(trajectory, options)
     # a client made here from an address is closed at the end (also on an error)
     with client_for(

@@ -780,6 +780,11 @@ def _spec_name(
 PYTHON_NAMES = {"scheduler": "client", "workers": "n_workers"}
 
 
+def python_name(field: str) -> str:
+    """The keyword of ``estimate_response`` for a field (:data:`PYTHON_NAMES`, else its name)."""
+    return PYTHON_NAMES.get(field, field)
+
+
 class ClusterOptions(_Options):
     """Where an estimate runs, and how it shows its progress. The Python function names two
     fields otherwise (``client``, ``n_workers``: :data:`PYTHON_NAMES`)."""

@@ -88,7 +88,7 @@ SENSITIVITY_TOLERANCE = 1.0
 
 #: score matching's Gram matrix scaled to unit diagonal with a condition number above this is
 #: reported: its eigenvalues below RCOND of the largest are dropped from the solve (numerical
-#: rank by a relative threshold, Golub & Van Loan, *Matrix Computations*, 4th ed., §5.4.1), so
+#: rank by a relative threshold, Golub & Van Loan, *Matrix Computations*, 4th ed., §5.5), so
 #: some combinations of the chosen features are collinear on the data and their weights are set
 #: to zero rather than fitted (collinear features: a degree the data's few distinct values cannot
 #: carry, or components that are almost linear combinations of each other)

@@ -33,7 +33,7 @@ class SampleMoments:
 
 #: a component whose variance left after its least-squares regression on the components before
 #: it is below this fraction of its variance (``1 - R² <``, a variance inflation factor above
-#: 1e8; Belsley, Kuh & Welsch, *Regression Diagnostics*, Wiley 1980, §3.1) is collinear: its
+#: 1e8; Belsley, Kuh & Welsch, *Regression Diagnostics*, Wiley 1980, ch. 3) is collinear: its
 #: residual spread is below 1e-4 of its own, the level of data rounded to four significant
 #: digits, far above float32 storage's rounding (``1 - R² ≈ 1e-15``). The equilibrium density
 #: then lives on a thin neighbourhood of a hyperplane that neither a tensor-product basis nor the
@@ -42,13 +42,17 @@ COLLINEAR_TOLERANCE = 1e-8
 
 
 def collinear_component(cov: np.ndarray) -> tuple[int, float] | None:
-    """The first component of ``cov (d, d)`` (positive variances) whose ``1 - R²`` on the
-    components before it is below :data:`COLLINEAR_TOLERANCE`, with that ``1 - R²``, or None.
+    """The first component of ``cov (d, d)`` whose ``1 - R²`` on the components before it is
+    below :data:`COLLINEAR_TOLERANCE`, with that ``1 - R²``, or None (also for a covariance with
+    a zero variance or a non-finite entry, which other checks refuse by name).
 
     ``1 - R²`` of component ``j`` is the squared ``j``-th diagonal entry of the Cholesky factor
     of the correlation matrix (the Schur complement of the leading ``j`` components).
     """
-    std = np.sqrt(np.diag(cov))
+    variance = np.diag(cov)
+    if not (np.isfinite(cov).all() and (variance > 0).all()):
+        return None  # a constant or non-finite component: refused by the checks that name it
+    std = np.sqrt(variance)
     correlation = cov / np.outer(std, std)
     d = correlation.shape[0]
     factor = np.zeros((d, d))
@@ -62,8 +66,8 @@ def collinear_component(cov: np.ndarray) -> tuple[int, float] | None:
 
 
 def _covariance_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None) -> Partial:
-    # non-finite samples are refused by the moments pass of the same read, which names them;
-    # here they only make the covariance non-finite
+    # non-finite or too large samples are refused by the moments pass of the same read, which
+    # names them; here they only make the covariance non-finite
     x = np.asarray(x, dtype=np.float64)
     if x.shape[0] == 0:
         d = x.shape[1]
@@ -74,12 +78,14 @@ def _covariance_chunk(x: np.ndarray, _info: BlockInfo, _halo: np.ndarray | None)
             "minimum": np.full(d, np.inf),
             "maximum": np.full(d, -np.inf),
         }
-    mean = x.mean(axis=0)
-    centred = x - mean
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = x.mean(axis=0)
+        centred = x - mean
+        comoment = centred.T @ centred
     return {
         "count": x.shape[0],
         "mean": mean,
-        "comoment": centred.T @ centred,
+        "comoment": comoment,
         "minimum": x.min(axis=0),
         "maximum": x.max(axis=0),
     }
@@ -90,12 +96,15 @@ def _covariance_combine(a: Partial, b: Partial) -> Partial:
     count = a["count"] + b["count"]
     if count == 0:
         return a
-    delta = b["mean"] - a["mean"]
     weight = b["count"] / count
+    with np.errstate(over="ignore", invalid="ignore"):  # samples the moments pass refuses
+        delta = b["mean"] - a["mean"]
+        mean = a["mean"] + delta * weight
+        comoment = a["comoment"] + b["comoment"] + np.outer(delta, delta) * a["count"] * weight
     return {
         "count": count,
-        "mean": a["mean"] + delta * weight,
-        "comoment": a["comoment"] + b["comoment"] + np.outer(delta, delta) * a["count"] * weight,
+        "mean": mean,
+        "comoment": comoment,
         "minimum": np.minimum(a["minimum"], b["minimum"]),
         "maximum": np.maximum(a["maximum"], b["maximum"]),
     }
