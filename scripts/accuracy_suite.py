@@ -33,6 +33,7 @@ import argparse
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -69,7 +70,7 @@ def errors(ds: xr.Dataset, name: str) -> tuple[float, float]:
     """(diagonal, off-diagonal) max |k̂ - k_exact| of response variable ``name``."""
     if name not in ds:
         return (np.nan, np.nan)
-    err = np.abs(ds[name] - ds["response_exact"]).max("lag").values
+    err = abs(ds[name] - ds["response_exact"]).max("lag").values
     if err.shape[0] != err.shape[1]:  # an observable other than A = x (cos/sin): all entries
         return float(err.max()), np.nan
     diag = float(np.max(np.diag(err)))
@@ -163,7 +164,7 @@ def coverage(ds: xr.Dataset) -> dict[str, float]:
     exact reference's own largest lag-0 Stein residual in its standard errors (sampling noise of
     the reference: an affinely corrected estimate meets the Stein target at lag 0 exactly, so
     there its difference from the reference is that residual, not an error of the estimate)."""
-    error = np.abs(ds["response"] - ds["response_exact"]).values
+    error = abs(ds["response"] - ds["response_exact"]).values
     total, sampling = ds["response_total_stderr"].values, ds["response_stderr"].values
     z = error / total
     reference = np.abs(ds["stein_residual_exact"].values) / ds["stein_residual_exact_stderr"].values
@@ -260,13 +261,14 @@ def figure(results: list[tuple[dict, xr.Dataset]], path: Path) -> None:
         shown = slice(0, min(len(k11), 3 * (int(alive[-1]) + 1)))
         for ax, (i, j) in zip(ax_row, [(0, 0), (0, 1)], strict=True):
             t = ds["time"].values[shown]
-            for name, style in [
+            styles: list[tuple[str, dict[str, Any]]] = [
                 ("response_exact", dict(color="k", lw=2, label="exact FDT")),
                 ("response", dict(color="C0", label=f"automatic ({row['chosen']})")),
                 ("response_kernel_embedding", dict(color="C1", ls="--", label="kernel embedding")),
                 ("response_score_matching", dict(color="C2", ls="--", label="score matching")),
                 ("response_gaussian", dict(color="C3", ls=":", label="quasi-Gaussian")),
-            ]:
+            ]
+            for name, style in styles:
                 if name in ds:
                     k = ds[name].isel(i=i, j=j).values[shown]
                     ax.plot(t, k, **style)

@@ -32,7 +32,7 @@ import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from functools import reduce  # noqa: E402
+from functools import partial, reduce  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -87,7 +87,7 @@ def gemm_rate(threads: int) -> float:
     size = 1500
     rng = np.random.default_rng(0)
     mats = [(rng.random((size, size)), rng.random((size, size))) for _ in range(threads)]
-    run = lambda: parallel(threads, [lambda a=a, b=b: a @ b for a, b in mats])  # noqa: E731
+    run = lambda: parallel(threads, [partial(np.matmul, a, b) for a, b in mats])  # noqa: E731
     run()
     return threads * 2 * size**3 / _median_time(run, 3)
 
@@ -97,7 +97,7 @@ def fft_rate(length: int, threads: int) -> float:
     batch = max(1, (1 << 20) // length)
     rng = np.random.default_rng(0)
     data = [rng.random((batch, length)) for _ in range(threads)]
-    run = lambda: parallel(threads, [lambda v=v: fft.rfft(v, axis=-1) for v in data])  # noqa: E731
+    run = lambda: parallel(threads, [partial(fft.rfft, v, axis=-1) for v in data])  # noqa: E731
     run()
     return threads * batch * fft_flops(length) / _median_time(run, 5)
 
@@ -112,7 +112,7 @@ def write_rate(threads: int) -> float:
         for _ in range(16):
             a.fill(1.0)
 
-    run = lambda: parallel(threads, [lambda a=a: fill(a) for a in arrays])  # noqa: E731
+    run = lambda: parallel(threads, [partial(fill, a) for a in arrays])  # noqa: E731
     run()
     return threads * 16 * arrays[0].nbytes / _median_time(run, 7)
 
@@ -166,13 +166,13 @@ def table_stage(basis: TensorBasis, x: np.ndarray, threads: int) -> None:
             for k, c in enumerate(basis.coordinates):
                 c.family.evaluate(c.mapped(part[:, k]), basis.max_orders[k], spaces[k])
 
-    parallel(threads, [lambda a=a, b=b: job(a, b) for a, b in split_rows(len(x), threads)])
+    parallel(threads, [partial(job, a, b) for a, b in split_rows(len(x), threads)])
 
 
 def coefficient_stage(basis: TensorBasis, x: np.ndarray, threads: int) -> KernelDensity:
     parts = parallel(
         threads,
-        [lambda a=a, b=b: coefficient_sums(basis, x[a:b]) for a, b in split_rows(len(x), threads)],
+        [partial(coefficient_sums, basis, x[a:b]) for a, b in split_rows(len(x), threads)],
     )
     return KernelDensity.from_sums(basis, reduce(add_partials, parts))
 
@@ -181,7 +181,7 @@ def evaluate_stage(density: KernelDensity, x: np.ndarray, threads: int) -> np.nd
     """``B = -grad p / p`` where ``p >= DELTA``, else 0 (eq. 46), ``(n, 2)``."""
     parts = parallel(
         threads,
-        [lambda a=a, b=b: density.evaluate(x[a:b]) for a, b in split_rows(len(x), threads)],
+        [partial(density.evaluate, x[a:b]) for a, b in split_rows(len(x), threads)],
     )
     p = np.concatenate([part[0] for part in parts])
     grad = np.concatenate([part[1] for part in parts])
@@ -192,14 +192,14 @@ def evaluate_stage(density: KernelDensity, x: np.ndarray, threads: int) -> np.nd
 def sweep_stage(density: KernelDensity, x: np.ndarray, threads: int) -> dict:
     parts = parallel(
         threads,
-        [lambda a=a, b=b: sweep_sums(density, x[a:b]) for a, b in split_rows(len(x), threads)],
+        [partial(sweep_sums, density, x[a:b]) for a, b in split_rows(len(x), threads)],
     )
     return reduce(combine_sweeps, parts)
 
 
 def lagged_stage(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
     jobs = [
-        lambda lo=lo, hi=hi: lagged_sums(a[lo : hi + MAX_LAG], b[lo:hi], MAX_LAG)
+        partial(lagged_sums, a[lo : hi + MAX_LAG], b[lo:hi], MAX_LAG)
         for lo, hi in split_rows(len(b), threads)
     ]
     return sum(parallel(threads, jobs))
@@ -208,8 +208,8 @@ def lagged_stage(a: np.ndarray, b: np.ndarray, threads: int) -> np.ndarray:
 def error_bar_stage(a: np.ndarray, b: np.ndarray, threads: int) -> dict:
     n = len(b)
     jobs = [
-        lambda lo=lo, hi=hi: response_block_partial(
-            a[lo : hi + MAX_LAG], b[lo:hi], MAX_LAG, BlockInfo(0, lo, hi, n)
+        partial(
+            response_block_partial, a[lo : hi + MAX_LAG], b[lo:hi], MAX_LAG, BlockInfo(0, lo, hi, n)
         )
         for lo, hi in split_rows(n, threads)
     ]
@@ -303,7 +303,7 @@ def per_basis_loop(
         return values[:, -1], derivs[:, -1]
 
     start = time.perf_counter()
-    table = (
+    table: list[Any] = (
         [c.coefficient_table(x[:, k], orders[k]) for k, c in enumerate(coords)]
         if tables_once
         else []
@@ -343,10 +343,10 @@ def kde_binned(x: np.ndarray, threads: int) -> float:
     chunks = split_rows(len(x), threads)
     parts = parallel(
         threads,
-        [lambda a=a, b=b: kde.linear_binning(x[a:b], grid) for a, b in chunks],
+        [partial(kde.linear_binning, x[a:b], grid) for a, b in chunks],
     )
     estimate = kde.BinnedKDE(grid, sum(parts), len(x), h)
-    parallel(threads, [lambda a=a, b=b: estimate.evaluate(x[a:b]) for a, b in chunks])
+    parallel(threads, [partial(estimate.evaluate, x[a:b]) for a, b in chunks])
     return time.perf_counter() - start
 
 
@@ -357,7 +357,7 @@ def kde_exact_seconds(x: np.ndarray, n_samples: int, n_points: int, threads: int
     start = time.perf_counter()
     parallel(
         threads,
-        [lambda a=a, b=b: kde_exact(x[:n_samples], points[a:b], h) for a, b in chunks],
+        [partial(kde_exact, x[:n_samples], points[a:b], h) for a, b in chunks],
     )
     return time.perf_counter() - start
 

@@ -107,13 +107,13 @@ def main() -> None:
         numpy_cmd = [sys.executable, str(HERE / "numpy_kernel_embedding.py"), store]
         package_cmd = [sys.executable, __file__, "--child", store]
         if args.alternate == "environments":
-            times = {label: [] for label in environments}
+            runs: dict[str, list[float]] = {label: [] for label in environments}
             for r in range(args.repeats):
                 for label, env in environments.items():
-                    times[label].append(run(package_cmd, env))
-                    print(f"  run {r + 1}: package, {label:<36}{times[label][-1]:8.2f} s")
+                    runs[label].append(run(package_cmd, env))
+                    print(f"  run {r + 1}: package, {label:<36}{runs[label][-1]:8.2f} s")
             print(f"\nN = {int(args.samples):.0e}, package only, {args.repeats} alternations")
-            for label, values in times.items():
+            for label, values in runs.items():
                 print(f"{label:<40}median {statistics.median(values):8.2f} s")
             return
         summary = []

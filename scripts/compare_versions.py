@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -64,7 +65,7 @@ def run(tree: Path, *job: str) -> None:
     subprocess.run([sys.executable, __file__, "--worker", *job], env=env, check=True)
 
 
-def _same_attr(a: object, b: object) -> bool:
+def _same_attr(a: Any, b: Any) -> bool:
     """Equal, or (floats computed from the results, e.g. ``estimator_disagreement``) within
     the tolerance of the variables."""
     if isinstance(a, float) and isinstance(b, float):
@@ -76,7 +77,7 @@ def compare(old: xr.Dataset, new: xr.Dataset) -> list[tuple[str, float, str]]:
     """``(variable, difference, scale)`` for each variable (data or coordinate) both results
     hold, then one row for the attributes both hold (but a run's own), naming those that differ."""
     rows = []
-    for name in sorted(set(old.variables) & set(new.variables)):
+    for name in sorted(str(v) for v in set(old.variables) & set(new.variables)):
         a, b = old[name].values, new[name].values
         if a.shape != b.shape or a.dtype.kind not in "fiu":
             rows.append((name, 0.0 if np.array_equal(a, b) else np.inf, "equal"))

@@ -46,6 +46,7 @@ import math
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -189,18 +190,19 @@ def direct(
         outputs = min(outputs, int(span / (every * model.dt) + 1e-9))
         states = _forced_mala(model, starts, eps, forced, every, outputs, seed)
         return states, np.arange(outputs + 1) * every * model.dt
-    steps = int(round(span / outputs / model.step))
+    sde: Any = model  # the triple-well's or the Langevin-Morse system's own parameters
+    steps = int(round(span / outputs / sde.step))
     if system == "triple-well":
         states = _forced_triple_well(
-            starts, eps, forced, model.step, steps, outputs, model.a, model.gamma, model.kT,
-            model.variant == "radial", np.random.default_rng(seed),
+            starts, eps, forced, sde.step, steps, outputs, sde.a, sde.gamma, sde.kT,
+            sde.variant == "radial", np.random.default_rng(seed),
         )  # fmt: skip
     else:
         states = _forced_langevin(
-            starts, eps, model.step, steps, outputs, model.gamma, model.kT, model.epsilon,
-            model.a, model.x0, np.random.default_rng(seed),
+            starts, eps, sde.step, steps, outputs, sde.gamma, sde.kT, sde.epsilon,
+            sde.a, sde.x0, np.random.default_rng(seed),
         )  # fmt: skip
-    return states, np.arange(outputs + 1) * steps * model.step
+    return states, np.arange(outputs + 1) * steps * sde.step
 
 
 def central_difference(
@@ -241,7 +243,7 @@ def stein_misfit(ds: xr.Dataset, component: str, suffix: str, stderr: str = "tot
     errors, with its value and entry."""
     rows = [str(i).startswith(f"{component}:") for i in ds["i"].values]
     residual = ds[f"stein_residual{suffix}"].isel(i=rows)
-    z = np.abs(residual) / ds[f"stein_residual{suffix}_{stderr}"].isel(i=rows)
+    z = abs(residual) / ds[f"stein_residual{suffix}_{stderr}"].isel(i=rows)
     at = np.unravel_index(int(np.argmax(z.values)), z.shape)
     entry, forcing = residual["i"].values[at[0]], residual["j"].values[at[1]]
     return (f"{float(z.values[at]):.1f} s.e. ({float(residual.values[at]):+.4f} at {entry}, "

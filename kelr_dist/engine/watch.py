@@ -29,6 +29,10 @@ from distributed import Client
 from kelr_dist.engine.cluster import memory_kills
 from kelr_dist.engine.failures import PassContext
 
+#: memory kills (of the embedded cluster's workers) with no task of the pass finished after which
+#: a worker up for ``settle`` seconds no longer counts as alive: the workers keep dying
+REPEATED_KILLS = 2
+
 
 class Watch:
     """Whether a waiting pass can still progress; :meth:`check` raises when it cannot.
@@ -62,10 +66,17 @@ class Watch:
         self.alive_at = self.next_look = self.free_at = self.answered_at = time.monotonic()
         self.seen: dict[str, float] = {}  # connected workers -> first seen
         self.left = 0  # workers seen to leave while the pass waited
+        self.kills_at_progress = self._kills()
+
+    def _kills(self) -> int:
+        """Workers of the embedded cluster killed for memory so far (0 for another cluster)."""
+        kills = memory_kills(self.client)
+        return 0 if kills is None else kills[0]
 
     def progress(self) -> None:
         """A task of the pass finished."""
         self.alive_at = self.free_at = self.answered_at = time.monotonic()
+        self.kills_at_progress = self._kills()
 
     def check(self) -> None:
         """Look at the cluster (at most every ``interval`` seconds); raise when stuck."""
@@ -96,7 +107,10 @@ class Watch:
         # adaptive or batch-queue cluster starts from none); the embedded one has its workers
         waiting = not present and not self.left and memory_kills(self.client) is None
         settled = any(now - t >= self.settle and present[w] for w, t in self.seen.items())
-        if waiting or settled:
+        # workers killed for memory again and again with no task finished: a restarted worker
+        # may stay up past `settle` on a busy machine before its task kills it once more
+        dying = self._kills() - self.kills_at_progress >= REPEATED_KILLS
+        if (waiting or settled) and not dying:
             self.alive_at = now
         elif now - self.alive_at >= self.timeout:
             raise self.where.no_live_workers(
