@@ -242,8 +242,8 @@ def package(
     k, dt = model.K, model.dt
     options = dict(max_lag=lags, estimator=args.estimator, client="synchronous", gaussian=True)
     if args.reduce is not None:
-        names = {"component": list(model.components)}
-        data = xr.DataArray(x, dims=("time", "component"), coords=names, attrs={"dt": dt})
+        coords = {"component": list(model.components)}
+        data = xr.DataArray(x, dims=("time", "component"), coords=coords, attrs={"dt": dt})
         ds = kelr_dist.estimate_response(data, reduce=args.reduce, **options)
         curves = {key: eof_curves(ds, name, dt) for key, name in READS.items()}
         return curves, ds
