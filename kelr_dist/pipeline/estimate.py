@@ -221,7 +221,9 @@ def estimate_response(
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
-        passes = Passes(kept, run_on, progress, in_memory)
+        passes = Passes(
+            kept, run_on, progress, in_memory, stored=inputs.trajectory if in_memory else None
+        )
         setting = settle(passes, options, inputs)
         plan = plan_estimate(passes, options, inputs, setting)
         fits = fit_estimators(
