@@ -156,12 +156,12 @@ def store(tmp_path_factory) -> Path:
 
 
 @contextmanager
-def killable_cluster() -> Iterator[Client]:
+def killable_cluster(allowed_failures: int = 1) -> Iterator[Client]:
     """Two single-threaded worker processes (restarted by their nannies when they die); a task
-    is given up after killing 2 workers, and a worker holds one task at a time, so only the
-    block that kills is blamed."""
+    is given up after killing ``allowed_failures + 1`` workers, and a worker holds one task at a
+    time, so only the block that kills is blamed."""
     config = {
-        "distributed.scheduler.allowed-failures": 1,
+        "distributed.scheduler.allowed-failures": allowed_failures,
         "distributed.scheduler.worker-saturation": 1.0,
     }
     with dask.config.set(config):
@@ -226,14 +226,33 @@ def test_worker_killed_in_a_pass_gives_the_same_result(
 
 def test_all_workers_killed_at_once_gives_the_same_result(store, reference, tmp_path) -> None:
     """Both worker processes killed together in the response pass, the store kept in their
-    memory: the kept blocks are read from the store again on the workers their nannies start
-    (whose addresses are new), and the result is the clean run's."""
-    with killable_cluster() as client:
+    memory: the pass is read from the store again on the workers their nannies start (whose
+    addresses are new), and the result is the clean run's."""
+    # the blocks running on the two workers count one death each; dask's default allows 3
+    with killable_cluster(allowed_failures=3) as client:
         client.register_plugin(KillAllOnBlock("response", str(tmp_path)), name=KillAllOnBlock.name)
         result = estimate_response(store, client=client, **FAST)
     assert (tmp_path / "killed").exists(), "the workers were not killed"
-    assert result.attrs["store_reads"] == 1  # the store was kept in the workers' memory
-    assert_same_result(result, reference)
+    assert result.attrs["store_reads"] == result.attrs["passes"]  # read again from the store
+    # the same up to rounding: the pass read from the store sums its blocks in another order
+    assert set(result.variables) == set(reference.variables)
+    for name in reference.variables:
+        if np.issubdtype(reference[name].dtype, np.floating):
+            np.testing.assert_allclose(result[name], reference[name], rtol=1e-9, atol=1e-12)
+        else:
+            np.testing.assert_array_equal(result[name], reference[name], err_msg=name)
+    number = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+    for key, want in reference.attrs.items():
+        if key in {"store_reads", "runtime_seconds", "created"}:
+            continue
+        got = result.attrs[key]
+        if isinstance(want, str):  # numbers inside a text (fitted loc/scale) to rounding
+            assert number.split(got) == number.split(want), key
+            got, want = (
+                [float(v) for v in number.findall(got)],
+                [float(v) for v in number.findall(want)],
+            )
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=key)
 
 
 def test_in_memory_samples_lost_with_a_worker_say_how_to_survive_it(

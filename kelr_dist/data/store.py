@@ -603,11 +603,16 @@ class BloscFrames:
                     head, size = file.read(self.HEADER), os.fstat(file.fileno()).st_size
             except FileNotFoundError:
                 continue
-            said = int.from_bytes(head[12:16], "little") if len(head) == self.HEADER else None
-            if said is None or said > size:
+            if len(head) < self.HEADER:
                 raise TruncatedFrame(
-                    f"chunk file {name!r} holds {size} bytes, its Blosc header says "
-                    f"{said if said is not None else 'at least 16'}: truncated"
+                    f"chunk file {name!r} holds {size} bytes, fewer than a Blosc header's "
+                    f"{self.HEADER}: truncated"
+                )
+            said = int.from_bytes(head[12:16], "little")
+            if said > size:
+                raise TruncatedFrame(
+                    f"chunk file {name!r} holds {size} bytes, its Blosc header says {said}: "
+                    "truncated"
                 )
 
 

@@ -23,6 +23,12 @@ from kelr_dist.engine.cluster import ClusterError, memory_kills
 from kelr_dist.engine.graph import WORKER_ATTRIBUTE, ReductionGraph
 
 
+class WorkersLost(ClusterError):
+    """A pass stuck after its workers were lost while others are connected: what the lost
+    workers held (blocks kept in their memory) waits for them, and only reading it again from
+    its source can go on."""
+
+
 @dataclass(frozen=True)
 class PassContext:
     """What an error message says about where a pass failed."""
@@ -106,12 +112,13 @@ class PassContext:
         if left == 0:
             return ClusterError(
                 f"{stuck}: its tasks wait while the {connected} connected workers run none of "
-                "them (no worker meets what the scheduler asks of them, e.g. restrictions to "
-                "workers that are gone); see the scheduler's log"
+                "them (no worker meets what the scheduler asks of them); see the scheduler's log"
             )
-        return ClusterError(
-            f"{stuck}: {left} workers left while the pass waited; see the workers' logs for why "
-            "they died (e.g. killed for exceeding their memory limit: give them more memory)"
+        return WorkersLost(
+            f"{stuck}: {left} workers left while the pass waited, and the {connected} connected "
+            "now run none of its tasks (blocks kept in the memory of the lost workers wait for "
+            "them); see the workers' logs for why they died (e.g. killed for exceeding their "
+            "memory limit: give them more memory)"
         )
 
     def paused(self, workers: dict[str, dict[str, Any]], timeout: float) -> ClusterError:

@@ -10,17 +10,16 @@ tasks already sent to a paused worker, so :class:`Watch` looks at the scheduler'
 (``Client.processing``, ``Client.scheduler_info``: status, memory, memory limit) every few
 seconds while no task of the pass finishes, and raises :class:`ClusterError` with one line.
 
-A third case it repairs: a task whose loose worker restrictions (the kept blocks of
-:func:`kelr_dist.engine.placement.keep_in_memory`) name only workers that are gone (all
-workers lost at once) is left in 'no-worker' by dask even when new workers join; such
-restrictions are dropped (:func:`_unrestrict_from_lost_workers`), so the blocks are read from
-the store again on the new workers.
+A third case: all workers lost at once. The blocks kept in their memory
+(:func:`kelr_dist.engine.placement.keep_in_memory`) carry worker restrictions naming them,
+which dask leaves in 'no-worker' even when new workers join; the pass then fails with
+:class:`~kelr_dist.engine.failures.WorkersLost`, and the caller reads the store again
+(:class:`kelr_dist.pipeline.steps.Passes`).
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import suppress
 from typing import Any
 
 import dask
@@ -65,6 +64,10 @@ class Watch:
         self.interval, self.paused_timeout = interval, paused_timeout
         self.alive_at = self.next_look = self.free_at = self.answered_at = time.monotonic()
         self.seen: dict[str, float] = {}  # connected workers -> first seen
+        try:  # the workers at the start: all of them may be lost before the first look
+            self.seen = dict.fromkeys(client.processing(), self.alive_at)
+        except Exception:  # the client's own failure ends the pass's futures
+            pass
         self.left = 0  # workers seen to leave while the pass waited
         self.kills_at_progress = self._kills()
 
@@ -93,9 +96,6 @@ class Watch:
             if now - self.answered_at >= self.timeout:  # ... unless they never end
                 raise self.where.unanswered(err, self.timeout) from err
             return
-        if present and now - self.alive_at >= self.interval:
-            with suppress(Exception):  # an old scheduler: dask's own rules then
-                self.client.run_on_scheduler(_unrestrict_from_lost_workers)
         self.answered_at = now
         self._check_alive(now, present)
         self._check_paused(now, present, workers)
@@ -143,26 +143,3 @@ def _over_target(worker: dict[str, Any]) -> bool:
     target = dask.config.get("distributed.worker.memory.target")
     memory = worker.get("metrics", {}).get("memory", 0)
     return bool(limit and target and memory > float(target) * limit)
-
-
-def _unrestrict_from_lost_workers(dask_scheduler: Any) -> int:
-    """On the scheduler: drop the loose worker restrictions of 'no-worker' tasks that name only
-    workers no longer connected, and send those tasks to the workers there are; returns how
-    many. (Dask looks for a worker among the restricted ones only when a worker joins, and
-    falls back to any worker only while one of them is connected.)"""
-    workers = dask_scheduler.workers
-    stuck = [
-        ts
-        for ts in dask_scheduler.unrunnable
-        if ts.loose_restrictions
-        and ts.worker_restrictions
-        and not any(w in workers for w in ts.worker_restrictions)
-    ]
-    for ts in stuck:
-        ts.worker_restrictions = None
-        ts.loose_restrictions = False
-    if stuck and workers:
-        dask_scheduler.transitions(
-            {ts.key: "processing" for ts in stuck}, stimulus_id=f"kelr-lost-{time.time()}"
-        )
-    return len(stuck)

@@ -107,6 +107,8 @@ def reduce_inputs(
     eofs = fit_eofs(passes, modes)
     components = [str(c) for c in inputs.trajectory["component"].values]
     passes.trajectory = project_trajectory(passes.trajectory, eofs)
+    if passes.stored is not None:  # the store a pass falls back on reads amplitudes too
+        passes.stored = project_trajectory(passes.stored, eofs)
     projected = project_trajectory(inputs.trajectory, eofs)
     return replace(inputs, trajectory=projected), EofRoute(eofs, components, reduce)
 

@@ -246,7 +246,13 @@ def estimate_response(
         # in-memory input goes to the workers once, and a store that fits in the workers' memory
         # is read once for all passes
         kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
-        passes = Passes(kept, run_on, cluster.progress, in_memory)
+        passes = Passes(
+            kept,
+            run_on,
+            cluster.progress,
+            in_memory,
+            stored=inputs.trajectory if in_memory else None,
+        )
         field = inputs.trajectory  # the grid's layout, before any reduction
         inputs, route = reduce_inputs(passes, inputs, options.reduce)  # reduce="eof(k)"
         setting = settle(passes, options, inputs)

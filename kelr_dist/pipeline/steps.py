@@ -34,6 +34,7 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.data.store import IN_MEMORY, as_trajectory
+from kelr_dist.engine.failures import WorkersLost
 from kelr_dist.engine.passes import run_reductions, scatter_trajectory
 from kelr_dist.kernels.baselines.kde import (
     DEFAULT_MAX_GRID_BYTES,
@@ -348,10 +349,20 @@ class Passes:
     progress: bool | None = None
     in_memory: bool = False
     reads: int = 0
+    #: the trajectory as its store gives it, for a kept one: read again from the store when
+    #: the workers holding the kept blocks are all lost (:class:`WorkersLost`)
+    stored: xr.DataArray | None = None
 
     def __call__(self, *reductions: Reduction) -> list[Any]:
         self.reads += 1
-        return run_reductions(self.trajectory, reductions, self.client, progress=self.progress)
+        try:
+            return run_reductions(self.trajectory, reductions, self.client, progress=self.progress)
+        except WorkersLost:
+            if self.stored is None:
+                raise
+            self.trajectory, self.stored = self.stored, None  # out of core from now on
+            self.in_memory = False
+            return run_reductions(self.trajectory, reductions, self.client, progress=self.progress)
 
     @property
     def store_reads(self) -> int:
