@@ -719,7 +719,7 @@ def test_a_pandas_time_index_is_used_as_the_time_coordinate() -> None:
     with pytest.raises(ValueError, match="without dt or a time index"):
         check_inputs(pd.DataFrame(x), EstimateOptions(max_time=3.0))
     with pytest.raises(ValueError, match="dt=0.2 given, but the data's time coordinate says 0.1"):
-        check_inputs(pd.DataFrame(x, index=cases["float"][0]), EstimateOptions(), dt=0.2)
+        check_inputs(pd.DataFrame(x, index=cases["float"][0]), EstimateOptions(dt=0.2))
 
 
 def test_the_result_records_its_observable_and_forcing() -> None:

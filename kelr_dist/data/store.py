@@ -220,7 +220,7 @@ def check_unchanged(trajectory: xr.DataArray) -> None:
     """
     taken = trajectory.attrs.get("store_fingerprint")
     source = trajectory.attrs.get("store")
-    if not isinstance(taken, str) or not isinstance(source, str):
+    if not isinstance(taken, str) or not isinstance(source, str) or source == IN_MEMORY:
         return
     variable = str(trajectory.name) if trajectory.name is not None else "x"
     now = store_fingerprint(source, variable)

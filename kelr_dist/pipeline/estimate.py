@@ -37,7 +37,6 @@ which also writes it and rebuilds ``p_M`` from it).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -46,27 +45,28 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.engine.cluster import client_for
-from kelr_dist.engine.failures import check_functions_on_workers
-from kelr_dist.engine.passes import keep_in_memory, scatter_trajectory
-from kelr_dist.kernels.response.blocking import fitted_base_block
 from kelr_dist.kernels.response.operator import (
     Forcing,
     Observable,
-    replicate_stride,
-    response_reduction,
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS
 from kelr_dist.pipeline.conclude import conclude
 from kelr_dist.pipeline.eof import reduce_inputs
 from kelr_dist.pipeline.fields import field_result
-from kelr_dist.pipeline.fits import ESTIMATED, goodness_of_fit, kernel_embedding, response_scores
+from kelr_dist.pipeline.fits import (
+    goodness_of_fit,
+    kernel_embedding,
+    response_read,
+    response_scores,
+)
 from kelr_dist.pipeline.inputs import check_inputs
 from kelr_dist.pipeline.options import ClusterOptions, EstimateOptions, checked, python_name
 from kelr_dist.pipeline.planning import plan_estimate, settle
 from kelr_dist.pipeline.steps import (
-    Passes,
+    check_user_functions,
     choose_score_matching,
     fit_estimators,
+    open_passes,
     respond,
 )
 
@@ -235,24 +235,8 @@ def estimate_response(
     with client_for(
         cluster.scheduler, n_workers=cluster.workers, memory_limit=cluster.memory_limit, quiet=True
     ) as run_on:
-        check_functions_on_workers(
-            {
-                "score function": options.score,
-                "observable": getattr(options.observable, "function", None),
-                "forcing": getattr(options.forcing, "function", None),
-            },
-            run_on,
-        )
-        # in-memory input goes to the workers once, and a store that fits in the workers' memory
-        # is read once for all passes
-        kept, in_memory = keep_in_memory(scatter_trajectory(inputs.trajectory, run_on), run_on)
-        passes = Passes(
-            kept,
-            run_on,
-            cluster.progress,
-            in_memory,
-            stored=inputs.trajectory if in_memory else None,
-        )
+        check_user_functions(options.score, options.observable, options.forcing, run_on)
+        passes = open_passes(inputs.trajectory, run_on, cluster.progress)
         field = inputs.trajectory  # the grid's layout, before any reduction
         inputs, route = reduce_inputs(passes, inputs, options.reduce)  # reduce="eof(k)"
         setting = settle(passes, options, inputs)
@@ -271,27 +255,10 @@ def estimate_response(
             else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
-        scores, replicates, neighbours, unrefitted = response_scores(
-            passes, inputs, setting, plan, (ke, sm, fits)
-        )
-        response = response_reduction(
-            scores,
-            setting.observable,
-            inputs.forcing,
-            inputs.max_lag,
-            centre=setting.centre,
-            scales=setting.survey.moments.std,
-            corrected=[name for name in ESTIMATED if name in scores] if plan.affine else (),
-            origin=setting.survey.moments.mean,
-            replicates=replicates,
-            periods=setting.periods,
-            neighbours=neighbours,
-            base_block=fitted_base_block(inputs.max_lag, *inputs.trajectory.shape[:2]),
-            unrefitted=unrefitted,
-            replicate_stride=replicate_stride(math.prod(inputs.trajectory.shape[:2])),
-        )
+        found = response_scores(passes, inputs, setting, plan, (ke, sm, fits))
+        response = response_read(inputs, setting, plan, found)
         held_out = None if ke is None or sm is None else (ke, inputs.folds)
-        check = goodness_of_fit(inputs, setting, scores, replicates)
+        check = goodness_of_fit(inputs, setting, found[0], found[1])
         out = respond(passes, response, held_out, check)
     result = conclude(options, inputs, setting, plan, passes, (ke, sm, piloted), out, started)
     if route is not None:

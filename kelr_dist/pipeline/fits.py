@@ -14,10 +14,12 @@ import math
 from typing import Any
 
 from kelr_dist.kernels.reduction import Reduction
+from kelr_dist.kernels.response.blocking import fitted_base_block
 from kelr_dist.kernels.response.operator import (
     DIFFERENCE_STEP,
     Score,
     replicate_stride,
+    response_reduction,
 )
 from kelr_dist.kernels.response.stein_correction import (
     FourierFeatures,
@@ -80,6 +82,38 @@ def response_scores(
         return (*found, {})
     fourier_base = sm.model if fourier and sm is not None else None
     return refit_on_observable(passes, setting, found, inputs.folds, fourier_base)
+
+
+def response_read(
+    inputs: Inputs,
+    setting: Setting,
+    plan: Plan,
+    found: tuple[
+        dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict
+    ],
+) -> Reduction:
+    """Read 4, the response (:func:`~kelr_dist.kernels.response.operator.response_reduction`,
+    eq. 7) of every score :func:`response_scores` found: the observable and forcing of the
+    setting, the affine Stein correction of the estimated scores where the plan makes it, the
+    fold refits and neighbouring models for the fit's own variance."""
+    scores, replicates, neighbours, unrefitted = found
+    n_samples = math.prod(inputs.trajectory.shape[:2])
+    return response_reduction(
+        scores,
+        setting.observable,
+        inputs.forcing,
+        inputs.max_lag,
+        centre=setting.centre,
+        scales=setting.survey.moments.std,
+        corrected=[name for name in ESTIMATED if name in scores] if plan.affine else (),
+        origin=setting.survey.moments.mean,
+        replicates=replicates,
+        periods=setting.periods,
+        neighbours=neighbours,
+        base_block=fitted_base_block(inputs.max_lag, *inputs.trajectory.shape[:2]),
+        unrefitted=unrefitted,
+        replicate_stride=replicate_stride(n_samples),
+    )
 
 
 def goodness_of_fit(

@@ -34,8 +34,8 @@ import numpy as np
 import xarray as xr
 
 from kelr_dist.data.store import IN_MEMORY, as_trajectory
-from kelr_dist.engine.failures import WorkersLost
-from kelr_dist.engine.passes import run_reductions, scatter_trajectory
+from kelr_dist.engine.failures import WorkersLost, check_functions_on_workers
+from kelr_dist.engine.passes import keep_in_memory, run_reductions, scatter_trajectory
 from kelr_dist.kernels.baselines.kde import (
     DEFAULT_MAX_GRID_BYTES,
     BinnedKDE,
@@ -368,6 +368,28 @@ class Passes:
     def store_reads(self) -> int:
         """Reads of the store (or of the caller's array): 1 when kept in memory."""
         return min(self.reads, 1) if self.in_memory else self.reads
+
+
+def open_passes(trajectory: xr.DataArray, client: Any, progress: bool | None) -> Passes:
+    """The :class:`Passes` over ``trajectory`` on ``client``: in-memory input scattered to the
+    workers once, and a store that fits in the workers' memory kept there and read once for all
+    passes (read again from the store if the workers holding it are all lost)."""
+    kept, in_memory = keep_in_memory(scatter_trajectory(trajectory, client), client)
+    return Passes(kept, client, progress, in_memory, stored=trajectory if in_memory else None)
+
+
+def check_user_functions(score: Any, observable: Any, forcing: Any, client: Any) -> None:
+    """The user's score function, observable and forcing (``"module:function"`` specs, or
+    objects with a ``function`` spec) loaded on every worker before any block runs
+    (:func:`~kelr_dist.engine.failures.check_functions_on_workers`)."""
+    check_functions_on_workers(
+        {
+            "score function": score,
+            "observable": getattr(observable, "function", None),
+            "forcing": getattr(forcing, "function", None),
+        },
+        client,
+    )
 
 
 @dataclass(frozen=True)
@@ -821,6 +843,7 @@ def pilot_kernel_embedding(
     rows = passes.trajectory.isel(time=slice(None, None, stride))
     gathered = rows.copy(data=passes(strided_rows_reduction(stride))[0])
     gathered.attrs.update(store=IN_MEMORY, dt=stride * gathered.attrs["dt"])
+    gathered.attrs.pop("store_fingerprint", None)  # in memory: no store to change under it
     subsample = Passes(scatter_trajectory(as_trajectory(gathered), passes.client), passes.client)
     plan = Folds(folds, chains, rows.shape[1])
     fitted = fit_estimators(subsample, density_basis=density_basis, folds=plan).density
@@ -914,6 +937,7 @@ __all__ = [
     "Responses",
     "ScoreMatchingChoice",
     "Survey",
+    "check_user_functions",
     "choose_coordinates",
     "choose_kernel_embedding",
     "check_stride",
@@ -924,6 +948,7 @@ __all__ = [
     "refit_scores",
     "find_periodic",
     "fit_estimators",
+    "open_passes",
     "kde_grid_and_bandwidth",
     "pilot_kernel_embedding",
     "pilot_stride",
