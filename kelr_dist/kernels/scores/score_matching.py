@@ -133,43 +133,84 @@ class PolynomialFeatures:
             return PolynomialFeatures(self.coordinates, degree)
         return self.subset(self.mask(degree))
 
-    def _tables(self, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per coordinate, the polynomials of the set's multi-indices and their derivatives (x
-        units), each ``(n, P)``."""
-        values, derivs = [], []
-        for k, (c, top) in enumerate(zip(self.coordinates, self.max_degrees, strict=True)):
-            v, dv = polynomials(c.family, c.mapped(x[:, k]), top)
-            columns = self.indices[:, k]
-            values.append(v[:, columns])
-            derivs.append(dv[:, columns] / c.scale)
-        return values, derivs
+    @cached_property
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        """The nonzero entries of each multi-index, at most ``s`` per feature: their coordinates
+        and degrees, each ``(P, s)`` (padded with coordinate 0 at degree 0, whose polynomial is
+        1). A feature's value and gradient are products over its own entries only, so the work
+        per row is proportional to ``P s``, not ``P d``."""
+        m = self.indices
+        nonzero = m > 0
+        count = nonzero.sum(axis=1)
+        rows, cols = np.nonzero(nonzero)
+        slots = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
+        coordinate = np.zeros((self.size, max(int(count.max()), 1)), dtype=np.int64)
+        degree = np.zeros_like(coordinate)
+        coordinate[rows, slots] = cols
+        degree[rows, slots] = m[rows, cols]
+        return coordinate, degree
+
+    def _factors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The polynomial of each entry of :attr:`support` and its derivative (x units) at
+        ``x (n, d)``, each ``(n, P, s)``."""
+        top = self.max_degrees
+        values = np.zeros((x.shape[0], self.dim, max(top) + 1))
+        derivs = np.zeros_like(values)
+        for k, c in enumerate(self.coordinates):
+            v, dv = polynomials(c.family, c.mapped(x[:, k]), top[k])
+            values[:, k, : top[k] + 1] = v
+            derivs[:, k, : top[k] + 1] = dv / c.scale
+        coordinate, degree = self.support
+        return values[:, coordinate, degree], derivs[:, coordinate, degree]
 
     def values(self, x: np.ndarray) -> np.ndarray:
         """``φ (n, P)`` at ``x (n, d)``."""
-        values, _ = self._tables(np.asarray(x, dtype=np.float64))
-        return math.prod(values[1:], start=values[0])
+        factors, _ = self._factors(np.asarray(x, dtype=np.float64))
+        return _product(factors)
 
     def gradients(self, x: np.ndarray) -> np.ndarray:
         """``∂_j φ`` at ``x (n, d)``, ``(d, n, P)`` (x units)."""
-        return self._values_and_gradients(np.asarray(x, dtype=np.float64))[1]
+        x = np.asarray(x, dtype=np.float64)
+        _, grads = self._values_and_entry_gradients(x)
+        coordinate, _ = self.support
+        out = np.zeros((self.dim, x.shape[0], self.size))
+        features = np.arange(self.size)
+        for slot in range(coordinate.shape[1]):
+            out[coordinate[:, slot], :, features] += grads[:, :, slot].T
+        return out
 
     def values_and_gradient_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``φ (n, P)`` at ``x (n, d)`` and ``Σ_n ∂_j φ`` ``(d, P)`` (x units)."""
-        phi, grads = self._values_and_gradients(np.asarray(x, dtype=np.float64))
-        return phi, grads.sum(axis=1)
+        phi, grads = self._values_and_entry_gradients(np.asarray(x, dtype=np.float64))
+        coordinate, _ = self.support
+        sums = np.zeros((self.dim, self.size))
+        np.add.at(sums, (coordinate, np.arange(self.size)[:, None]), grads.sum(axis=0))
+        return phi, sums
 
-    def _values_and_gradients(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``φ`` and ``∂_j φ``: the product with coordinate ``j``'s table replaced by its
-        derivative, from the products of the tables before and after it."""
-        values, derivs = self._tables(x)
-        before = [np.ones_like(values[0])]
-        for v in values[:-1]:
-            before.append(before[-1] * v)
-        after = [np.ones_like(values[0])]
-        for v in values[:0:-1]:
-            after.append(v * after[-1])
-        grads = np.stack([before[j] * derivs[j] * after[-1 - j] for j in range(self.dim)])
-        return before[-1] * values[-1], grads
+    def _values_and_entry_gradients(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``φ (n, P)`` and, per entry of :attr:`support`, the derivative of ``φ`` along its
+        coordinate ``(n, P, s)``: the product with that entry's factor replaced by its
+        derivative, from the products of the factors before and after it."""
+        factors, derivs = self._factors(x)
+        slots = factors.shape[2]
+        before = [np.ones(factors.shape[:2])]
+        for j in range(slots - 1):
+            before.append(before[-1] * factors[:, :, j])
+        after = [np.ones(factors.shape[:2])]
+        for j in range(slots - 1, 0, -1):
+            after.append(factors[:, :, j] * after[-1])
+        grads = np.stack(
+            [before[j] * derivs[:, :, j] * after[-1 - j] for j in range(slots)], axis=2
+        )
+        return before[-1] * factors[:, :, -1], grads
+
+
+def _product(factors: np.ndarray) -> np.ndarray:
+    """``Π_j factors[:, :, j]`` in slot order, ``(n, P)``."""
+    out = factors[:, :, 0].copy()
+    for j in range(1, factors.shape[2]):
+        out *= factors[:, :, j]
+    return out
 
 
 def gram_sums(
