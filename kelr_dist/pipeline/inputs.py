@@ -31,6 +31,11 @@ from kelr_dist.kernels.response.operator import (
     Observable,
 )
 from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.local import (
+    LOCAL_DIMENSION,
+    Neighbourhoods,
+    declared_neighbourhoods,
+)
 from kelr_dist.kernels.scores.score_matching import feature_count
 from kelr_dist.pipeline.options import EstimateOptions, Name
 from kelr_dist.pipeline.steps import (
@@ -180,6 +185,32 @@ def _degree(options: EstimateOptions, d: int, name: Name = str) -> int | None:
     return degree
 
 
+def _local(
+    traj: xr.DataArray, options: EstimateOptions, components: list[str], name: Name = str
+) -> tuple[bool, Neighbourhoods | None]:
+    """Whether score matching is local (``index_set="local"``, neighbourhoods given by the
+    option or the store's ``neighbours`` attribute, or ``index_set="auto"`` from
+    :data:`~kelr_dist.kernels.scores.local.LOCAL_DIMENSION` components on) and its declared
+    neighbourhoods, checked against the components; ``symmetry`` needs a lattice."""
+    spec, what = options.neighbours, name("neighbours")
+    if spec is None and options.index_set in ("auto", "local"):
+        spec = traj.attrs.get("neighbours")
+        what = f"trajectory {traj.attrs.get('store', IN_MEMORY)!r}: attribute 'neighbours'"
+    declared = None if spec is None else declared_neighbourhoods(spec, components, what)
+    local = options.index_set == "local" or declared is not None
+    local = local or (options.index_set == "auto" and len(components) >= LOCAL_DIMENSION)
+    if options.symmetry == "translation" and not (declared is not None and declared.lattice):
+        raise ValueError(
+            f"{name('symmetry')}='translation' ties the weights of sites of the same shape: it "
+            f"needs {name('neighbours')}='ring' or 'grid(n1,n2)'"
+        )
+    return local, declared
+
+
+def _local_degree(options: EstimateOptions) -> int | None:
+    return None if options.degree == "auto" else int(options.degree)
+
+
 def _exact_score(
     trajectory: xr.DataArray, score: Callable | None, name: Name = str
 ) -> Callable | None:
@@ -216,6 +247,10 @@ class Inputs:
     exact: Callable | None  #: the exact score, when asked for
     observable: Observable | PendingDistribution  #: a distribution's grid comes from the data
     forcing: Forcing
+    #: score matching is the local model (:mod:`kelr_dist.kernels.scores.local`), on these
+    #: declared neighbourhoods (None: from the data's partial correlations)
+    local: bool = False
+    neighbours: Neighbourhoods | None = None
 
 
 def check_inputs(
@@ -248,7 +283,8 @@ def check_inputs(
     _check_shape(traj, n, d)
     lag = _max_lag(options, step, n, str(traj.attrs.get("store", IN_MEMORY)), name)
     fitted, chosen = _orders(options, d)
-    sm_degree = _degree(options, d, name)
+    local, neighbours = _local(traj, options, components, name)
+    sm_degree = _degree(options, d, name) if not local else _local_degree(options)
     if options.kde and d > 3:
         raise ValueError(
             f"{name('kde')}: the Gaussian-KDE baseline supports d <= 3, the data have {d}"
@@ -261,4 +297,7 @@ def check_inputs(
     forcing = options.forcing_for(components)
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
-    return Inputs(traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing)
+    return Inputs(
+        traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing, local,
+        neighbours,
+    )  # fmt: skip

@@ -39,7 +39,7 @@ J. Mach. Learn. Res. 6 (2005) 695–709.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -114,6 +114,11 @@ class PolynomialFeatures:
     @property
     def size(self) -> int:
         return int(self.indices.shape[0])
+
+    @property
+    def gram_size(self) -> int:
+        """The size of the Gram matrix the pass sums per row (its work: ``2 P²`` flops)."""
+        return self.size
 
     @property
     def max_degrees(self) -> tuple[int, ...]:
@@ -402,12 +407,19 @@ def held_out_candidates(
     return out
 
 
-def choose_candidate(candidates: list[Candidate]) -> Candidate:
+def _fewest_parameters(c: Candidate) -> tuple[int, float]:
+    return c.degree, c.ridge
+
+
+def choose_candidate(
+    candidates: list[Candidate], simplicity: Callable[[Candidate], Any] = _fewest_parameters
+) -> Candidate:
     """The simplest candidate within one standard error of the least held-out loss.
 
     Simplest: lowest degree, then smallest ridge (a ridge shrinks the score and biases the
     response linearly while the loss sees the shrinkage only quadratically: it is there for
-    ill-conditioned Gram matrices, not as a smoother). The standard error is that of the paired
+    ill-conditioned Gram matrices, not as a smoother; ``simplicity`` gives another order, e.g.
+    by features). The standard error is that of the paired
     per-fold difference to the best candidate, ``sd_f(J_f(c) - J_f(best)) / sqrt(K)``, capped
     at the best candidate's own ``sd_f(J_f(best)) / sqrt(K)`` (so an unstable fit whose fold
     losses scatter by more than the loss itself is never "within one error"): among
@@ -423,7 +435,7 @@ def choose_candidate(candidates: list[Candidate]) -> Candidate:
     if k < 2:
         return top
     own = fold_stderr(top.fold_losses)
-    for c in sorted(finite, key=lambda c: (c.degree, c.ridge)):
+    for c in sorted(finite, key=simplicity):
         paired = fold_stderr(c.fold_losses - top.fold_losses)
         # a candidate whose losses scatter wildly is not "as good": the tolerance never
         # exceeds the best candidate's own standard error
