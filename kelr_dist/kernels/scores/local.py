@@ -55,7 +55,6 @@ from kelr_dist.kernels.scores.score_matching import (
     PolynomialFeatures,
     ScaledGram,
     choose_candidate,
-    hyvarinen_loss,
     solve_weights,
 )
 
@@ -381,16 +380,24 @@ class LocalSums:
             np.array([int(p["n"]) for p in parts]),
         )
 
+    @cached_property
+    def _means(self) -> dict[tuple[int | None, bool], tuple[np.ndarray, np.ndarray]]:
+        return {}
+
     def means(self, fold: int | None = None, left_out: bool = False) -> tuple[np.ndarray, ...]:
         """``(G (d, W, W), b (d, W))`` as means over all rows, over ``fold`` alone, or
-        (``left_out``) over every fold but ``fold``."""
-        keep = np.ones(len(self.n), dtype=bool)
-        if fold is not None:
-            keep = np.arange(len(self.n)) == fold
-            if left_out:
-                keep = ~keep
-        n = self.n[keep].sum()
-        return self.gram[keep].sum(axis=0) / n, self.b[keep].sum(axis=0) / n
+        (``left_out``) over every fold but ``fold`` (each computed once: the choice asks for
+        them for every candidate)."""
+        key = (fold, left_out and fold is not None)
+        if key not in self._means:
+            keep = np.ones(len(self.n), dtype=bool)
+            if fold is not None:
+                keep = np.arange(len(self.n)) == fold
+                if left_out:
+                    keep = ~keep
+            n = self.n[keep].sum()
+            self._means[key] = (self.gram[keep].sum(axis=0) / n, self.b[keep].sum(axis=0) / n)
+        return self._means[key]
 
     def fit(
         self, members: np.ndarray, ridges: Sequence[float], without: int | None = None
@@ -400,6 +407,12 @@ class LocalSums:
         weights at every site."""
         gram, b = self.means(without, left_out=True)
         out = [np.zeros(b.shape) for _ in ridges]
+        keep = members[0]
+        if not self.features.tied and (members == keep).all():  # one stacked solve
+            g = gram[:, keep][:, :, keep]
+            for r, w in enumerate(solve_weights(g, b[:, keep][:, None], tuple(ridges))):
+                out[r][:, keep] = w[:, 0]
+            return out
         sites = np.arange(self.features.dim)
         groups = [sites] if self.features.tied else [sites[i : i + 1] for i in sites]
         for group in groups:
@@ -415,10 +428,8 @@ class LocalSums:
         term in its standardized coordinate (the scale of :func:`hyvarinen_loss`)."""
         gram, b = self.means(fold)
         scales = np.array([c.scale for c in self.features.coordinates])
-        return sum(
-            hyvarinen_loss(weights[i][None], gram[i], b[i][None], scales[i : i + 1])
-            for i in range(self.features.dim)
-        )
+        w, b = weights * scales[:, None], b * scales[:, None]  # as hyvarinen_loss scales them
+        return float(np.sum(w * (0.5 * (gram @ w[:, :, None])[:, :, 0] + b)))
 
 
 def local_gram_reduction(features: LocalFeatures, folds: Folds, stride: int = 1) -> Reduction:

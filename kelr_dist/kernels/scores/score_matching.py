@@ -305,15 +305,16 @@ class ScaledGram:
 
     @classmethod
     def of(cls, gram: np.ndarray) -> ScaledGram:
-        diagonal = np.diag(gram)
+        """Of ``gram (P, P)``, or of a stack ``(..., P, P)`` (then every field is stacked)."""
+        diagonal = np.diagonal(gram, axis1=-2, axis2=-1)
         scale = np.where(diagonal > 0, 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0)), 1.0)
-        eigval, eigvec = np.linalg.eigh(scale[:, None] * gram * scale[None, :])
+        eigval, eigvec = np.linalg.eigh(scale[..., :, None] * gram * scale[..., None, :])
         return cls(scale, eigval, eigvec)
 
     @property
     def kept(self) -> np.ndarray:
         """``(P,)`` bool: eigenvalues above :data:`RCOND` times the largest."""
-        return self.eigval > RCOND * max(float(self.eigval[-1]), 0.0)
+        return self.eigval > RCOND * np.maximum(self.eigval[..., -1:], 0.0)
 
     @property
     def condition(self) -> float:
@@ -328,15 +329,18 @@ def solve_weights(gram: np.ndarray, b: np.ndarray, ridges: tuple[float, ...]) ->
     relative to the mean eigenvalue, as ``λ = α tr(G) / P`` unscaled).
 
     Solved in the eigenbasis of ``G̃``; eigenvalues below :data:`RCOND` times the largest count
-    as zero (a pseudo-inverse), so collinear features do not blow the weights up.
+    as zero (a pseudo-inverse), so collinear features do not blow the weights up. A stack of
+    independent fits, ``gram (..., P, P)`` and ``b (..., d, P)``, gives weights ``(..., d, P)``.
     """
     scaled = ScaledGram.of(gram)
     keep = scaled.kept
-    projected = scaled.eigvec.T @ (scaled.scale[:, None] * b.T)  # (P, d)
+    vectors, scale = scaled.eigvec, scaled.scale[..., :, None]
+    projected = np.swapaxes(vectors, -1, -2) @ (scale * np.swapaxes(b, -1, -2))  # (..., P, d)
     out = []
     for alpha in ridges:
         inverse = np.where(keep, 1.0 / np.where(keep, scaled.eigval + alpha, 1.0), 0.0)
-        out.append(-(scaled.scale[:, None] * (scaled.eigvec @ (inverse[:, None] * projected))).T)
+        solved = -(scale * (vectors @ (inverse[..., :, None] * projected)))
+        out.append(np.swapaxes(solved, -1, -2))
     return out
 
 
