@@ -410,6 +410,10 @@ def stein_target(
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
 
+#: bytes of the lag-0 Stein residual products of one piece of a segment (rows in whole base
+#: blocks, at least one)
+STEIN_PIECE_BYTES = 64 * 2**20
+
 #: key of the lagged sums shared by every corrected score (not a score's name: has a space)
 AFFINE = "affine correction"
 
@@ -615,13 +619,14 @@ class _ResponseKernel:
     ) -> Partial:
         """The lag-0 Stein residual products ``a_i b_j - ∂_j(c_j A_i)`` of every conjugate
         variable ``b (n, d)`` and their block-averaging partial, by aligned row pieces whose
-        ``k q d`` products stay within the blocking's segment bytes (with d in the hundreds,
-        ``q d`` columns of a whole segment would take gigabytes); the pieces merge like
-        separate chunks."""
+        ``k q d`` products stay within :data:`STEIN_PIECE_BYTES` (with d in the hundreds,
+        ``q d`` columns of a whole segment would take gigabytes; with a few components a
+        segment is one piece); the pieces merge like separate chunks."""
         k0 = default_base_block(0)
         width = len(conjugates) * a.shape[1] * len(self.forcing.names)
         total = None
-        for piece, rows in aligned_segments(info, segment_length(0, width * k0, k0), 0):
+        pieces = k0 << max(int(STEIN_PIECE_BYTES // (8 * width * k0)).bit_length() - 1, 0)
+        for piece, rows in aligned_segments(info, pieces, 0):
             x_p, a_p = x[rows], a[rows]
             target = stein_target(
                 self.observable, self.forcing, x_p, a_p, DIFFERENCE_STEP * self.scales
