@@ -223,3 +223,22 @@ def test_local_score_matching_end_to_end_on_a_ring() -> None:
     assert np.isfinite(ds["response_estimator_stderr"]).all()
     assert (ds["response_total_stderr"] >= ds["response_stderr"] - 1e-15).all()
     assert "model_neighbour" not in ds.attrs or "local radius" in ds.attrs["model_neighbour"]
+
+
+def test_the_command_line_refuses_a_mismatched_neighbourhood(tmp_path: Any) -> None:
+    """``kelr estimate --neighbours grid(4,4)`` on 12 components: exit 2, one line, no cluster."""
+    import xarray as xr
+
+    x, _ = _ring_samples(12, 2000)
+    store = tmp_path / "field.zarr"
+    xr.Dataset({"x": (("time", "component"), x)}, attrs={"dt": 1.0}).to_zarr(
+        store, consolidated=False
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "kelr_dist.edges.cli", "estimate", str(store),
+         str(tmp_path / "out.zarr"), "--neighbours", "grid(4,4)"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--neighbours='grid(4,4)' has 16 sites" in lines[0], run.stderr
