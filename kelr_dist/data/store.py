@@ -67,11 +67,10 @@ TIME_PROBES = 64
 # relative tolerance on the spacing of a time coordinate (and a time coordinate vs ``dt``)
 DT_RTOL = 1e-6
 # fewest samples per chain and most components an estimate accepts (kelr_dist.pipeline.estimate):
-# orders, held-out folds and block error bars need 1000 samples per chain; the kernel embedding's
-# work per sample, d C(M + d, d), leaves only a linear basis (M = 1) from 24 components on and none
-# from 88
+# orders, held-out folds and block error bars need 1000 samples per chain; the response alone is
+# d² lagged sums per lag (and as many per held-out fold for its error bars)
 MIN_SAMPLES = 1000
-MAX_COMPONENTS = 64
+MAX_COMPONENTS = 256
 # the client holds a task graph of a few tasks per block (one chain, one time chunk) of a
 # store and, on the embedded cluster, the scheduler's task states: the first pass over 1e5
 # blocks grew `kelr estimate` by 380 MB, about 4 KiB per block
@@ -1000,10 +999,10 @@ def estimate_limits(n: int, d: int) -> list[str]:
     if d > MAX_COMPONENTS:
         transposed = " (more components than samples: is the array transposed?)" if d >= n else ""
         problems.append(
-            f"{d} components{transposed}; at most {MAX_COMPONENTS} are supported (the kernel "
-            "embedding's work per sample grows as d C(M + d, d): from 24 components on only a "
-            "linear basis fits its budget, from 88 none); select the components to estimate "
-            "with --components NAMES (components= in Python, input.components in a job file)"
+            f"{d} components{transposed}; at most {MAX_COMPONENTS} are supported (the response "
+            "is d² lagged sums per lag, with as many again per held-out fold for its error "
+            "bars); select the components to estimate with --components NAMES (components= in "
+            "Python, input.components in a job file)"
         )
     if n < MIN_SAMPLES:
         problems.append(

@@ -64,6 +64,8 @@ LAYOUT: dict[str, dict[str, str] | str] = {
         "order": "order",
         "max_order": "max_order",
         "index_set": "index_set",
+        "neighbours": "neighbours",
+        "symmetry": "symmetry",
     },
     "observable": "observable",
     "forcing": "forcing",

@@ -29,17 +29,18 @@ from kelr_dist.kernels.response.stein_correction import (
     FOURIER_COUNT,
 )
 from kelr_dist.kernels.scores.heldout import candidate_table, used_estimator
+from kelr_dist.kernels.scores.local import LocalChoice
 from kelr_dist.pipeline.distribution import distribution_attrs
 from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import EstimateOptions
 from kelr_dist.pipeline.planning import Plan, Setting
 from kelr_dist.pipeline.result import assemble_result, json_attr, number_attr
 from kelr_dist.pipeline.steps import (
+    AnyScoreMatching,
     KernelEmbeddingChoice,
     Passes,
     Pilot,
     Responses,
-    ScoreMatchingChoice,
     gram_stride,
     kernel_embedding_truncation,
     score_matching_truncation,
@@ -65,7 +66,7 @@ def conclude(
     setting: Setting,
     plan: Plan,
     passes: Passes,
-    fitted: tuple[KernelEmbeddingChoice | None, ScoreMatchingChoice | None, Pilot | None],
+    fitted: tuple[KernelEmbeddingChoice | None, AnyScoreMatching | None, Pilot | None],
     out: Responses,
     started: float,
 ) -> xr.Dataset:
@@ -182,12 +183,22 @@ def conclude(
             degree=sm.degree,
             ridge=sm.ridge,
             max_degree=plan.features.degree,
-            gram_stride=gram_stride(chains * n, plan.features.size, plan.correlation),
+            gram_stride=gram_stride(chains * n, plan.features.gram_size, plan.correlation),
             gram_condition=sm.condition,
             score_matching_index_set=sm.index_set,
             score_matching_features=int(sm.model.features.size),
             score_matching_max_degrees=list(sm.model.features.max_degrees),
         )
+        if isinstance(sm, LocalChoice):
+            local = sm.sums.features
+            attrs.update(
+                score_matching_features=sm.pick.features,
+                local_radius=sm.radius,
+                neighbourhoods=local.neighbourhoods.describe(
+                    [str(c) for c in traj["component"].values]
+                ),
+                symmetry="translation" if local.tied else "none",
+            )
     if pilot is not None:
         attrs.update(pilot.attrs())
     if disagreement is not None:

@@ -81,6 +81,8 @@ def estimate_response(
     order: Any = "auto",
     max_order: Any = None,
     index_set: str = "auto",
+    neighbours: Any = None,
+    symmetry: str = "none",
     degree: Any = "auto",
     folds: int = DEFAULT_FOLDS,
     max_lag: int | None = None,
@@ -136,6 +138,13 @@ def estimate_response(
         single-coordinate and pairwise degrees
         (``kelr_dist.kernels.scores.index_sets.grow``; attributes
         ``score_matching_features``, ``score_matching_max_degrees``).
+    neighbours, symmetry : the local score model (:mod:`kelr_dist.kernels.scores.local`; the
+        default from 10 components on, ``index_set="local"`` below): ``neighbours`` ``"ring"``,
+        ``"grid(n1,n2)"``, a mapping of component names to their neighbours' names or a list of
+        neighbour index lists (``None``: the store's ``neighbours`` attribute, else each
+        component's strongest partial correlations); ``symmetry="translation"`` ties the
+        weights of all sites of a ring or grid. Attributes ``local_radius``,
+        ``neighbourhoods``, ``symmetry``.
     degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
         ``kelr_dist.pipeline.steps.score_matching_max_degree``) or a total degree ``q``.
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
@@ -222,7 +231,8 @@ def estimate_response(
         EstimateOptions,
         dict(
             variable=variable, components=components, estimator=estimator, basis=basis,
-            order=order, max_order=max_order, index_set=index_set, degree=degree, folds=folds,
+            order=order, max_order=max_order, index_set=index_set, neighbours=neighbours,
+            symmetry=symmetry, degree=degree, folds=folds,
             max_lag=max_lag, max_time=max_time, delta=delta, observable=observable,
             forcing=forcing, exact=exact, score=score, kde=kde, gaussian=gaussian,
             stein_correction=stein_correction, pilot=pilot, dt=dt, reduce=reduce,

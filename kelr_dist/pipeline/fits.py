@@ -33,11 +33,11 @@ from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import EstimateOptions
 from kelr_dist.pipeline.planning import Plan, Setting
 from kelr_dist.pipeline.steps import (
+    AnyScoreMatching,
     Fits,
     KernelEmbeddingChoice,
     Passes,
     Pilot,
-    ScoreMatchingChoice,
     check_stride,
     choose_kernel_embedding,
     correlation_time,
@@ -63,7 +63,7 @@ def response_scores(
     inputs: Inputs,
     setting: Setting,
     plan: Plan,
-    fitted: tuple[KernelEmbeddingChoice | None, ScoreMatchingChoice | None, Fits],
+    fitted: tuple[KernelEmbeddingChoice | None, AnyScoreMatching | None, Fits],
 ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
     """The scores of the response read (:meth:`Plan.scores`), after read 3f (score matching
     refitted with random Fourier features, its neighbour outside a polynomial span) or, for a
@@ -75,7 +75,7 @@ def response_scores(
     if fourier and not plan.refit:
         assert sm is not None and plan.features is not None
         n_samples = math.prod(inputs.trajectory.shape[:2])
-        stride = gram_stride(n_samples, plan.features.size, plan.correlation)
+        stride = gram_stride(n_samples, plan.features.gram_size, plan.correlation)
         extended = extend_score(passes, sm.model, setting.survey.moments, stride)
     found = plan.scores(ke, sm, fits, extended)
     if not plan.refit:
@@ -197,7 +197,7 @@ def kernel_embedding(
     inputs: Inputs,
     plan: Plan,
     density: KernelDensity | None,
-    sm: ScoreMatchingChoice | None,
+    sm: AnyScoreMatching | None,
 ) -> tuple[KernelEmbeddingChoice | None, Pilot | None]:
     """The kernel embedding of the plan (``None`` when it is not fitted), from the ``density`` of
     read 2 or, after a pilot that finds it can still win, from its own read 2k; and the pilot."""

@@ -34,6 +34,11 @@ from kelr_dist.kernels.response.operator import (
     Observable,
 )
 from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.local import (
+    LOCAL_DIMENSION,
+    Neighbourhoods,
+    declared_neighbourhoods,
+)
 from kelr_dist.kernels.scores.score_matching import feature_count
 from kelr_dist.pipeline.fields import PendingEOF, field_observable, forcing_pattern
 from kelr_dist.pipeline.options import EstimateOptions, Name, eof_modes, is_pattern
@@ -206,6 +211,32 @@ def _degree(options: EstimateOptions, d: int, name: Name = str) -> int | None:
     return degree
 
 
+def _local(
+    traj: xr.DataArray, options: EstimateOptions, components: list[str], name: Name = str
+) -> tuple[bool, Neighbourhoods | None]:
+    """Whether score matching is local (``index_set="local"``, neighbourhoods given by the
+    option or the store's ``neighbours`` attribute, or ``index_set="auto"`` from
+    :data:`~kelr_dist.kernels.scores.local.LOCAL_DIMENSION` components on) and its declared
+    neighbourhoods, checked against the components; ``symmetry`` needs a lattice."""
+    spec, what = options.neighbours, name("neighbours")
+    if spec is None and options.index_set in ("auto", "local"):
+        spec = traj.attrs.get("neighbours")
+        what = f"trajectory {traj.attrs.get('store', IN_MEMORY)!r}: attribute 'neighbours'"
+    declared = None if spec is None else declared_neighbourhoods(spec, components, what)
+    local = options.index_set == "local" or declared is not None
+    local = local or (options.index_set == "auto" and len(components) >= LOCAL_DIMENSION)
+    if options.symmetry == "translation" and not (declared is not None and declared.lattice):
+        raise ValueError(
+            f"{name('symmetry')}='translation' ties the weights of sites of the same shape: it "
+            f"needs {name('neighbours')}='ring' or 'grid(n1,n2)'"
+        )
+    return local, declared
+
+
+def _local_degree(options: EstimateOptions) -> int | None:
+    return None if options.degree == "auto" else int(options.degree)
+
+
 def _exact_score(
     trajectory: xr.DataArray, score: Callable | None, name: Name = str
 ) -> Callable | None:
@@ -252,6 +283,10 @@ class Inputs:
     forcing: Forcing
     #: a forcing pattern ``f (d,)`` over a field's grid points (:mod:`kelr_dist.pipeline.fields`)
     pattern: np.ndarray | None = None
+    #: score matching is the local model (:mod:`kelr_dist.kernels.scores.local`), on these
+    #: declared neighbourhoods (None: from the data's partial correlations)
+    local: bool = False
+    neighbours: Neighbourhoods | None = None
 
 
 def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) -> Inputs:
@@ -294,7 +329,8 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
     _check_shape(traj, n, d)
     lag = _max_lag(options, step, n, str(traj.attrs.get("store", IN_MEMORY)), name)
     fitted, chosen = _orders(options, d)
-    sm_degree = _degree(options, d, name)
+    local, neighbours = _local(traj, options, components, name)
+    sm_degree = _degree(options, d, name) if not local else _local_degree(options)
     if options.kde and d > 3:
         raise ValueError(
             f"{name('kde')}: the Gaussian-KDE baseline supports d <= 3, the data have {d}"
@@ -310,5 +346,6 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
     pattern = forcing_pattern(options.forcing, traj, name) if is_pattern(options.forcing) else None
     return Inputs(
-        traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing, pattern
-    )
+        traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing, pattern,
+        local, neighbours,
+    )  # fmt: skip

@@ -69,8 +69,9 @@ from kelr_dist.kernels.response.operator import (
 )
 from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS, MAX_FOLDS
 from kelr_dist.kernels.scores.heldout import ESTIMATORS
+from kelr_dist.kernels.scores.local import LOCAL_DIMENSION, SYMMETRIES
 
-INDEX_SETS = ("auto", "total", "box", "adaptive")
+INDEX_SETS = ("auto", "total", "box", "adaptive", "local")
 DELTA_RULES = ("auto", "paper")
 OBSERVABLES = ("identity", "square", "angles", *KINDS)
 FORCINGS = ("constant", "linear")
@@ -330,6 +331,15 @@ def eof_modes(reduce: str | None) -> int | None:
     """The number of EOFs of a validated ``reduce`` option (None: no reduction)."""
     match = None if reduce is None else _EOF.fullmatch(reduce)
     return None if match is None else int(match.group(1))
+
+
+def _neighbours(value: Any) -> Any:
+    """A neighbourhood spec (its match with the components is checked against the data)."""
+    if value is None or (isinstance(value, str) and value.strip()):
+        return None if value is None else value.strip()
+    if isinstance(value, dict | list | tuple) and len(value):
+        return value
+    raise _invalid(f"expected 'ring', 'grid(n1,n2)', a mapping or a list, got {shown(value)}")
 
 
 def _memory(value: Any) -> str | int | None:
@@ -628,9 +638,24 @@ class EstimateOptions(_Options):
     index_set: Annotated[str, _checks(_choice(INDEX_SETS))] = option(
         "auto",
         "multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless only "
-        "one coordinate is active: box, paper §5.2); adaptive: auto, and score matching's set "
-        "grown by held-out loss",
+        "one coordinate is active: box, paper §5.2; score matching local from "
+        f"{LOCAL_DIMENSION} components on); adaptive: auto, and score matching's set grown by "
+        "held-out loss; local: score matching per component on its neighbourhood",
         choices=INDEX_SETS,
+    )
+    neighbours: Annotated[Any, _checks(_neighbours)] = option(
+        None,
+        "the local score model's neighbourhoods: 'ring', 'grid(n1,n2)', a mapping of component "
+        "names to their neighbours, or a list of neighbour lists (none: the store's "
+        "'neighbours' attribute, else the data's partial correlations); implies "
+        "index_set local",
+        metavar="SPEC",
+    )
+    symmetry: Annotated[str, _checks(_choice(SYMMETRIES))] = option(
+        "none",
+        "the local score model: 'translation' ties the weights of every site (a ring or a "
+        "periodic grid)",
+        choices=SYMMETRIES,
     )
     observable: Annotated[Any, _checks(_observable)] = option(
         "identity",
@@ -693,6 +718,11 @@ class EstimateOptions(_Options):
             raise _invalid(
                 f"a per-coordinate {name('order')} {self.order} needs "
                 f"{name('index_set')}='box', got 'total'"
+            )
+        if self.neighbours is not None and self.index_set not in ("auto", "local"):
+            raise _invalid(
+                f"{name('neighbours')} is for the local score model: leave "
+                f"{name('index_set')}='auto' or give 'local', got {self.index_set!r}"
             )
         if self.index_set == "adaptive" and self.degree != "auto":
             raise _invalid(

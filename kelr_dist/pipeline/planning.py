@@ -27,16 +27,22 @@ from kelr_dist.kernels.response.operator import (
     Score,
     observable_mean_reduction,
 )
+from kelr_dist.kernels.scores.local import (
+    LocalFeatures,
+    Neighbourhoods,
+    degree_caps,
+    partners_from_covariance,
+)
 from kelr_dist.kernels.scores.score_matching import PolynomialFeatures
 from kelr_dist.pipeline.distribution import survey_for
 from kelr_dist.pipeline.fields import PendingEOF, survey_eof
 from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import Circle, EstimateOptions
 from kelr_dist.pipeline.steps import (
+    AnyScoreMatching,
     Fits,
     KernelEmbeddingChoice,
     Passes,
-    ScoreMatchingChoice,
     Survey,
     choose_coordinates,
     correlation_time,
@@ -120,7 +126,7 @@ class Plan:
     pilot decides if the kernel embedding is carried past its fit."""
 
     density_basis: TensorBasis | None
-    features: PolynomialFeatures | None
+    features: PolynomialFeatures | LocalFeatures | None
     index_set: str
     adaptive: bool  #: score matching's index set grown by held-out loss in ``features``
     correlation: float | None  #: the rows' correlation time, which thins the adaptive Gram pass
@@ -141,7 +147,7 @@ class Plan:
     def scores(
         self,
         ke: KernelEmbeddingChoice | None,
-        sm: ScoreMatchingChoice | None,
+        sm: AnyScoreMatching | None,
         fits: Fits,
         extended: Score | None = None,
     ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]]]:
@@ -176,6 +182,21 @@ class Plan:
         return scores, replicates, neighbours
 
 
+def local_features(
+    setting: Setting, declared: Neighbourhoods | None, symmetry: str = "none"
+) -> LocalFeatures:
+    """The local score model's features: on the ``declared`` neighbourhoods, or on each
+    component's strongest partial correlations in the survey's covariance
+    (:func:`~kelr_dist.kernels.scores.local.partners_from_covariance`); ``symmetry="translation"``
+    ties the sites' weights."""
+    if declared is None:
+        sample = setting.survey.sample
+        assert sample is not None  # settle asks for the covariance
+        declared = partners_from_covariance(np.atleast_2d(sample.cov))
+    caps = tuple(degree_caps(declared))
+    return LocalFeatures(declared, setting.coordinates, caps, tied=symmetry == "translation")
+
+
 def plan_estimate(
     passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
 ) -> Plan:
@@ -188,11 +209,15 @@ def plan_estimate(
     index_set = "auto" if adaptive else options.index_set
     if index_set == "auto" and isinstance(inputs.order, tuple):
         index_set = "box"
-    basis = features = None
+    basis = None
+    features: PolynomialFeatures | LocalFeatures | None = None
     if options.estimator in ("auto", "kernel-embedding"):
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
     if options.estimator in ("auto", "score-matching"):
-        features = score_matching_features(setting.coordinates, inputs.degree, adaptive)
+        if inputs.local:
+            features = local_features(setting, inputs.neighbours, options.symmetry)
+        else:
+            features = score_matching_features(setting.coordinates, inputs.degree, adaptive)
     sample = setting.survey.sample
     return Plan(
         density_basis=basis,

@@ -72,6 +72,13 @@ from kelr_dist.kernels.scores.heldout import (
 )
 from kelr_dist.kernels.scores.index_sets import GrowthPath, dictionary, grow, reached_edge
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, coefficient_reduction
+from kelr_dist.kernels.scores.local import (
+    LocalChoice,
+    LocalFeatures,
+    LocalSums,
+    choose_local,
+    local_gram_reduction,
+)
 from kelr_dist.kernels.scores.refit import Request, refit_reduction
 from kelr_dist.kernels.scores.score_matching import (
     RIDGES,
@@ -240,13 +247,15 @@ class Truncation:
         )
 
 
-def score_matching_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncation | None:
+def score_matching_truncation(choice: AnyScoreMatching, n_samples: int) -> Truncation | None:
     """A :class:`Truncation` when score matching's automatic degree is the largest fitted
     (:func:`score_matching_max_degree`): the one-standard-error rule then found no lower degree as
     good, so the loss was still falling. The knob is ``degree``, one more than the largest, with
     its Gram matrices' bytes and the Gram pass's seconds. For an adaptive index set: when the
     grown set holds the dictionary's highest degree along a coordinate and adding it lowered the
     held-out loss (:func:`adaptive_truncation`)."""
+    if isinstance(choice, LocalChoice):  # its budget is per site: see its neighbours
+        return None
     if choice.path is not None:
         return adaptive_truncation(choice, n_samples)
     top = choice.sums.features.degree
@@ -511,7 +520,7 @@ class Fits:
     by fold, and the KDE baseline — each ``None`` when not asked for."""
 
     density: KernelDensity | None = None
-    gram: GramSums | None = None
+    gram: GramSums | LocalSums | None = None
     kde: BinnedKDE | None = None
 
 
@@ -519,7 +528,7 @@ def fit_estimators(
     passes: Passes,
     *,
     density_basis: TensorBasis | None = None,
-    features: PolynomialFeatures | None = None,
+    features: PolynomialFeatures | LocalFeatures | None = None,
     folds: Folds | None = None,
     kde_grid: tuple[Any, np.ndarray] | None = None,
     correlation: float | None = None,
@@ -535,8 +544,11 @@ def fit_estimators(
         if folds is None:
             raise ValueError("score matching needs held-out folds")
         chains, n, _ = passes.trajectory.shape
-        stride = gram_stride(chains * n, features.size, correlation)
-        reductions.append(gram_reduction(features, folds, stride))
+        stride = gram_stride(chains * n, features.gram_size, correlation)
+        if isinstance(features, LocalFeatures):
+            reductions.append(local_gram_reduction(features, folds, stride))
+        else:
+            reductions.append(gram_reduction(features, folds, stride))
         names.append("gram")
     if kde_grid is not None:
         reductions.append(binned_kde_reduction(*kde_grid))
@@ -720,15 +732,18 @@ class ScoreMatchingChoice:
 
 
 def choose_score_matching(
-    gram: GramSums, degree: int | None = None, adaptive: bool = False
-) -> ScoreMatchingChoice:
+    gram: GramSums | LocalSums, degree: int | None = None, adaptive: bool = False
+) -> AnyScoreMatching:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
     :func:`kelr_dist.kernels.scores.score_matching.choose_candidate`); refit on every fold. No read.
 
     ``adaptive``: ``gram`` holds the sums of a dictionary
     (:func:`score_matching_features`); the index set is grown in it from the linear features
     by held-out loss (:func:`kelr_dist.kernels.scores.index_sets.grow`), then the ridge is chosen
-    for that set."""
+    for that set. Local sums (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree
+    and ridge of the local model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
+    if isinstance(gram, LocalSums):
+        return choose_local(gram, degree)
     if not adaptive:
         candidates = held_out_candidates(gram, None if degree is None else [degree])
         pick = choose_candidate(candidates)
@@ -745,6 +760,10 @@ def choose_score_matching(
     pick = choose_candidate(candidates)
     model = fit_score(gram, top, pick.ridge, members=members)
     return ScoreMatchingChoice(model, pick, candidates, gram, path)
+
+
+#: either kind of score-matching fit: the full tensor (or adaptive) model, or the local one
+AnyScoreMatching = ScoreMatchingChoice | LocalChoice
 
 
 #: the pilot fits and scores the kernel embedding on every ``k``-th sample, ``k = n_samples //
@@ -823,7 +842,7 @@ def pilot_stride(n_samples: int) -> int | None:
 def pilot_kernel_embedding(
     passes: Passes,
     density_basis: TensorBasis,
-    score_matching: ScoreMatchingChoice,
+    score_matching: AnyScoreMatching,
     folds: int,
     *,
     order: Order | None = None,
@@ -930,6 +949,7 @@ def index_set_for(index_set: str) -> IndexSet:
 
 
 __all__ = [
+    "AnyScoreMatching",
     "Fits",
     "KernelEmbeddingChoice",
     "Passes",

@@ -818,6 +818,25 @@ def _fill_columns(first, tails, stops, out):  # pragma: no cover - compiled
             p += 1
 
 
+def multi_indices(caps: tuple[int, ...] | list[int], total: int | None = None) -> np.ndarray:
+    """Every multi-index ``m`` with ``0 ≤ m_k ≤ caps[k]`` (and ``|m|_1 ≤ total`` when given),
+    ``(P, len(caps))`` int64 in lexicographic order (the last coordinate fastest).
+
+    Built one coordinate at a time from the prefixes that can still be completed, so time and
+    memory are proportional to the ``P d`` entries returned, never to ``Π (caps_k + 1)``: a total
+    degree of 1 in 128 coordinates is 129 rows, not ``2^128``."""
+    rows = np.zeros((1, 0), dtype=np.int64)
+    used = np.zeros(1, dtype=np.int64)
+    for cap in caps:
+        room = np.full(used.shape, int(cap)) if total is None else np.minimum(cap, total - used)
+        counts = room + 1
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        values = np.arange(int(counts.sum()), dtype=np.int64) - starts
+        rows = np.column_stack([np.repeat(rows, counts, axis=0), values])
+        used = np.repeat(used, counts) + values
+    return np.ascontiguousarray(rows, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class TensorBasis:
     """Tensor products of per-coordinate families over an index set (eq. 17, eq. 38).
@@ -911,14 +930,8 @@ class TensorBasis:
     @cached_property
     def tails(self) -> np.ndarray:
         """Distinct tails ``(m_2..m_d)`` of the index set, ``(|R|, d-1)``, sorted."""
-        rest = self.max_orders[1:]
-        if not rest:
-            return np.zeros((1, 0), dtype=np.int64)
-        grids = np.stack(np.meshgrid(*[np.arange(m + 1) for m in rest], indexing="ij"), -1)
-        tails = grids.reshape(-1, len(rest))
-        if self.index_set == "total":
-            tails = tails[tails.sum(axis=1) <= self.order]
-        return np.ascontiguousarray(tails, dtype=np.int64)
+        total = self.total_order if self.index_set == "total" else None
+        return multi_indices(self.max_orders[1:], total)
 
     def first_stop(self, tail: tuple[int, ...] | np.ndarray) -> int:
         """Highest first-coordinate degree paired with ``tail``."""

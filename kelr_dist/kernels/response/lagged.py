@@ -39,6 +39,19 @@ from kelr_dist.kernels.compiled import compiled
 _SPECTRUM_BUDGET = 1 << 20
 
 
+#: bytes the cross spectra of one call may take, ``q d (F/2 + 1)`` complex numbers (and their
+#: inverse transforms): with hundreds of components both ``q`` and ``d`` are large, and the
+#: columns of ``b`` are then transformed in groups that fit
+CROSS_BUDGET = 32 * 2**20
+
+
+def _column_groups(q: int, d: int, length: int) -> list[slice]:
+    """The columns of ``b (L, d)`` in groups whose cross spectra with ``q`` columns of ``a``,
+    transform length ``length``, fit :data:`CROSS_BUDGET` (one group when all do)."""
+    width = max(1, CROSS_BUDGET // (16 * q * (length // 2 + 1)))
+    return [slice(lo, min(lo + width, d)) for lo in range(0, max(d, 1), width)]
+
+
 def default_block_rows(max_lag: int) -> int:
     """Sub-block length of :func:`lagged_sums`: a power of two >= ``4 max(S, 1024)``.
 
@@ -159,7 +172,8 @@ def _spectra(
 
 def _to_lags(correlation: np.ndarray, length: int, max_lag: int) -> np.ndarray:
     """Inverse transform ``(q, d, ..., F//2+1) -> (..., S+1, q, d)`` (lags ``0..S``)."""
-    lags = fft.irfft(correlation, n=length, axis=-1)[..., : max_lag + 1]
+    # a copy of the lags kept: a view would hold the whole inverse transform alive
+    lags = fft.irfft(correlation, n=length, axis=-1)[..., : max_lag + 1].copy()
     return np.moveaxis(lags, (0, 1), (-2, -1))
 
 
@@ -247,7 +261,12 @@ def _summed_spectra(
     a: np.ndarray, b: np.ndarray, block: int, max_lag: int, stride: int = 1
 ) -> np.ndarray:
     """The lagged sums of :func:`_spectra`'s sub-blocks, added up in the frequency domain:
-    ``q d`` inverse transforms in all. ``b`` has rows."""
+    ``q d`` inverse transforms in all, by groups of ``b``'s columns (:func:`_column_groups`).
+    ``b`` has rows."""
+    groups = _column_groups(a.shape[1], b.shape[1], _transform_length(block + max_lag, stride))
+    if len(groups) > 1:
+        parts = [_summed_spectra(a, b[:, g], block, max_lag, stride) for g in groups]
+        return np.concatenate(parts, axis=-1)
     total: np.ndarray | None = None
     for spec in _spectra(a, b, block, max_lag, offset=0, stride=stride):
         term = spec.summed_cross()
@@ -294,6 +313,10 @@ def blockwise_lagged_sums(
         products = (a[: b.shape[0], :, None] * b[:, None, :]).reshape(b.shape[0], -1)
         sums = np.add.reduceat(products, starts, axis=0)
         return sums.reshape(len(starts), 1, a.shape[1], b.shape[1])
+    groups = _column_groups(a.shape[1], b.shape[1], _transform_length(block + max_lag, 1))
+    if len(groups) > 1:  # the cross spectra by groups of b's columns
+        parts = [blockwise_lagged_sums(a, b[:, g], max_lag, block, offset) for g in groups]
+        return np.concatenate(parts, axis=-1)
     n_blocks = -(-(offset + b.shape[0]) // block)
     out = np.empty((n_blocks, max_lag + 1, a.shape[1], b.shape[1]))
     cross = np.empty(0, dtype=np.complex128)  # the groups' cross spectra, one buffer for all

@@ -43,6 +43,7 @@ from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.response.blocking import (
     BlockingResult,
+    Partial,
     aligned_segments,
     block_standard_error,
     combine_block_partials,
@@ -420,6 +421,10 @@ def stein_target(
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
 
+#: bytes of the lag-0 Stein residual products of one piece of a segment (rows in whole base
+#: blocks, at least one)
+STEIN_PIECE_BYTES = 64 * 2**20
+
 #: key of the lagged sums shared by every corrected score (not a score's name: has a space)
 AFFINE = "affine correction"
 
@@ -573,16 +578,7 @@ class _ResponseKernel:
         unrefitted = [
             self.forcing.conjugate(x, *values[unrefitted_key(name)]) for name in self.unrefitted
         ]
-        target = stein_target(self.observable, self.forcing, x, a, DIFFERENCE_STEP * self.scales)
-        # a_i b_j - target_ij column by column (q and d are small: whole-row products would
-        # run numpy's loops over them), score-major like the lagged sums' columns; the target
-        # itself last, whose mean a corrected estimate's k(0) reduces to
-        residuals = np.empty((len(columns) + len(unrefitted) + 1, *target.shape[1:], x.shape[0]))
-        for k, b in enumerate(columns + unrefitted):
-            for i, j in np.ndindex(target.shape[1:]):
-                np.subtract(a[:, i] * b[:, j], target[:, i, j], out=residuals[k, i, j])
-        residuals[-1] = np.moveaxis(target, 0, -1)
-        residuals = residuals.reshape(-1, x.shape[0]).T
+        stein = self._stein(x, a, columns + unrefitted, info)
         names = list(self.scores)
         d = len(self.forcing.names)
         shifts = np.empty((x_replicas.shape[0], len(others) * d)) if others else None
@@ -625,9 +621,43 @@ class _ResponseKernel:
                 else strided_lagged_sums(a_ext, shifts, self.max_lag, origins, info.length)
             ),
             "replicate_counts": replicate_counts(info, self.replicate_stride, self.max_lag),
-            "stein": response_block_partial(residuals, np.ones((x.shape[0], 1)), 0, info),
+            "stein": stein,
             "parts": parts,
         }
+
+    def _stein(
+        self, x: np.ndarray, a: np.ndarray, conjugates: Sequence[np.ndarray], info: BlockInfo
+    ) -> Partial:
+        """The lag-0 Stein residual products ``a_i b_j - ∂_j(c_j A_i)`` of every conjugate
+        variable ``b (n, d)``, then the target ``∂_j(c_j A_i)`` itself, and their block-averaging
+        partial, by aligned row pieces whose
+        ``k q d`` products stay within :data:`STEIN_PIECE_BYTES` (with d in the hundreds,
+        ``q d`` columns of a whole segment would take gigabytes; with a few components a
+        segment is one piece); the pieces merge like separate chunks."""
+        k0 = default_base_block(0)
+        width = (len(conjugates) + 1) * a.shape[1] * len(self.forcing.names)
+        total = None
+        pieces = k0 << max(int(STEIN_PIECE_BYTES // (8 * width * k0)).bit_length() - 1, 0)
+        for piece, rows in aligned_segments(info, pieces, 0):
+            x_p, a_p = x[rows], a[rows]
+            target = stein_target(
+                self.observable, self.forcing, x_p, a_p, DIFFERENCE_STEP * self.scales
+            )
+            # a_i b_j - target_ij column by column (q and d are small: whole-row products
+            # would run numpy's loops over them), score-major like the lagged sums' columns;
+            # the target itself last, whose mean a corrected estimate's k(0) reduces to
+            residuals = np.empty((len(conjugates) + 1, *target.shape[1:], piece.length))
+            for k, b in enumerate(conjugates):
+                b_p = b[rows]
+                for i, j in np.ndindex(target.shape[1:]):
+                    np.subtract(a_p[:, i] * b_p[:, j], target[:, i, j], out=residuals[k, i, j])
+            residuals[-1] = np.moveaxis(target, 0, -1)
+            part = response_block_partial(
+                residuals.reshape(-1, piece.length).T, np.ones((piece.length, 1)), 0, piece
+            )
+            total = part if total is None else combine_block_partials(total, part)
+        assert total is not None  # a segment has at least one row
+        return total
 
     def _conjugate(
         self,

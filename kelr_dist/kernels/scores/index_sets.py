@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kelr_dist.kernels.bases.families import Coordinate
+from kelr_dist.kernels.bases.families import Coordinate, multi_indices
 from kelr_dist.kernels.scores.folds import fold_stderr
 from kelr_dist.kernels.scores.score_matching import RCOND, GramSums, PolynomialFeatures
 
@@ -68,7 +68,7 @@ def _order(m: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
 
 
 def _dictionary_rows(d: int, base: int, reach: int) -> set[tuple[int, ...]]:
-    rows = {tuple(int(v) for v in m) for m in _total_indices(d, base)}
+    rows = {tuple(int(v) for v in m) for m in multi_indices([base] * d, base)}
     for i in range(d):
         for j in range(i, d):
             for a in range(reach + 1):
@@ -78,11 +78,6 @@ def _dictionary_rows(d: int, base: int, reach: int) -> set[tuple[int, ...]]:
                     m[j] += b
                     rows.add(tuple(m))
     return rows
-
-
-def _total_indices(d: int, degree: int) -> np.ndarray:
-    grids = np.stack(np.meshgrid(*[np.arange(degree + 1)] * d, indexing="ij"), -1).reshape(-1, d)
-    return grids[grids.sum(axis=1) <= degree]
 
 
 @dataclass(frozen=True)

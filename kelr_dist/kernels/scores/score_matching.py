@@ -39,7 +39,7 @@ J. Mach. Learn. Res. 6 (2005) 695–709.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -116,6 +116,11 @@ class PolynomialFeatures:
         return int(self.indices.shape[0])
 
     @property
+    def gram_size(self) -> int:
+        """The size of the Gram matrix the pass sums per row (its work: ``2 P²`` flops)."""
+        return self.size
+
+    @property
     def max_degrees(self) -> tuple[int, ...]:
         """Highest degree per coordinate, ``(d,)``."""
         return tuple(int(m) for m in self.indices.max(axis=0))
@@ -133,43 +138,84 @@ class PolynomialFeatures:
             return PolynomialFeatures(self.coordinates, degree)
         return self.subset(self.mask(degree))
 
-    def _tables(self, x: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per coordinate, the polynomials of the set's multi-indices and their derivatives (x
-        units), each ``(n, P)``."""
-        values, derivs = [], []
-        for k, (c, top) in enumerate(zip(self.coordinates, self.max_degrees, strict=True)):
-            v, dv = polynomials(c.family, c.mapped(x[:, k]), top)
-            columns = self.indices[:, k]
-            values.append(v[:, columns])
-            derivs.append(dv[:, columns] / c.scale)
-        return values, derivs
+    @cached_property
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        """The nonzero entries of each multi-index, at most ``s`` per feature: their coordinates
+        and degrees, each ``(P, s)`` (padded with coordinate 0 at degree 0, whose polynomial is
+        1). A feature's value and gradient are products over its own entries only, so the work
+        per row is proportional to ``P s``, not ``P d``."""
+        m = self.indices
+        nonzero = m > 0
+        count = nonzero.sum(axis=1)
+        rows, cols = np.nonzero(nonzero)
+        slots = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
+        coordinate = np.zeros((self.size, max(int(count.max()), 1)), dtype=np.int64)
+        degree = np.zeros_like(coordinate)
+        coordinate[rows, slots] = cols
+        degree[rows, slots] = m[rows, cols]
+        return coordinate, degree
+
+    def _factors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The polynomial of each entry of :attr:`support` and its derivative (x units) at
+        ``x (n, d)``, each ``(n, P, s)``."""
+        top = self.max_degrees
+        values = np.zeros((x.shape[0], self.dim, max(top) + 1))
+        derivs = np.zeros_like(values)
+        for k, c in enumerate(self.coordinates):
+            v, dv = polynomials(c.family, c.mapped(x[:, k]), top[k])
+            values[:, k, : top[k] + 1] = v
+            derivs[:, k, : top[k] + 1] = dv / c.scale
+        coordinate, degree = self.support
+        return values[:, coordinate, degree], derivs[:, coordinate, degree]
 
     def values(self, x: np.ndarray) -> np.ndarray:
         """``φ (n, P)`` at ``x (n, d)``."""
-        values, _ = self._tables(np.asarray(x, dtype=np.float64))
-        return math.prod(values[1:], start=values[0])
+        factors, _ = self._factors(np.asarray(x, dtype=np.float64))
+        return _product(factors)
 
     def gradients(self, x: np.ndarray) -> np.ndarray:
         """``∂_j φ`` at ``x (n, d)``, ``(d, n, P)`` (x units)."""
-        return self._values_and_gradients(np.asarray(x, dtype=np.float64))[1]
+        x = np.asarray(x, dtype=np.float64)
+        _, grads = self._values_and_entry_gradients(x)
+        coordinate, _ = self.support
+        out = np.zeros((self.dim, x.shape[0], self.size))
+        features = np.arange(self.size)
+        for slot in range(coordinate.shape[1]):
+            out[coordinate[:, slot], :, features] += grads[:, :, slot].T
+        return out
 
     def values_and_gradient_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``φ (n, P)`` at ``x (n, d)`` and ``Σ_n ∂_j φ`` ``(d, P)`` (x units)."""
-        phi, grads = self._values_and_gradients(np.asarray(x, dtype=np.float64))
-        return phi, grads.sum(axis=1)
+        phi, grads = self._values_and_entry_gradients(np.asarray(x, dtype=np.float64))
+        coordinate, _ = self.support
+        sums = np.zeros((self.dim, self.size))
+        np.add.at(sums, (coordinate, np.arange(self.size)[:, None]), grads.sum(axis=0))
+        return phi, sums
 
-    def _values_and_gradients(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``φ`` and ``∂_j φ``: the product with coordinate ``j``'s table replaced by its
-        derivative, from the products of the tables before and after it."""
-        values, derivs = self._tables(x)
-        before = [np.ones_like(values[0])]
-        for v in values[:-1]:
-            before.append(before[-1] * v)
-        after = [np.ones_like(values[0])]
-        for v in values[:0:-1]:
-            after.append(v * after[-1])
-        grads = np.stack([before[j] * derivs[j] * after[-1 - j] for j in range(self.dim)])
-        return before[-1] * values[-1], grads
+    def _values_and_entry_gradients(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``φ (n, P)`` and, per entry of :attr:`support`, the derivative of ``φ`` along its
+        coordinate ``(n, P, s)``: the product with that entry's factor replaced by its
+        derivative, from the products of the factors before and after it."""
+        factors, derivs = self._factors(x)
+        slots = factors.shape[2]
+        before = [np.ones(factors.shape[:2])]
+        for j in range(slots - 1):
+            before.append(before[-1] * factors[:, :, j])
+        after = [np.ones(factors.shape[:2])]
+        for j in range(slots - 1, 0, -1):
+            after.append(factors[:, :, j] * after[-1])
+        grads = np.stack(
+            [before[j] * derivs[:, :, j] * after[-1 - j] for j in range(slots)], axis=2
+        )
+        return before[-1] * factors[:, :, -1], grads
+
+
+def _product(factors: np.ndarray) -> np.ndarray:
+    """``Π_j factors[:, :, j]`` in slot order, ``(n, P)``."""
+    out = factors[:, :, 0].copy()
+    for j in range(1, factors.shape[2]):
+        out *= factors[:, :, j]
+    return out
 
 
 def gram_sums(
@@ -259,15 +305,16 @@ class ScaledGram:
 
     @classmethod
     def of(cls, gram: np.ndarray) -> ScaledGram:
-        diagonal = np.diag(gram)
+        """Of ``gram (P, P)``, or of a stack ``(..., P, P)`` (then every field is stacked)."""
+        diagonal = np.diagonal(gram, axis1=-2, axis2=-1)
         scale = np.where(diagonal > 0, 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0)), 1.0)
-        eigval, eigvec = np.linalg.eigh(scale[:, None] * gram * scale[None, :])
+        eigval, eigvec = np.linalg.eigh(scale[..., :, None] * gram * scale[..., None, :])
         return cls(scale, eigval, eigvec)
 
     @property
     def kept(self) -> np.ndarray:
         """``(P,)`` bool: eigenvalues above :data:`RCOND` times the largest."""
-        return self.eigval > RCOND * max(float(self.eigval[-1]), 0.0)
+        return self.eigval > RCOND * np.maximum(self.eigval[..., -1:], 0.0)
 
     @property
     def condition(self) -> float:
@@ -282,15 +329,18 @@ def solve_weights(gram: np.ndarray, b: np.ndarray, ridges: tuple[float, ...]) ->
     relative to the mean eigenvalue, as ``λ = α tr(G) / P`` unscaled).
 
     Solved in the eigenbasis of ``G̃``; eigenvalues below :data:`RCOND` times the largest count
-    as zero (a pseudo-inverse), so collinear features do not blow the weights up.
+    as zero (a pseudo-inverse), so collinear features do not blow the weights up. A stack of
+    independent fits, ``gram (..., P, P)`` and ``b (..., d, P)``, gives weights ``(..., d, P)``.
     """
     scaled = ScaledGram.of(gram)
     keep = scaled.kept
-    projected = scaled.eigvec.T @ (scaled.scale[:, None] * b.T)  # (P, d)
+    vectors, scale = scaled.eigvec, scaled.scale[..., :, None]
+    projected = np.swapaxes(vectors, -1, -2) @ (scale * np.swapaxes(b, -1, -2))  # (..., P, d)
     out = []
     for alpha in ridges:
         inverse = np.where(keep, 1.0 / np.where(keep, scaled.eigval + alpha, 1.0), 0.0)
-        out.append(-(scaled.scale[:, None] * (scaled.eigvec @ (inverse[:, None] * projected))).T)
+        solved = -(scale * (vectors @ (inverse[..., :, None] * projected)))
+        out.append(np.swapaxes(solved, -1, -2))
     return out
 
 
@@ -361,12 +411,19 @@ def held_out_candidates(
     return out
 
 
-def choose_candidate(candidates: list[Candidate]) -> Candidate:
+def _fewest_parameters(c: Candidate) -> tuple[int, float]:
+    return c.degree, c.ridge
+
+
+def choose_candidate(
+    candidates: list[Candidate], simplicity: Callable[[Candidate], Any] = _fewest_parameters
+) -> Candidate:
     """The simplest candidate within one standard error of the least held-out loss.
 
     Simplest: lowest degree, then smallest ridge (a ridge shrinks the score and biases the
     response linearly while the loss sees the shrinkage only quadratically: it is there for
-    ill-conditioned Gram matrices, not as a smoother). The standard error is that of the paired
+    ill-conditioned Gram matrices, not as a smoother; ``simplicity`` gives another order, e.g.
+    by features). The standard error is that of the paired
     per-fold difference to the best candidate, ``sd_f(J_f(c) - J_f(best)) / sqrt(K)``, capped
     at the best candidate's own ``sd_f(J_f(best)) / sqrt(K)`` (so an unstable fit whose fold
     losses scatter by more than the loss itself is never "within one error"): among
@@ -382,7 +439,7 @@ def choose_candidate(candidates: list[Candidate]) -> Candidate:
     if k < 2:
         return top
     own = fold_stderr(top.fold_losses)
-    for c in sorted(finite, key=lambda c: (c.degree, c.ridge)):
+    for c in sorted(finite, key=simplicity):
         paired = fold_stderr(c.fold_losses - top.fold_losses)
         # a candidate whose losses scatter wildly is not "as good": the tolerance never
         # exceeds the best candidate's own standard error

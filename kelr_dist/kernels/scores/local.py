@@ -1,0 +1,587 @@
+"""Local score matching: each component's score fitted on the features of its own neighbourhood.
+
+Hyvärinen's loss (:mod:`kelr_dist.kernels.scores.score_matching`) is a sum over components,
+
+    J = Σ_i E[ ½ s_i(X)² + ∂_i s_i(X) ],
+
+so each ``s_i`` can be fitted alone. On a field (a variable on a lattice, a chain of dihedrals)
+the score of site ``i`` depends mostly on the sites near it: ``s_i(x) = w_i · φ_i(x_{N(i)})``
+with ``φ_i`` the polynomial features (:class:`~kelr_dist.kernels.scores.score_matching.
+PolynomialFeatures`) of the components ``N(i)`` (``i`` first, nearer ones first). Its normal
+equations are those of one small fit per site, ``w_i = -G_i⁻¹ b_i`` with ``G_i = E[φ_i φ_iᵀ]``
+and ``b_i = E[∂_i φ_i]``: the Gram pass sums ``d`` blocks of ``P_i x P_i`` per held-out fold, so
+the cost grows as ``d P²``, not as the ``C(q + d, d)²`` of the full tensor set.
+
+Neighbourhoods (:class:`Neighbourhoods`) are declared (a ring, a periodic grid, an explicit
+adjacency; :func:`declared_neighbourhoods`) or, when nothing is declared, found in the data
+(:func:`partners_from_covariance`: the largest partial correlations, from the precision matrix of
+the survey's covariance). Either way they come in *radii*: the ball of radius ``r`` of site
+``i`` holds its first ``sizes[i][r]`` components (graph distance ``≤ r`` for a declared
+structure, the ``r`` strongest partners for the data's). The radius and the degree are chosen by
+the held-out loss, with the one-standard-error rule over folds of
+:func:`~kelr_dist.kernels.scores.score_matching.choose_candidate` (the simplest: fewest
+features); one Gram pass at the largest radius and degree holds every candidate's sums.
+
+With ``symmetry="translation"`` (a ring or a periodic grid) every site uses the same weights:
+the loss is then that of one fit whose ``G`` and ``b`` are the sums over sites.
+
+Reference: A. Hyvärinen, "Estimation of non-normalized statistical models by score matching",
+J. Mach. Learn. Res. 6 (2005) 695–709 (the loss); the decoupling over components of a
+pseudo-likelihood-like objective on a graph is that of J. Besag, "Statistical analysis of
+non-lattice data", The Statistician 24 (1975) 179–195.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, partial
+from typing import Any
+
+import numpy as np
+
+from kelr_dist.kernels.bases.families import Coordinate, multi_indices
+from kelr_dist.kernels.reduction import BlockInfo, Reduction
+from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.kernel_embedding import row_blocks
+from kelr_dist.kernels.scores.score_matching import (
+    FEATURE_ROWS,
+    RIDGES,
+    Candidate,
+    PolynomialFeatures,
+    ScaledGram,
+    choose_candidate,
+    solve_weights,
+)
+
+#: features of one site's model at most (its Gram block, the solve per site and fold)
+LOCAL_MAX_FEATURES = 84
+#: the largest radius of a declared structure (graph distance) tried
+DECLARED_RADIUS = 2
+#: partners a site may take from the data (the radius of a neighbourhood found in the data)
+DATA_PARTNERS = 4
+#: the highest degree tried at any radius
+LOCAL_MAX_DEGREE = 8
+SYMMETRIES = ("none", "translation")
+#: from this many components on, score matching is local unless an index set is given: the full
+#: tensor model's feature budget (``SM_MAX_FEATURES``) then reaches only total degree 2 (a
+#: quadratic score), while a site's own neighbourhood still affords degree 3 to 8
+LOCAL_DIMENSION = 10
+
+
+@dataclass(frozen=True)
+class Neighbourhoods:
+    """Per site ``i``, the components its score may depend on (``i`` first, nearer first),
+    ``members[i]``, and the size of its ball of radius ``r``, ``sizes[i][r]`` (``r = 0``: the
+    site alone). ``source`` says where they come from; ``lattice`` whether every site has the
+    same shape, its members at the same relative positions (a ring or a periodic grid)."""
+
+    members: tuple[tuple[int, ...], ...]
+    sizes: tuple[tuple[int, ...], ...]
+    source: str
+    lattice: bool = False
+
+    @property
+    def radius(self) -> int:
+        """The largest radius, common to all sites."""
+        return len(self.sizes[0]) - 1
+
+    def describe(self, names: Sequence[str]) -> str:
+        """One line: the source and the neighbourhood of the first site."""
+        first = ", ".join(names[k] for k in self.members[0])
+        return f"{self.source} (site {names[0]}: {first})"
+
+
+def _by_distance(adjacency: list[set[int]], radius: int) -> Neighbourhoods:
+    """Balls of graph distance ``≤ radius``, breadth first, in index order within a shell."""
+    members, sizes = [], []
+    for site in range(len(adjacency)):
+        seen, shell, order, size = {site}, [site], [site], [1]
+        for _ in range(radius):
+            shell = sorted({k for j in shell for k in adjacency[j]} - seen)
+            seen.update(shell)
+            order += shell
+            size.append(len(order))
+        members.append(tuple(order))
+        sizes.append(tuple(size))
+    return Neighbourhoods(tuple(members), tuple(sizes), "adjacency")
+
+
+def _offsets(shape: tuple[int, ...], radius: int) -> list[tuple[tuple[int, ...], ...]]:
+    """Lattice offsets by shell (Manhattan distance ``1..radius``), in a fixed order."""
+    shells = []
+    for r in range(1, radius + 1):
+        ranges = [range(-r, r + 1)] * len(shape)
+        shells.append(tuple(o for o in sorted(itertools.product(*ranges)) if sum(map(abs, o)) == r))
+    return shells
+
+
+def lattice(shape: tuple[int, ...], radius: int = DECLARED_RADIUS) -> Neighbourhoods:
+    """A periodic lattice of ``shape`` (a ring: one entry), sites in C order, neighbourhoods of
+    Manhattan distance ``≤ radius`` at the same relative offsets at every site (sites that
+    coincide on a small lattice are kept once)."""
+    shells = _offsets(shape, radius)
+    count = math.prod(shape)
+    members, sizes = [], []
+    for site in range(count):
+        at = np.unravel_index(site, shape)
+        order, size = [site], [1]
+        for shell in shells:
+            for offset in shell:
+                k = int(np.ravel_multi_index(tuple(np.add(at, offset) % shape), shape))
+                if k not in order:
+                    order.append(k)
+            size.append(len(order))
+        members.append(tuple(order))
+        sizes.append(tuple(size))
+    name = "ring" if len(shape) == 1 else f"grid({','.join(map(str, shape))})"
+    return Neighbourhoods(tuple(members), tuple(sizes), name, lattice=len(set(sizes)) == 1)
+
+
+_GRID = re.compile(r"^grid\((\d+(?:\s*,\s*\d+)*)\)$")
+
+
+def declared_neighbourhoods(spec: Any, names: Sequence[str], what: str) -> Neighbourhoods:
+    """The neighbourhoods a user declares for components ``names``: ``"ring"``,
+    ``"grid(n1,n2,...)"`` (periodic, C order), a mapping of each component's name to its
+    neighbours' names, a list of neighbour index lists (one per component), or the JSON text of
+    one of these (a store attribute). ``what`` names the option in the error.
+
+    Raises ``ValueError`` (one line naming ``what``) for a spec that does not match the
+    components: a lattice of another size, unknown names, a missing or extra component."""
+    d = len(names)
+    if isinstance(spec, str) and spec.strip().startswith(("{", "[")):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            raise ValueError(f"{what}: not valid JSON: {spec!r}") from None
+    if isinstance(spec, str):
+        text = spec.strip().lower()
+        if text == "ring":
+            if d < 3:
+                raise ValueError(f"{what}='ring' needs at least 3 components, the data have {d}")
+            return lattice((d,))
+        found = _GRID.match(text)
+        if found is None:
+            raise ValueError(
+                f"{what}: expected 'ring', 'grid(n1,n2)', a mapping of component names to "
+                f"their neighbours or a list of neighbour lists, got {spec!r}"
+            )
+        shape = tuple(int(v) for v in found.group(1).split(","))
+        if math.prod(shape) != d or min(shape) < 1:
+            raise ValueError(
+                f"{what}={spec!r} has {math.prod(shape)} sites, the data have {d} components"
+            )
+        return lattice(shape)
+    position = {name: k for k, name in enumerate(names)}
+    if isinstance(spec, dict):
+        unknown = [str(k) for k in spec if str(k) not in position]
+        unknown += [str(v) for vs in spec.values() for v in vs if str(v) not in position]
+        if unknown:
+            raise ValueError(f"{what}: {', '.join(map(repr, unknown))} not among the components")
+        missing = [n for n in names if n not in {str(k) for k in spec}]
+        if missing:
+            raise ValueError(f"{what}: no neighbours given for {', '.join(map(repr, missing))}")
+        given = {str(k): v for k, v in spec.items()}
+        lists = [[position[str(v)] for v in given[n]] for n in names]
+    elif isinstance(spec, list | tuple):
+        if len(spec) != d:
+            raise ValueError(f"{what} has {len(spec)} neighbour lists, the data {d} components")
+        lists = [[int(v) for v in vs] for vs in spec]
+        if any(not 0 <= v < d for vs in lists for v in vs):
+            raise ValueError(f"{what}: neighbour indices must be in 0..{d - 1}")
+    else:
+        raise ValueError(f"{what}: expected a string, a mapping or a list, got {spec!r}")
+    adjacency: list[set[int]] = [set() for _ in range(d)]
+    for site, partners in enumerate(lists):
+        for k in partners:
+            if k != site:
+                adjacency[site].add(k)
+                adjacency[k].add(site)
+    return _by_distance(adjacency, DECLARED_RADIUS)
+
+
+def partners_from_covariance(
+    covariance: np.ndarray, partners: int = DATA_PARTNERS
+) -> Neighbourhoods:
+    """Neighbourhoods found in the data: each site's ``partners`` components of largest
+    absolute partial correlation ``-Θ_ij / sqrt(Θ_ii Θ_jj)``, ``Θ`` the precision matrix of the
+    ``covariance (d, d)`` (pseudo-inverse: a singular covariance gives no error), strongest first;
+    the ball of radius ``r`` is the site and its ``r`` strongest partners."""
+    d = covariance.shape[0]
+    precision = np.linalg.pinv(np.atleast_2d(covariance))
+    diagonal = np.sqrt(np.abs(np.diag(precision)))
+    diagonal[diagonal == 0] = 1.0
+    partial_corr = np.abs(precision / diagonal[:, None] / diagonal[None, :])
+    np.fill_diagonal(partial_corr, -np.inf)
+    count = min(partners, d - 1)
+    members, sizes = [], []
+    for site in range(d):
+        ranked = np.argsort(-partial_corr[site], kind="stable")[:count]
+        members.append((site, *(int(k) for k in ranked)))
+        sizes.append(tuple(range(1, count + 2)))
+    return Neighbourhoods(tuple(members), tuple(sizes), "partial correlations")
+
+
+def degree_caps(
+    neighbourhoods: Neighbourhoods, max_features: int = LOCAL_MAX_FEATURES
+) -> list[int]:
+    """The highest degree tried at each radius: the largest ``q ≤`` :data:`LOCAL_MAX_DEGREE`
+    whose total-degree set on the largest ball of that radius has at most ``max_features``
+    features (0: the radius is too wide for any degree)."""
+    caps = []
+    for r in range(neighbourhoods.radius + 1):
+        size = max(s[r] for s in neighbourhoods.sizes)
+        q = 0
+        while q < LOCAL_MAX_DEGREE and math.comb(q + 1 + size, size) <= max_features:
+            q += 1
+        caps.append(q)
+    return caps
+
+
+@dataclass(frozen=True)
+class LocalFeatures:
+    """Per site, the features of its neighbourhood: the union over radii ``r`` of the
+    total-degree sets of degree ``caps[r]`` on the ball of radius ``r``. ``tied``: one set of
+    weights for all sites (translation symmetry)."""
+
+    neighbourhoods: Neighbourhoods
+    coordinates: tuple[Coordinate, ...]
+    caps: tuple[int, ...]
+    tied: bool = False
+
+    @cached_property
+    def sites(self) -> tuple[PolynomialFeatures, ...]:
+        out = []
+        for members, sizes in zip(
+            self.neighbourhoods.members, self.neighbourhoods.sizes, strict=True
+        ):
+            width = len(members)
+            rows = {
+                tuple(int(v) for v in m)
+                for r, q in enumerate(self.caps)
+                if q > 0
+                for m in multi_indices([q] * sizes[r] + [0] * (width - sizes[r]), q)
+            }
+            ordered = np.asarray(sorted(rows, key=lambda m: (sum(m), m[::-1])))
+            coords = tuple(self.coordinates[k] for k in members)
+            out.append(PolynomialFeatures.of_indices(coords, ordered))
+        return tuple(out)
+
+    @property
+    def dim(self) -> int:
+        return len(self.coordinates)
+
+    @property
+    def size(self) -> int:
+        """Features of all sites (of one, when tied)."""
+        return self.sites[0].size if self.tied else sum(f.size for f in self.sites)
+
+    @property
+    def width(self) -> int:
+        """Features of the widest site (the Gram blocks are padded to it)."""
+        return max(f.size for f in self.sites)
+
+    @property
+    def gram_size(self) -> int:
+        """The size of one Gram matrix with the work of all the sites' blocks per row."""
+        return math.isqrt(sum(f.size**2 for f in self.sites))
+
+    @property
+    def degree(self) -> int:
+        return max(self.caps)
+
+    @property
+    def max_degrees(self) -> tuple[int, ...]:
+        """Highest degree per component over the sites that use it, ``(d,)``."""
+        top = [0] * self.dim
+        for members, f in zip(self.neighbourhoods.members, self.sites, strict=True):
+            for k, m in zip(members, f.max_degrees, strict=True):
+                top[k] = max(top[k], m)
+        return tuple(top)
+
+    def mask(self, radius: int, degree: int) -> np.ndarray:
+        """``(d, width)`` bool: each site's features on its ball of ``radius`` of total degree
+        ``≤ degree`` (padding: False)."""
+        out = np.zeros((self.dim, self.width), dtype=bool)
+        for i, (sizes, f) in enumerate(zip(self.neighbourhoods.sizes, self.sites, strict=True)):
+            m = f.indices
+            out[i, : f.size] = (m[:, sizes[radius] :].sum(axis=1) == 0) & (m.sum(axis=1) <= degree)
+        return out
+
+
+def local_gram_sums(
+    features: LocalFeatures, x: np.ndarray, start: int = 0, stride: int = 1
+) -> dict[str, np.ndarray | int]:
+    """Per site ``i``, partial sums of ``G_i`` and ``b_i = Σ ∂_i φ_i`` over the rows of
+    ``x (n, d)`` whose time index ``start + row`` is a multiple of ``stride``:
+    ``{"gram": (d, W, W), "b": (d, W), "n": n'}`` (``W``: the widest site, zero-padded)."""
+    rows_used = x[-start % stride :: stride]
+    width = features.width
+    gram = np.zeros((features.dim, width, width))
+    b = np.zeros((features.dim, width))
+    for rows in row_blocks(rows_used.shape[0], FEATURE_ROWS):
+        block = rows_used[rows]
+        for i, (members, f) in enumerate(
+            zip(features.neighbourhoods.members, features.sites, strict=True)
+        ):
+            phi, grad_sums = f.values_and_gradient_sums(block[:, members])
+            gram[i, : f.size, : f.size] += phi.T @ phi
+            b[i, : f.size] += grad_sums[0]
+    return {"gram": gram, "b": b, "n": rows_used.shape[0]}
+
+
+def _chunk(
+    features: LocalFeatures,
+    folds: Folds,
+    stride: int,
+    x: np.ndarray,
+    info: BlockInfo,
+    _halo: np.ndarray | None,
+) -> list[dict]:
+    width = features.width
+    out: list[dict[str, Any]] = [
+        {
+            "gram": np.zeros((features.dim, width, width)),
+            "b": np.zeros((features.dim, width)),
+            "n": 0,
+        }
+        for _ in range(folds.count)
+    ]
+    for fold, rows in folds.segments(info):
+        out[fold] = local_gram_sums(features, x[rows], info.start + rows.start, stride)
+    return out
+
+
+def _combine(a: list[dict], b: list[dict]) -> list[dict]:
+    return [{k: p[k] + q[k] for k in p} for p, q in zip(a, b, strict=True)]
+
+
+@dataclass(frozen=True)
+class LocalSums:
+    """Per held-out fold and site, ``Σ φ_i φ_iᵀ`` ``(K, d, W, W)``, ``Σ ∂_i φ_i`` ``(K, d, W)``
+    and rows ``(K,)``."""
+
+    features: LocalFeatures
+    gram: np.ndarray
+    b: np.ndarray
+    n: np.ndarray
+
+    @classmethod
+    def from_partials(cls, features: LocalFeatures, parts: list[dict]) -> LocalSums:
+        return cls(
+            features,
+            np.stack([p["gram"] for p in parts]),
+            np.stack([p["b"] for p in parts]),
+            np.array([int(p["n"]) for p in parts]),
+        )
+
+    @cached_property
+    def _means(self) -> dict[tuple[int | None, bool], tuple[np.ndarray, np.ndarray]]:
+        return {}
+
+    def means(self, fold: int | None = None, left_out: bool = False) -> tuple[np.ndarray, ...]:
+        """``(G (d, W, W), b (d, W))`` as means over all rows, over ``fold`` alone, or
+        (``left_out``) over every fold but ``fold`` (each computed once: the choice asks for
+        them for every candidate)."""
+        key = (fold, left_out and fold is not None)
+        if key not in self._means:
+            keep = np.ones(len(self.n), dtype=bool)
+            if fold is not None:
+                keep = np.arange(len(self.n)) == fold
+                if left_out:
+                    keep = ~keep
+            n = self.n[keep].sum()
+            self._means[key] = (self.gram[keep].sum(axis=0) / n, self.b[keep].sum(axis=0) / n)
+        return self._means[key]
+
+    def fit(
+        self, members: np.ndarray, ridges: Sequence[float], without: int | None = None
+    ) -> list[np.ndarray]:
+        """Per ridge, the weights ``(d, W)`` of the features ``members (d, W)`` fitted on every
+        fold (or every fold but ``without``); tied: one fit to the sums over sites, the same
+        weights at every site."""
+        gram, b = self.means(without, left_out=True)
+        out = [np.zeros(b.shape) for _ in ridges]
+        keep = members[0]
+        if not self.features.tied and (members == keep).all():  # one stacked solve
+            g = gram[:, keep][:, :, keep]
+            for r, w in enumerate(solve_weights(g, b[:, keep][:, None], tuple(ridges))):
+                out[r][:, keep] = w[:, 0]
+            return out
+        sites = np.arange(self.features.dim)
+        groups = [sites] if self.features.tied else [sites[i : i + 1] for i in sites]
+        for group in groups:
+            keep = members[group[0]]
+            g = gram[group].sum(axis=0)[np.ix_(keep, keep)]
+            fits = solve_weights(g, b[group].sum(axis=0)[keep][None], tuple(ridges))
+            for r, w in enumerate(fits):
+                out[r][np.ix_(group, np.flatnonzero(keep))] = w[0]
+        return out
+
+    def loss(self, weights: np.ndarray, fold: int | None = None) -> float:
+        """Hyvärinen's loss of ``weights (d, W)`` on ``fold`` (all rows: ``None``), each site's
+        term in its standardized coordinate (the scale of :func:`hyvarinen_loss`)."""
+        gram, b = self.means(fold)
+        scales = np.array([c.scale for c in self.features.coordinates])
+        w, b = weights * scales[:, None], b * scales[:, None]  # as hyvarinen_loss scales them
+        return float(np.sum(w * (0.5 * (gram @ w[:, :, None])[:, :, 0] + b)))
+
+
+def local_gram_reduction(features: LocalFeatures, folds: Folds, stride: int = 1) -> Reduction:
+    """The local score-matching pass: chunk = :func:`local_gram_sums` per held-out fold, combine
+    = ``+``, finalize = :class:`LocalSums`."""
+    return Reduction(
+        name="local gram",
+        chunk=partial(_chunk, features, folds, stride),
+        combine=_combine,
+        finalize=partial(LocalSums.from_partials, features),
+    )
+
+
+@dataclass(frozen=True)
+class LocalScoreModel:
+    """A fitted local score: ``s_i(x) = w_i · φ_i(x_{N(i)})`` per site, defined everywhere (a
+    :class:`~kelr_dist.kernels.response.operator.Score`)."""
+
+    features: LocalFeatures
+    weights: np.ndarray  # (d, W)
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = np.asarray(x, dtype=np.float64)
+        out = np.empty(x.shape)
+        for i, (members, f) in enumerate(
+            zip(self.features.neighbourhoods.members, self.features.sites, strict=True)
+        ):
+            for rows in row_blocks(x.shape[0], FEATURE_ROWS):
+                out[rows, i] = f.values(x[rows][:, members]) @ self.weights[i, : f.size]
+        return out, np.ones(x.shape[0], dtype=bool)
+
+
+@dataclass(frozen=True)
+class LocalCandidate(Candidate):
+    """A local candidate: ``radius`` of the neighbourhoods, ``degree``, ridge, and its
+    ``features`` (all sites', one site's when tied) for the simplicity order."""
+
+    radius: int = 0
+    features: int = 0
+
+
+def _simplest(c: Candidate) -> tuple[int, int, float]:
+    assert isinstance(c, LocalCandidate)
+    return c.features, c.degree, c.ridge
+
+
+@dataclass(frozen=True)
+class LocalChoice:
+    """The local model of the radius, degree and ridge with the least held-out loss (the
+    simplest within one standard error), every candidate scored, and the sums they came from."""
+
+    model: LocalScoreModel
+    pick: LocalCandidate
+    candidates: list[Candidate] = field(repr=False)
+    sums: LocalSums = field(repr=False)
+    path: None = None
+    index_set: str = "local"
+
+    @property
+    def degree(self) -> int:
+        return self.pick.degree
+
+    @property
+    def ridge(self) -> float:
+        return self.pick.ridge
+
+    @property
+    def radius(self) -> int:
+        return self.pick.radius
+
+    @property
+    def members(self) -> np.ndarray:
+        return self.sums.features.mask(self.radius, self.degree)
+
+    @property
+    def condition(self) -> float:
+        """The largest condition number of a site's scaled Gram matrix (all rows)."""
+        gram, _ = self.sums.means()
+        keep = self.members
+        return max(
+            ScaledGram.of(gram[i][np.ix_(keep[i], keep[i])]).condition for i in range(gram.shape[0])
+        )
+
+    def refits(self) -> tuple[LocalScoreModel, ...]:
+        """The chosen model refitted without each held-out fold (the jackknife replicates)."""
+        return tuple(
+            LocalScoreModel(self.sums.features, self.sums.fit(self.members, (self.ridge,), f)[0])
+            for f in range(len(self.sums.n))
+        )
+
+    @cached_property
+    def neighbours(self) -> tuple[tuple[LocalScoreModel, ...], str] | None:
+        """The chosen model one radius wider, or two degrees higher when it is at the widest
+        radius, at the same ridge (``None``: no richer model was fitted); see
+        :attr:`kelr_dist.pipeline.steps.ScoreMatchingChoice.neighbours`."""
+        caps = self.sums.features.caps
+        radius, degree = self.radius, self.degree
+        if radius + 1 < len(caps) and caps[radius + 1] >= 1:
+            radius, degree = radius + 1, min(degree, caps[radius + 1])
+        elif degree < caps[radius]:
+            degree = min(degree + 2, caps[radius])
+        else:
+            return None
+        members = self.sums.features.mask(radius, degree)
+        model = LocalScoreModel(self.sums.features, self.sums.fit(members, (self.ridge,))[0])
+        return (model,), (
+            f"local radius {self.radius} degree {self.degree} -> radius {radius} degree {degree}"
+        )
+
+
+def choose_local(
+    sums: LocalSums, degree: int | None = None, ridges: tuple[float, ...] = RIDGES
+) -> LocalChoice:
+    """Radius, degree (unless given) and ridge by held-out Hyvärinen loss: every candidate fitted
+    on all folds but one and scored on that one, summed over sites; the simplest (fewest
+    features) within one standard error of the least
+    (:func:`~kelr_dist.kernels.scores.score_matching.choose_candidate`). No read."""
+    features = sums.features
+    share = sums.n / sums.n.sum()
+    candidates: list[Candidate] = []
+    for radius, cap in enumerate(features.caps):
+        for q in range(1, cap + 1) if degree is None else [min(degree, cap)] if cap else []:
+            members = features.mask(radius, q)
+            losses = np.zeros((len(ridges), len(sums.n)))
+            for f in range(len(sums.n)):
+                for r, w in enumerate(sums.fit(members, ridges, without=f)):
+                    losses[r, f] = sums.loss(w, f)
+            count = int(members[0].sum()) if features.tied else int(members.sum())
+            candidates += [
+                LocalCandidate(q, alpha, float(losses[r] @ share), losses[r], None, radius, count)
+                for r, alpha in enumerate(ridges)
+            ]
+    pick = choose_candidate(candidates, _simplest)
+    assert isinstance(pick, LocalCandidate)
+    members = features.mask(pick.radius, pick.degree)
+    model = LocalScoreModel(features, sums.fit(members, (pick.ridge,))[0])
+    return LocalChoice(model, pick, candidates, sums)
+
+
+__all__ = [
+    "LOCAL_DIMENSION",
+    "LocalCandidate",
+    "LocalChoice",
+    "LocalFeatures",
+    "LocalScoreModel",
+    "LocalSums",
+    "Neighbourhoods",
+    "SYMMETRIES",
+    "choose_local",
+    "declared_neighbourhoods",
+    "degree_caps",
+    "lattice",
+    "local_gram_reduction",
+    "partners_from_covariance",
+]
