@@ -241,7 +241,7 @@ def test_an_estimate_read_out_of_core_is_the_estimate_kept_in_memory(
     for one that is zero up to rounding, to the error bars."""
     from functools import partial
 
-    import kelr_dist.pipeline.estimate as estimate
+    import kelr_dist.pipeline.steps as steps
     from kelr_dist.engine.placement import keep_in_memory
 
     path = tmp_path / "tw.zarr"
@@ -249,7 +249,7 @@ def test_an_estimate_read_out_of_core_is_the_estimate_kept_in_memory(
     options = {"client": client, "max_lag": 40, "max_order": 10, "progress": False}
     with pytest.warns(Warning):  # a short trajectory: the checks may warn, alike in both
         kept = estimate_response(path, **options)
-    monkeypatch.setattr(estimate, "keep_in_memory", partial(keep_in_memory, fraction=0.0))
+    monkeypatch.setattr(steps, "keep_in_memory", partial(keep_in_memory, fraction=0.0))
     with pytest.warns(Warning):
         read = estimate_response(path, **options)
     assert (kept.attrs["store_reads"], read.attrs["store_reads"]) == (1, read.attrs["passes"])
