@@ -483,7 +483,6 @@ def test_worker_that_cannot_open_the_store_is_named(store, client, tmp_path, rec
     )
     try:
         client.wait_for_workers(len(before) + 1, timeout=90)
-        (restricted,) = set(client.scheduler_info()["workers"]) - before
         private.chmod(0o000)  # nobody but a process with root's override may enter
         started = time.monotonic()
         with pytest.raises(TrajectoryError) as info:
@@ -493,12 +492,15 @@ def test_worker_that_cannot_open_the_store_is_named(store, client, tmp_path, rec
         private.chmod(0o755)
         stop([worker])
     message = str(info.value)
+    # the pass whose tasks first reach the restricted worker; a worker of an earlier test that
+    # restarted meanwhile may have joined too, so the one named is checked to be a new one
     expected = (
-        rf"store '{re.escape(str(private))}', variable 'x': pass 'moments[^']*': "
-        rf"worker {re.escape(restricted)} cannot open the store: "
+        rf"store '{re.escape(str(private))}', variable 'x': pass '[^']*': "
+        r"worker (\S+) cannot open the store: "
     )
-    assert re.match(expected, message), message
-    assert "PermissionError" in message
+    named = re.match(expected, message)
+    assert named is not None, message
+    assert named.group(1) not in before and "PermissionError" in message
 
 
 def test_score_function_the_workers_cannot_import_is_named_before_any_block(

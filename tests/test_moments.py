@@ -350,7 +350,7 @@ def test_spec_accepts_objects_and_entry_strings():
 @settings(max_examples=30, deadline=None)
 @given(
     theta=st.floats(-0.99, 50.0),
-    beta=st.floats(0.5, 3.0),
+    beta=st.floats(0.5, 1.45),  # beta >= 1.5 is refused on tails like these data's
     loc=st.floats(-1e6, -0.5),
     scale=st.floats(1e-6, 1e6),
     hermite_loc=st.floats(-1e9, 1e9),
