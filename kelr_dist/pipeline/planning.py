@@ -211,7 +211,12 @@ def plan_estimate(
         index_set = "box"
     basis = None
     features: PolynomialFeatures | LocalFeatures | None = None
-    if options.estimator in ("auto", "kernel-embedding"):
+    # a kernel embedding whose orders stop at 0 (its budget in many dimensions) is its Gaussian
+    # weight alone, with no order to choose and nothing score matching's degree 1 lacks
+    embedding = options.estimator == "kernel-embedding" or (
+        options.estimator == "auto" and int(np.max(inputs.fitted)) > 0
+    )
+    if embedding:
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
     if options.estimator in ("auto", "score-matching"):
         if inputs.local:
@@ -235,5 +240,6 @@ def plan_estimate(
         and setting.periods is None,
         pilot=options.pilot
         and options.estimator == "auto"
+        and basis is not None
         and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
     )
