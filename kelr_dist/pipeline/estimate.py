@@ -138,7 +138,7 @@ def estimate_response(
         single-coordinate and pairwise degrees
         (``kelr_dist.kernels.scores.index_sets.grow``; attributes
         ``score_matching_features``, ``score_matching_max_degrees``).
-    neighbours, symmetry : the local score model (:mod:`kelr_dist.kernels.scores.local`; the
+    neighbours, symmetry : the local score model (``kelr_dist.kernels.scores.local``; the
         default from 10 components on, ``index_set="local"`` below): ``neighbours`` ``"ring"``,
         ``"grid(n1,n2)"``, a mapping of component names to their neighbours' names or a list of
         neighbour index lists (``None``: the store's ``neighbours`` attribute, else each
@@ -177,7 +177,7 @@ def estimate_response(
         still win (``kelr_dist.pipeline.steps.pilot_kernel_embedding``); ``False`` fits
         both families to all samples.
     reduce : ``"eof(k)"``: estimate on the leading ``k`` EOFs (principal components, from one
-        pass of covariance sums, :mod:`kelr_dist.pipeline.eof`) and lift the response back to
+        pass of covariance sums, ``kelr_dist.pipeline.eof``) and lift the response back to
         the components as ``V k Vᵀ``: the response of the projected dynamics (attributes
         ``response_of``, ``explained_variance``; the amplitudes' own result as ``eof_*``). Only
         with the identity observable and constant forcing; the other options (basis, degree,
