@@ -15,8 +15,9 @@ partial sums split by fold add up to the same totals for any chunking.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +96,23 @@ class Folds:
             lo, hi = max(self.edge(fold), info.start), min(self.edge(fold + 1), info.stop)
             if hi > lo:
                 yield fold, slice(lo - info.start, hi - info.start)
+
+
+def sums_by_fold(
+    folds: Folds,
+    empty: Callable[[], dict[str, Any]],
+    sums: Callable[[np.ndarray, int], dict[str, Any]],
+    x: np.ndarray,
+    info: BlockInfo,
+) -> list[dict[str, Any]]:
+    """One block's sums per held-out fold: ``sums(rows, first_row)`` of each piece the block
+    gives a fold (:meth:`Folds.segments`), ``empty()`` for the folds it gives nothing."""
+    out = [empty() for _ in range(folds.count)]
+    for fold, rows in folds.segments(info):
+        out[fold] = sums(x[rows], info.start + rows.start)
+    return out
+
+
+def combine_by_fold(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two blocks' :func:`sums_by_fold` added fold by fold, key by key."""
+    return [{k: p[k] + q[k] for k in p} for p, q in zip(a, b, strict=True)]

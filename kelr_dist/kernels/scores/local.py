@@ -46,7 +46,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases.families import Coordinate, multi_indices
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.scores.folds import Folds
+from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, sums_by_fold
 from kelr_dist.kernels.scores.kernel_embedding import row_blocks
 from kelr_dist.kernels.scores.score_matching import (
     FEATURE_ROWS,
@@ -343,22 +343,15 @@ def _chunk(
     info: BlockInfo,
     _halo: np.ndarray | None,
 ) -> list[dict]:
-    width = features.width
-    out: list[dict[str, Any]] = [
-        {
+    def empty() -> dict[str, Any]:
+        width = features.width
+        return {
             "gram": np.zeros((features.dim, width, width)),
             "b": np.zeros((features.dim, width)),
             "n": 0,
         }
-        for _ in range(folds.count)
-    ]
-    for fold, rows in folds.segments(info):
-        out[fold] = local_gram_sums(features, x[rows], info.start + rows.start, stride)
-    return out
 
-
-def _combine(a: list[dict], b: list[dict]) -> list[dict]:
-    return [{k: p[k] + q[k] for k in p} for p, q in zip(a, b, strict=True)]
+    return sums_by_fold(folds, empty, partial(local_gram_sums, features, stride=stride), x, info)
 
 
 @dataclass(frozen=True)
@@ -438,7 +431,7 @@ def local_gram_reduction(features: LocalFeatures, folds: Folds, stride: int = 1)
     return Reduction(
         name="local gram",
         chunk=partial(_chunk, features, folds, stride),
-        combine=_combine,
+        combine=combine_by_fold,
         finalize=partial(LocalSums.from_partials, features),
     )
 

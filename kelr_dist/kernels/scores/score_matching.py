@@ -48,7 +48,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases.families import Coordinate, TensorBasis, polynomials
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.scores.folds import Folds, fold_stderr
+from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, fold_stderr, sums_by_fold
 from kelr_dist.kernels.scores.kernel_embedding import row_blocks
 
 #: ridge factors α tried by the held-out selection (λ = α tr(G) / P)
@@ -242,21 +242,11 @@ def _gram_chunk(
     info: BlockInfo,
     _halo: np.ndarray | None,
 ) -> list[dict]:
-    out: list[dict[str, Any]] = [
-        {
-            "gram": np.zeros((features.size,) * 2),
-            "b": np.zeros((features.dim, features.size)),
-            "n": 0,
-        }
-        for _ in range(folds.count)
-    ]
-    for fold, rows in folds.segments(info):
-        out[fold] = gram_sums(features, x[rows], info.start + rows.start, stride)
-    return out
+    def empty() -> dict[str, Any]:
+        size = features.size
+        return {"gram": np.zeros((size, size)), "b": np.zeros((features.dim, size)), "n": 0}
 
-
-def _combine_folds(a: list[dict], b: list[dict]) -> list[dict]:
-    return [{k: p[k] + q[k] for k in p} for p, q in zip(a, b, strict=True)]
+    return sums_by_fold(folds, empty, partial(gram_sums, features, stride=stride), x, info)
 
 
 @dataclass(frozen=True)
@@ -517,6 +507,6 @@ def gram_reduction(features: PolynomialFeatures, folds: Folds, stride: int = 1) 
     return Reduction(
         name="gram",
         chunk=partial(_gram_chunk, features, folds, stride),
-        combine=_combine_folds,
+        combine=combine_by_fold,
         finalize=partial(GramSums.from_partials, features),
     )
