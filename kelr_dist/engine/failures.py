@@ -219,9 +219,14 @@ def _store_problem(path: str, variable: str) -> str | None:
     return None
 
 
-def _first_problem(answers: dict[str, Any]) -> tuple[str, str] | None:
-    """The first worker (by address) whose ``client.run`` answer is a problem (a text), as
-    ``"ADDRESS (and N other workers)"``, and its problem; None when no worker has one."""
+def _first_problem(client: Client, ask: Any, *args: Any) -> tuple[str, str] | None:
+    """``ask(*args)`` run on every worker: the first worker (by address) whose answer is a
+    problem (a text), as ``"ADDRESS (and N other workers)"``, and its problem; None when no
+    worker has one, or when the workers do not answer (the tasks will tell)."""
+    try:
+        answers = client.run(ask, *args, on_error="return")
+    except Exception:
+        return None
     problems = sorted((w, p) for w, p in answers.items() if isinstance(p, str))
     if not problems:
         return None
@@ -244,11 +249,7 @@ def check_store_on_workers(trajectory: xr.DataArray, client: Client, where: Pass
     if not isinstance(store, str) or "://" in store or not Path(store).exists():
         return  # in memory, or a remote store the workers open by URL
     variable = str(trajectory.name) if trajectory.name is not None else "x"
-    try:
-        answers = client.run(_store_problem, store, variable, on_error="return")
-    except Exception:  # no answer: the tasks will tell
-        return
-    found = _first_problem(answers)
+    found = _first_problem(client, _store_problem, store, variable)
     if found is not None:
         worker, problem = found
         raise TrajectoryError(
@@ -294,11 +295,7 @@ def check_functions_on_workers(functions: dict[str, Any], client: Client | str) 
     for what, function in functions.items():
         if function is None:
             continue
-        try:
-            answers = client.run(_loads_problem, dumps(function), on_error="return")
-        except Exception:  # no answer: the tasks will tell
-            return
-        found = _first_problem(answers)
+        found = _first_problem(client, _loads_problem, dumps(function))
         if found is not None:
             worker, problem = found
             raise ValueError(

@@ -862,7 +862,6 @@ def pilot_kernel_embedding(
     rows = passes.trajectory.isel(time=slice(None, None, stride))
     gathered = rows.copy(data=passes(strided_rows_reduction(stride))[0])
     gathered.attrs.update(store=IN_MEMORY, dt=stride * gathered.attrs["dt"])
-    gathered.attrs.pop("store_fingerprint", None)  # in memory: no store to change under it
     subsample = Passes(scatter_trajectory(as_trajectory(gathered), passes.client), passes.client)
     plan = Folds(folds, chains, rows.shape[1])
     fitted = fit_estimators(subsample, density_basis=density_basis, folds=plan).density
