@@ -486,3 +486,129 @@ def test_a_response_of_many_components_is_drawn_as_maps_at_three_lags_and_its_di
     assert titles[3:] == [f"k[{n}, {n}](t)" for n in names]
     diagonal = next(ax for ax in fig.axes if ax.get_title() == "k[x7, x7](t)")
     assert diagonal.collections  # its ±2 stderr band
+
+
+def lattice_result(shape, lattice, n_lags=41, exact=False):
+    """A result-shaped Dataset on a periodic lattice whose response decays with the distance and
+    differs from pair to pair (a random part), with random standard errors."""
+    from kelr_dist.edges.report import lattice_distances
+
+    d = int(np.prod(shape))
+    time = np.arange(n_lags) * 0.05
+    rng = np.random.default_rng(1)
+    distance = lattice_distances(shape)
+    spread = np.exp(-distance[None] / (0.5 + time[:, None, None]))
+    k = np.exp(-time)[:, None, None] * spread + 0.01 * rng.standard_normal((n_lags, d, d))
+    dims = ("lag", "i", "j")
+    names = [f"x{n}" for n in range(d)]
+    data = {
+        "response": (dims, k),
+        "response_stderr": (dims, 0.01 + 0.01 * rng.random(k.shape)),
+        "response_total_stderr": (dims, 0.02 + 0.01 * rng.random(k.shape)),
+    }
+    if exact:
+        data["response_exact"] = (dims, np.exp(-time)[:, None, None] * spread)
+    return xr.Dataset(
+        data,
+        coords={"lag": np.arange(n_lags), "time": ("lag", time), "i": names, "j": names},
+        attrs={"dt": 0.05, "estimator": "score-matching", "lattice": lattice},
+    )
+
+
+def _profile_by_hand(k, s, positions, period):
+    """Means of ``k (lag, d, d)`` and of ``s`` over the pairs at each periodic distance, from the
+    sites' positions ``(d, axes)`` by explicit loops over the pairs."""
+    sums, errors, counts = {}, {}, {}
+    for i in range(len(positions)):
+        for j in range(len(positions)):
+            r = sum(
+                min(abs(a - b), n - abs(a - b))
+                for a, b, n in zip(positions[i], positions[j], period, strict=True)
+            )
+            sums[r] = sums.get(r, 0.0) + k[:, i, j]
+            errors[r] = errors.get(r, 0.0) + s[:, i, j]
+            counts[r] = counts.get(r, 0) + 1
+    order = sorted(counts)
+    mean = np.stack([sums[r] / counts[r] for r in order], axis=1)
+    return order, mean, np.stack([errors[r] / counts[r] for r in order], axis=1)
+
+
+@pytest.mark.parametrize(
+    ("shape", "lattice", "positions"),
+    [
+        ((12,), "ring(12)", [(n,) for n in range(12)]),
+        ((4, 4), "grid(4,4)", [(a, b) for a in range(4) for b in range(4)]),
+    ],
+)
+def test_a_declared_lattice_gets_the_response_against_its_distance(
+    tmp_path, shape, lattice, positions
+):
+    """On a ring or a grid: one line per lag over the distances 0..max, each point the mean of
+    k_ij over the pairs at that distance and its band ±2 x the mean of their total stderr."""
+    from kelr_dist.edges.report import plot_lattice_response, shown_lags
+
+    ds = lattice_result(shape, lattice)
+    written = write_figures(ds, tmp_path)
+    assert "response_distance.png" in [p.name for p in written]
+    assert (tmp_path / "response_distance.png").read_bytes()[:8] == PNG_SIGNATURE
+    order, mean, band = _profile_by_hand(
+        ds["response"].values, ds["response_total_stderr"].values, positions, shape
+    )
+    assert order == list(range(sum(n // 2 for n in shape) + 1))  # ring(12): 0..6
+    fig = plot_lattice_response(ds)
+    (ax,) = fig.axes
+    lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    lags = shown_lags(ds.sizes["lag"])
+    assert [line.get_label() for line in lines] == [f"t = {ds.time.values[t]:.3g}" for t in lags]
+    for line, lag in zip(lines, lags, strict=True):
+        np.testing.assert_array_equal(line.get_xdata(), order)
+        np.testing.assert_allclose(line.get_ydata(), mean[lag], rtol=1e-12)
+    for fill, lag in zip(ax.collections, lags, strict=True):  # the band of each lag
+        vertices = fill.get_paths()[0].vertices
+        for r in order:
+            at = np.sort(vertices[vertices[:, 0] == r, 1])
+            edges = mean[lag, r] + 2 * band[lag, r] * np.array([-1.0, 1.0])
+            np.testing.assert_allclose(at[[0, -1]], edges, rtol=1e-12)
+    assert (
+        lattice in fig.texts[0].get_text() and "against lattice distance" in fig.texts[0].get_text()
+    )
+    assert ax.get_xlabel().startswith("lattice distance r") and "units of A_i" in ax.get_ylabel()
+
+
+def test_no_lattice_no_distance_figure(tmp_path):
+    """Without a declared lattice, or on a response that is not square over its sites, no
+    response_distance.png."""
+    from kelr_dist.edges.report import plot_lattice_response
+
+    ds = lattice_result((12,), "ring(12)")
+    assert plot_lattice_response(ds.assign_attrs(lattice="ring(16)")) is None  # other size
+    assert plot_lattice_response(ds.isel(i=slice(0, 6))) is None
+    del ds.attrs["lattice"]
+    assert plot_lattice_response(ds) is None
+    assert "response_distance.png" not in [p.name for p in write_figures(ds, tmp_path)]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # few samples: the checks' warnings
+def test_an_estimate_on_a_declared_ring_or_a_store_grid_records_its_lattice(tmp_path):
+    """neighbours="ring" (the option) and a store's neighbours="grid(4,4)" (its attribute) are
+    recorded as attrs["lattice"], which the report reads to draw response_distance.png; found
+    neighbourhoods record none."""
+    from kelr_dist.edges.report import lattice_shape
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4000, 16))
+    x += 0.5 * np.roll(x, 1, axis=1)  # neighbours on the ring are correlated
+    common = {"estimator": "score-matching", "max_lag": 3, "degree": 1, "client": "synchronous"}
+    ring = estimate_response(x[:, :8], neighbours="ring", dt=0.1, progress=False, **common)
+    assert ring.attrs["lattice"] == "ring(8)" and lattice_shape(ring) == (8,)
+    store = tmp_path / "grid.zarr"
+    xr.Dataset(
+        {"x": (("time", "component"), x)}, attrs={"dt": 0.1, "neighbours": "grid(4,4)"}
+    ).to_zarr(store, consolidated=False)
+    grid = estimate_response(store, progress=False, **common)
+    assert grid.attrs["lattice"] == "grid(4,4)"
+    write_result(grid, tmp_path / "result.zarr")
+    written = write_figures(open_result(tmp_path / "result.zarr"), tmp_path / "figures")
+    assert "response_distance.png" in [p.name for p in written]
+    found = estimate_response(x[:, :8], index_set="local", dt=0.1, progress=False, **common)
+    assert "lattice" not in found.attrs  # neighbourhoods from the partial correlations

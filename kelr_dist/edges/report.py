@@ -15,7 +15,9 @@
   ``density.png`` (the estimated
   ``p_M`` of eq. 40: marginals, and for ``d = 2`` a map; where the store came from a built-in
   model, the true ``p_eq`` normalised on the same grid and the absolute error map, as in the
-  paper's Figure fig:p_tri).
+  paper's Figure fig:p_tri) and, for a result on a declared ring or grid
+  (``attrs["lattice"]``), ``response_distance.png`` (the mean of ``k_ij(t)`` over the pairs at
+  each lattice distance, :func:`plot_lattice_response`).
 """
 
 from __future__ import annotations
@@ -735,6 +737,12 @@ def plot_responses(ds: xr.Dataset, normalise: bool = False) -> Figure:
     return fig
 
 
+def shown_lags(count: int) -> list[int]:
+    """The lags a figure of many entries shows, out of ``count``: 0, a quarter and half of the
+    largest lag (positions along ``lag``)."""
+    return sorted({0, (count - 1) // 4, (count - 1) // 2})
+
+
 def _heat_map(
     fig: Figure, ax: Any, time: np.ndarray, rows: np.ndarray, values: np.ndarray, label: str
 ) -> None:
@@ -786,7 +794,7 @@ def plot_response_maps(ds: xr.Dataset) -> Figure:
         return fig
     if names_i == names_j:
         d = len(names_i)
-        lags = sorted({0, (time.size - 1) // 4, (time.size - 1) // 2})
+        lags = shown_lags(time.size)
         columns = max(len(lags), math.ceil(math.sqrt(d)))
         rows = math.ceil(d / columns)
         fig = new_figure(figsize=(2.6 * columns, 2.2 * rows + 4.0), layout="constrained")
@@ -841,6 +849,119 @@ def plot_response_maps(ds: xr.Dataset) -> Figure:
         ax.set_xlabel(_time_label(ds))
         ax.set_ylabel("observable entry i (its name)")
     fig.suptitle(f"linear response operator ({used}), one row per observable entry")
+    return fig
+
+
+_LATTICE = re.compile(r"^(ring|grid)\((\d+(?:,\d+)*)\)$")
+
+
+def lattice_shape(ds: xr.Dataset) -> tuple[int, ...] | None:
+    """The shape of the lattice the estimate declared (``attrs["lattice"]``: ``"ring(16)"`` is
+    ``(16,)``, ``"grid(8,8)"`` is ``(8, 8)``), or None: no lattice declared, or a response that
+    is not square over its sites (``i`` and ``j`` the same names, as many as the sites)."""
+    found = _LATTICE.match(str(ds.attrs.get("lattice", "")).replace(" ", ""))
+    if found is None:
+        return None
+    shape = tuple(int(n) for n in found.group(2).split(","))
+    names_i, names_j = list(ds["i"].values), list(ds["j"].values)
+    return shape if names_i == names_j and len(names_i) == math.prod(shape) else None
+
+
+def lattice_distances(shape: tuple[int, ...]) -> np.ndarray:
+    """Distances between the sites of a periodic lattice of ``shape`` (a ring: one entry),
+    sites in C order: ``(d, d)`` integers, ``r_ij = Σ_a min(|i_a - j_a|, n_a - |i_a - j_a|)``,
+    the graph distance of its nearest-neighbour bonds that the declared neighbourhoods of
+    :func:`~kelr_dist.kernels.scores.local.lattice` count (a ring: ``min(|i-j|, d-|i-j|)``)."""
+    sites = np.stack(np.unravel_index(np.arange(math.prod(shape)), shape), axis=1)  # (d, axes)
+    apart = np.abs(sites[:, None, :] - sites[None, :, :])
+    return np.minimum(apart, np.asarray(shape) - apart).sum(axis=2)
+
+
+class DistanceProfile(NamedTuple):
+    """A response averaged over the pairs of sites at each lattice distance
+    (:func:`distance_profile`)."""
+
+    distance: np.ndarray  #: ``(r,)`` the distances 0, 1, .. the largest
+    mean: np.ndarray  #: ``(lag, r)`` the mean of ``k_ij(t)`` over them
+    band: np.ndarray | None  #: ``(lag, r)`` the mean of their standard errors (None: none)
+
+
+def distance_profile(
+    ds: xr.Dataset, shape: tuple[int, ...], name: str = "response"
+) -> DistanceProfile:
+    """The response ``name`` (eq. 5) against the lattice distance (:func:`lattice_distances`):
+    at every lag, the mean of ``k_ij(t)`` over the pairs at each distance, and the mean of the
+    entries' standard errors (total where the result has them, else sampling).
+
+    The mean of the standard errors bounds the standard error of the mean whatever the
+    correlations between the entries (the triangle inequality for standard deviations), and
+    equals it when they are perfectly correlated: a conservative band. Dividing by the square
+    root of the pair count would assume independent entries, which the entries of one estimate
+    are not (they share the samples and the score's fit).
+    """
+    r = lattice_distances(shape).ravel()
+    k = ds[name].transpose("lag", "i", "j").values.reshape(ds.sizes["lag"], r.size)
+    spread = f"{name}_total_stderr" if f"{name}_total_stderr" in ds else f"{name}_stderr"
+    s = ds[spread].transpose("lag", "i", "j").values.reshape(k.shape) if spread in ds else None
+    distance = np.unique(r)
+    mean = np.stack([k[:, r == at].mean(axis=1) for at in distance], axis=1)
+    band = None if s is None else np.stack([s[:, r == at].mean(axis=1) for at in distance], axis=1)
+    return DistanceProfile(distance, mean, band)
+
+
+def plot_lattice_response(ds: xr.Dataset) -> Figure | None:
+    """The chosen estimate against the lattice distance of a declared ring or grid
+    (:func:`lattice_shape`), or None without one.
+
+    One line per lag (those of the heat maps, :func:`shown_lags`): the mean of ``k_ij(t)`` over
+    the pairs ``(i, j)`` at each distance (:func:`distance_profile`), with a band of ±2 times
+    the mean of their standard errors (total where the result has them) — a bound on the mean's
+    standard error whatever the entries' correlations, not the smaller ``1/√pairs`` one that
+    independent entries would give. The exact FDT, where present, dashed in the colour of its
+    lag.
+    """
+    shape = lattice_shape(ds)
+    if shape is None:
+        return None
+    time = ds["time"].values
+    profile = distance_profile(ds, shape)
+    exact = distance_profile(ds, shape, "response_exact") if "response_exact" in ds else None
+    fig = new_figure(figsize=(8.0, 5.2), layout="constrained")
+    ax = fig.subplots()
+    lags = shown_lags(time.size)
+    for c, lag in enumerate(lags):
+        mean, color = profile.mean[lag], f"C{c}"
+        ax.plot(profile.distance, mean, "o-", ms=4, color=color, label=f"t = {time[lag]:.3g}")
+        if profile.band is not None:
+            half = 2.0 * profile.band[lag]
+            ax.fill_between(
+                profile.distance, mean - half, mean + half, color=color, alpha=0.18, lw=0
+            )
+    if exact is not None:  # after the estimates: last in the legend
+        for c, lag in enumerate(lags):
+            ax.plot(
+                exact.distance, exact.mean[lag], "--", color=f"C{c}", lw=1.0,
+                label="exact FDT (dashed, colour of its lag)" if c == 0 else "_exact",
+            )  # fmt: skip
+    ax.axhline(0.0, color="grey", lw=0.5)
+    ax.set_xticks(profile.distance)
+    ax.grid(True, alpha=0.3)
+    way = "shortest way round" if len(shape) == 1 else "periodic, summed over the grid's axes"
+    ax.set_xlabel(f"lattice distance r between sites i and j (sites; {way})")
+    ax.set_ylabel(
+        "mean of k_ij(t) over the pairs at distance r\n(units of A_i per unit forcing of j)"
+    )
+    unit = ds.attrs.get("time_units") or "the data's time unit"
+    ax.legend(title=f"time lag ({unit})", fontsize="small")
+    spread = "total stderr" if "response_total_stderr" in ds else "stderr"
+    lattice = str(ds.attrs["lattice"]).replace(" ", "")
+    fig.suptitle(
+        f"response of A = {ds.attrs.get('observable', 'identity')} against lattice distance on "
+        f"{lattice} ({label(ds, 'response')})\nmean over the pairs (i, j) at each distance; "
+        f"band ±2 x the mean of their {spread}\n(conservative: a bound on the mean's standard "
+        "error whatever the entries' correlations)",
+        fontsize="medium",
+    )
     return fig
 
 
@@ -1119,8 +1240,8 @@ def plot_density(ds: xr.Dataset) -> Figure | None:
 
 
 def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Path]:
-    """Write ``response.png``, ``selection.png``, ``criteria.png`` and ``density.png`` (those
-    the result has the data for) to ``directory``.
+    """Write ``response.png``, ``selection.png``, ``criteria.png``, ``density.png`` and
+    ``response_distance.png`` (those the result has the data for) to ``directory``.
 
     Returns
     -------
@@ -1143,6 +1264,9 @@ def write_figures(ds: xr.Dataset, directory: str | os.PathLike[str]) -> list[Pat
         density = plot_density(ds)
         if density is not None:
             figures["density.png"] = density
+    lattice = plot_lattice_response(ds)
+    if lattice is not None:
+        figures["response_distance.png"] = lattice
     figures.update(distribution_figures(ds))  # a pdf estimate's distribution_<j>.png
     folder = Path(directory)
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first

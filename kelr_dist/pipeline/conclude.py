@@ -199,6 +199,10 @@ def conclude(
                 ),
                 symmetry="translation" if local.tied else "none",
             )
+    declared = inputs.neighbours
+    if declared is not None and declared.lattice:  # a ring or a periodic grid: its geometry
+        sites = len(declared.members)
+        attrs["lattice"] = f"ring({sites})" if declared.source == "ring" else declared.source
     if pilot is not None:
         attrs.update(pilot.attrs())
     if disagreement is not None:

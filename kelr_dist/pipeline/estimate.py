@@ -144,7 +144,8 @@ def estimate_response(
         neighbour index lists (``None``: the store's ``neighbours`` attribute, else each
         component's strongest partial correlations); ``symmetry="translation"`` ties the
         weights of all sites of a ring or grid. Attributes ``local_radius``,
-        ``neighbourhoods``, ``symmetry``.
+        ``neighbourhoods``, ``symmetry``; a declared ring or grid also ``lattice``
+        (``"ring(16)"``, ``"grid(8,8)"``: the report draws the response against its distance).
     degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
         ``kelr_dist.pipeline.steps.score_matching_max_degree``) or a total degree ``q``.
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
