@@ -590,10 +590,11 @@ def test_no_lattice_no_distance_figure(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # few samples: the checks' warnings
 def test_an_estimate_on_a_declared_ring_or_a_store_grid_records_its_lattice(tmp_path):
-    """neighbours="ring" (the option) and a store's neighbours="grid(4,4)" (its attribute) are
-    recorded as attrs["lattice"], which the report reads to draw response_distance.png; found
-    neighbourhoods record none."""
-    from kelr_dist.edges.report import lattice_shape
+    """neighbours="ring" (the option) and a field store's neighbours="grid(4,4)" (its
+    attribute) are recorded as attrs["lattice"], which the report reads to draw
+    response_distance.png (a field's result on its components); found neighbourhoods record
+    none."""
+    from kelr_dist.edges.report import lattice_shape, plot_lattice_response
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4000, 16))
@@ -601,12 +602,17 @@ def test_an_estimate_on_a_declared_ring_or_a_store_grid_records_its_lattice(tmp_
     common = {"estimator": "score-matching", "max_lag": 3, "degree": 1, "client": "synchronous"}
     ring = estimate_response(x[:, :8], neighbours="ring", dt=0.1, progress=False, **common)
     assert ring.attrs["lattice"] == "ring(8)" and lattice_shape(ring) == (8,)
-    store = tmp_path / "grid.zarr"
+    store = tmp_path / "grid.zarr"  # a field on a 4 x 4 grid, its neighbours an attribute
+    field = x.reshape(-1, 4, 4)
     xr.Dataset(
-        {"x": (("time", "component"), x)}, attrs={"dt": 0.1, "neighbours": "grid(4,4)"}
+        {"x": (("time", "lat", "lon"), field)},
+        coords={"time": np.arange(len(x)) * 0.1, "lat": np.arange(4.0), "lon": np.arange(4.0)},
+        attrs={"neighbours": "grid(4,4)"},
     ).to_zarr(store, consolidated=False)
     grid = estimate_response(store, progress=False, **common)
-    assert grid.attrs["lattice"] == "grid(4,4)"
+    assert grid.attrs["lattice"] == "grid(4,4)" and "i_lat" in grid.dims
+    profile = plot_lattice_response(grid).axes[0].get_lines()[0]
+    np.testing.assert_array_equal(profile.get_xdata(), [0, 1, 2, 3, 4])
     write_result(grid, tmp_path / "result.zarr")
     written = write_figures(open_result(tmp_path / "result.zarr"), tmp_path / "figures")
     assert "response_distance.png" in [p.name for p in written]

@@ -918,8 +918,9 @@ def plot_lattice_response(ds: xr.Dataset) -> Figure | None:
     the mean of their standard errors (total where the result has them) — a bound on the mean's
     standard error whatever the entries' correlations, not the smaller ``1/√pairs`` one that
     independent entries would give. The exact FDT, where present, dashed in the colour of its
-    lag.
+    lag. A field's result (``i_<dim>``/``j_<dim>``) is read on its components.
     """
+    ds = on_components(ds)
     shape = lattice_shape(ds)
     if shape is None:
         return None
