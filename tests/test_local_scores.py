@@ -147,6 +147,26 @@ def test_local_score_on_a_gaussian_ring_is_its_precision() -> None:
     assert all(set(m[1:3]) == {(i - 1) % 8, (i + 1) % 8} for i, m in enumerate(found.members))
 
 
+def test_a_local_score_is_evaluated_on_the_chosen_features_alone() -> None:
+    """The fitted model evaluates only the features its weights use: the same scores as every
+    feature of the Gram pass with its (zero) weights."""
+    from kelr_dist.kernels.scores.local import LocalFeatures, choose_local, degree_caps, lattice
+
+    x, _ = _ring_samples(8, 6000)
+    coords = tuple(Coordinate(Hermite(), 0.0, float(s)) for s in x.std(0))
+    hoods = lattice((8,))
+    features = LocalFeatures(hoods, coords, tuple(degree_caps(hoods)))
+    model = choose_local(_local_sums(x, features)).model
+    full = np.column_stack(
+        [
+            f.values(x[:, members]) @ w[: f.size]
+            for members, f, w in zip(hoods.members, features.sites, model.weights, strict=True)
+        ]
+    )
+    assert sum(f.size for f, _ in model.active) < features.size
+    np.testing.assert_allclose(model(x)[0], full, rtol=1e-10, atol=1e-12)
+
+
 def test_declared_neighbourhoods() -> None:
     from kelr_dist.kernels.scores.local import declared_neighbourhoods
 

@@ -71,6 +71,25 @@ def test_features_are_products_of_the_families_orthonormal_polynomials():
         )
 
 
+def test_values_and_one_derivative_are_the_products_and_the_gradient_sums_row():
+    """The one-pass products (a score's values, a local fit's own derivative) equal the
+    factors' products and the row ``k`` of the gradient sums, for a Laguerre coordinate too."""
+    coords = (
+        Coordinate(Hermite(1.0), 0.5, 2.0),
+        Coordinate(Laguerre(1.5, 1.0), -1.0, 0.7),
+        Coordinate(Hermite(1.0), 0.0, 1.3),
+    )
+    features = PolynomialFeatures(coords, 5)
+    x = np.random.default_rng(3).standard_normal((200, 3)) + np.array([0.0, 2.0, 0.0])
+    factors, _ = features._factors(x)
+    phi, gradient_sums = features.values_and_gradient_sums(x)
+    np.testing.assert_allclose(features.values(x), factors.prod(axis=2), rtol=1e-13)
+    for k in range(3):
+        values, own = features.values_and_derivative_sums(x, k)
+        np.testing.assert_allclose(values, phi, rtol=1e-13)
+        np.testing.assert_allclose(own, gradient_sums[k], rtol=1e-10, atol=1e-9)
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     cuts=st.lists(st.integers(1, 2999), min_size=1, max_size=6),

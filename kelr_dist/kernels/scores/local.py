@@ -329,9 +329,9 @@ def local_gram_sums(
         for i, (members, f) in enumerate(
             zip(features.neighbourhoods.members, features.sites, strict=True)
         ):
-            phi, grad_sums = f.values_and_gradient_sums(block[:, members])
+            phi, own = f.values_and_derivative_sums(block[:, members], 0)
             gram[i, : f.size, : f.size] += phi.T @ phi
-            b[i, : f.size] += grad_sums[0]
+            b[i, : f.size] += own
     return {"gram": gram, "b": b, "n": rows_used.shape[0]}
 
 
@@ -444,14 +444,26 @@ class LocalScoreModel:
     features: LocalFeatures
     weights: np.ndarray  # (d, W)
 
+    @cached_property
+    def active(self) -> tuple[tuple[PolynomialFeatures, np.ndarray], ...]:
+        """Per site, the features its weights use and those weights: the chosen radius and
+        degree's (the weights of the Gram pass's other features are zero), so a score costs
+        what the chosen model holds, not what the pass summed."""
+        out = []
+        for f, w in zip(self.features.sites, self.weights, strict=True):
+            keep = w[: f.size] != 0
+            keep[0] = True  # the constant: never an empty set
+            out.append((f.subset(keep), w[: f.size][keep]))
+        return tuple(out)
+
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = np.asarray(x, dtype=np.float64)
         out = np.empty(x.shape)
-        for i, (members, f) in enumerate(
-            zip(self.features.neighbourhoods.members, self.features.sites, strict=True)
+        for i, (members, (f, w)) in enumerate(
+            zip(self.features.neighbourhoods.members, self.active, strict=True)
         ):
             for rows in row_blocks(x.shape[0], FEATURE_ROWS):
-                out[rows, i] = f.values(x[rows][:, members]) @ self.weights[i, : f.size]
+                out[rows, i] = f.values(x[rows][:, members]) @ w
         return out, np.ones(x.shape[0], dtype=bool)
 
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from kelr_dist.kernels.bases.families import Coordinate, TensorBasis, polynomials
+from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, fold_stderr, sums_by_fold
 from kelr_dist.kernels.scores.kernel_embedding import row_blocks
@@ -155,9 +156,9 @@ class PolynomialFeatures:
         degree[rows, slots] = m[rows, cols]
         return coordinate, degree
 
-    def _factors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The polynomial of each entry of :attr:`support` and its derivative (x units) at
-        ``x (n, d)``, each ``(n, P, s)``."""
+    def _tables(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each coordinate's polynomials and their derivatives (x units) at ``x (n, d)`` up to
+        its highest degree, each ``(n, d, D + 1)`` (``D``: the highest of all)."""
         top = self.max_degrees
         values = np.zeros((x.shape[0], self.dim, max(top) + 1))
         derivs = np.zeros_like(values)
@@ -165,13 +166,30 @@ class PolynomialFeatures:
             v, dv = polynomials(c.family, c.mapped(x[:, k]), top[k])
             values[:, k, : top[k] + 1] = v
             derivs[:, k, : top[k] + 1] = dv / c.scale
+        return values, derivs
+
+    def _factors(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The polynomial of each entry of :attr:`support` and its derivative (x units) at
+        ``x (n, d)``, each ``(n, P, s)``."""
+        values, derivs = self._tables(x)
         coordinate, degree = self.support
         return values[:, coordinate, degree], derivs[:, coordinate, degree]
 
     def values(self, x: np.ndarray) -> np.ndarray:
         """``φ (n, P)`` at ``x (n, d)``."""
-        factors, _ = self._factors(np.asarray(x, dtype=np.float64))
-        return _product(factors)
+        return self.values_and_derivative_sums(x, -1)[0]
+
+    def values_and_derivative_sums(self, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``φ (n, P)`` at ``x (n, d)`` and ``Σ_n ∂_k φ`` ``(P,)`` along coordinate ``k`` alone
+        (x units; ``k = -1``: none, zeros): one pass over the entries of :attr:`support`, where
+        :meth:`values_and_gradient_sums` gathers each entry's factor (a score's evaluation and a
+        local fit need no more)."""
+        values, derivs = self._tables(np.asarray(x, dtype=np.float64))
+        coordinate, degree = self.support
+        phi = np.empty((values.shape[0], self.size))
+        sums = np.zeros(self.size)
+        _products_along(values, derivs, coordinate, degree, k, phi, sums)
+        return phi, sums
 
     def gradients(self, x: np.ndarray) -> np.ndarray:
         """``∂_j φ`` at ``x (n, d)``, ``(d, n, P)`` (x units)."""
@@ -210,12 +228,28 @@ class PolynomialFeatures:
         return before[-1] * factors[:, :, -1], grads
 
 
-def _product(factors: np.ndarray) -> np.ndarray:
-    """``Π_j factors[:, :, j]`` in slot order, ``(n, P)``."""
-    out = factors[:, :, 0].copy()
-    for j in range(1, factors.shape[2]):
-        out *= factors[:, :, j]
-    return out
+@compiled
+def _products_along(
+    values: np.ndarray,
+    derivs: np.ndarray,
+    coordinate: np.ndarray,
+    degree: np.ndarray,
+    k: int,
+    phi: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """``phi[r, a] = Π_j values[r, coordinate[a, j], degree[a, j]]`` and, by the product rule
+    along the entries of coordinate ``k``, ``sums[a] += ∂_k phi[r, a]`` over the rows ``r``."""
+    for r in range(values.shape[0]):
+        for a in range(coordinate.shape[0]):
+            v, dv = 1.0, 0.0
+            for j in range(coordinate.shape[1]):
+                c, m = coordinate[a, j], degree[a, j]
+                f = values[r, c, m]
+                dv = dv * f + v * derivs[r, c, m] if c == k else dv * f
+                v *= f
+            phi[r, a] = v
+            sums[a] += dv
 
 
 def gram_sums(
