@@ -479,7 +479,7 @@ def get_client(
 
     ``n_workers`` and ``memory_limit`` are taken as valid: a positive integer, a positive
     memory size, and neither with an ``address`` (the rules of
-    :class:`kelr_dist.pipeline.options.ClusterOptions`, which ``estimate_response`` and the
+    ``kelr_dist.pipeline.options.ClusterOptions``, which ``estimate_response`` and the
     command line check them by).
     quiet : silence the embedded cluster's logs entirely (default: errors are still logged).
 

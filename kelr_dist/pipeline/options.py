@@ -12,9 +12,15 @@ sections map onto these fields, :mod:`kelr_dist.edges.jobfile`) all validate thr
 with the key named as the caller's users know it (``order``, ``--order`` or ``basis.order``).
 
 Every field accepts its Python value and the text of a command-line option (``"60"``,
-``"90,0"``, ``"1e-7"``). Checks that need the data (a largest lag against the chain length, a
-basis spec against the dimension, a degree against memory) stay with the estimate. This module
-imports no dask: it is pure.
+``"90,0"``, ``"1e-7"``). Its values are checked by pydantic's own types and constraints
+(``Literal`` choices, ``Field(ge=..., le=...)``, ``Strict()`` booleans, ``StringConstraints``),
+each field's refusal one message ``expected <what>, got <value>`` written from them
+(:class:`Expected`); specs with a grammar of their own (basis, observable, forcing, reduce,
+neighbours, a function reference) by their parsers. This is the one place: the engine and the
+store take the validated values as they are. Checks that need the data (a largest lag against
+the chain length, a basis spec against the dimension, a degree against memory) stay with the
+estimate (:func:`kelr_dist.pipeline.inputs.check_inputs`). This module imports no dask: it is
+pure.
 """
 
 from __future__ import annotations
