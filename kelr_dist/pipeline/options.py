@@ -138,12 +138,13 @@ class Expected:
         def check(value: Any, validate: core_schema.ValidatorFunctionWrapHandler) -> Any:
             if isinstance(value, np.generic):
                 value = value.item()
+            refused = _invalid(f"expected {what}, got {shown(value)}")
+            if isinstance(value, bool) and not takes_bool:
+                raise refused
             try:
-                if isinstance(value, bool) and not takes_bool:
-                    raise ValueError
                 return validate(value)
-            except (ValidationError, ValueError):
-                raise _invalid(f"expected {what}, got {shown(value)}") from None
+            except ValidationError:
+                raise refused from None
 
         return core_schema.no_info_wrap_validator_function(
             check, schema, metadata={"expected": what}
