@@ -69,8 +69,8 @@ def test_connects_to_environment_address(dask_processes: str, monkeypatch) -> No
 
 
 def test_embedded_settings_rejected_with_an_environment_address(monkeypatch) -> None:
-    # a given address with them is refused by the options model (ClusterOptions); the one of
-    # the environment is known to the engine only, which refuses it before any connection
+    # the environment's address is known to the engine only (the options model refuses a given
+    # one), which refuses them before any connection
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:1")
     message = "n_workers=2 applies to the embedded cluster only, not to the scheduler at DASK_"
     with pytest.raises(ValueError, match=message):

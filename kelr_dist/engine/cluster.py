@@ -477,10 +477,9 @@ def get_client(
         default: 80 % of ``distributed.system.MEMORY_LIMIT`` (the machine's RAM or the
         cgroup's limit) divided by ``n_workers``.
 
-    ``n_workers`` and ``memory_limit`` are taken as valid: a positive integer, a positive
-    memory size, and neither with an ``address`` (the rules of
-    ``kelr_dist.pipeline.options.ClusterOptions``, which ``estimate_response`` and the
-    command line check them by).
+    ``n_workers`` and ``memory_limit`` are taken as valid: a positive integer and a positive
+    memory size (the rules of ``kelr_dist.pipeline.options.ClusterOptions``, which
+    ``estimate_response`` and the command line check them by).
     quiet : silence the embedded cluster's logs entirely (default: errors are still logged).
 
     Returns
@@ -498,17 +497,17 @@ def get_client(
         the dask config sets ``distributed.comm.require-encryption``; an embedded worker
         would get less than ``MIN_WORKER_MEMORY`` (``memory_limit`` or the default share).
     ValueError
-        ``n_workers``/``memory_limit`` given while ``DASK_SCHEDULER_ADDRESS`` or the dask
-        config names a scheduler.
+        ``n_workers``/``memory_limit`` given with a scheduler address (the argument,
+        ``DASK_SCHEDULER_ADDRESS`` or the dask config's).
     """
     global _embedded
     named = _scheduler_address(address)
     if named is not None:
         target, origin = named
         for name, value in (("n_workers", n_workers), ("memory_limit", memory_limit)):
-            # with a given address they are refused by ClusterOptions; the environment's
-            # scheduler is known here only
-            if value is not None and origin != "address":
+            # the environment's scheduler is known here only (ClusterOptions refuses them with
+            # a given address before a call here; a direct call is refused the same way)
+            if value is not None:
                 raise ValueError(
                     f"{name}={value!r} applies to the embedded cluster only, "
                     f"not to the scheduler at {origin}={target!r}"
