@@ -571,11 +571,10 @@ def _run_estimate(
     result went and its headline numbers (``kelr report`` prints the whole summary).
 
     ``options`` are the validated keyword options of ``estimate_response``, ``cluster`` where
-    it runs. Everything that
-    can be checked from the metadata (outputs, the store, the options against its shape:
-    :func:`~kelr_dist.pipeline.inputs.check_inputs`) is checked before a cluster starts,
-    and named by the ``job`` file's name when there is one (``job.yaml: ...``, as its schema
-    errors are); the outputs are written once the estimate is complete.
+    it runs. Everything that can be checked from the metadata (outputs, the store, the options
+    against its shape: :func:`~kelr_dist.pipeline.inputs.check_inputs`) is checked before a
+    cluster starts, and named by the ``job`` file's name when there is one (``job.yaml: ...``,
+    as its schema errors are); the outputs are written once the estimate is complete.
     """
     from kelr_dist.data.store import open_trajectory
 
