@@ -15,7 +15,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from kelr_dist.edges.cli import cli_name, main
-from kelr_dist.edges.jobfile import KEY_PATHS, LAYOUT, schema_yaml
+from kelr_dist.edges.jobfile import KEY_PATHS, LAYOUT, JobError, parse_job, schema_yaml
 from kelr_dist.kernels.scores.heldout import ESTIMATORS
 from kelr_dist.kernels.scores.local import SYMMETRIES
 from kelr_dist.pipeline.options import (
@@ -282,3 +282,22 @@ def test_exact_without_a_model_points_to_score(user_store, capsys):
     )
     assert code == 2 and len(stderr.strip().splitlines()) == 1
     assert "needs the store's model" in stderr and "--score" in stderr
+
+
+@pytest.mark.parametrize(
+    "field", sorted(name for name, info in FIELDS.items() if not python_only(info))
+)
+def test_each_bad_value_in_a_job_file_is_one_line_naming_its_key(tmp_path, field):
+    """The job file's sections are the same fields: a bad value under its key is the model's
+    one line, named by the file and the key's path."""
+    document = {"input": {"store": "s.zarr"}, "outputs": {"result": "r.zarr"}}
+    section, _, key = KEY_PATHS[field].rpartition(".")
+    if section:
+        document.setdefault(section, {})[key] = BAD_VALUES[field]
+    else:
+        document[key] = BAD_VALUES[field]
+    with pytest.raises(JobError) as info:
+        parse_job(document, tmp_path / "job.yaml")
+    message = str(info.value)
+    assert "\n" not in message and ";" not in message, message
+    assert message.startswith(f"job.yaml: {KEY_PATHS[field]}: "), message
