@@ -307,6 +307,10 @@ OTHER_BAD_INPUTS = [
      lambda f, s: ["estimate", s, f / "out.zarr", "--max-time", 0.01, "--scheduler",
                    "synchronous"],
      "--max-time=0.01 is shorter than the sample interval dt=0.05 of", ["out.zarr"]),
+    ("a memory limit that is no memory size, refused by the options model",
+     lambda f, s: ["estimate", s, f / "out.zarr", "--memory-limit", "lots"],
+     "kelr estimate: error: --memory-limit: expected a memory size like '2GiB' or a positive "
+     "number of bytes, got 'lots'", ["out.zarr"]),
     ("bad job estimator",
      lambda f, s: ["run", job_file(f, f"input: {{store: {s}}}\nestimator: {{method: knn}}\n"
                                       "outputs: {result: out.zarr}\n")],

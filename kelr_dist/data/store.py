@@ -113,7 +113,8 @@ def open_trajectory(
     ----------
     path : a zarr store (local directory, or a URL xarray can open).
     variable : name of the trajectory variable.
-    dt : the sample interval, for a store without its own (see ``as_trajectory``).
+    dt : the sample interval (a positive finite number), for a store without its own (see
+        ``as_trajectory``).
 
     Returns
     -------
@@ -632,6 +633,8 @@ def as_trajectory(
         the object was opened from, else ``"<in-memory>"``; an object opened from a netCDF or
         other non-zarr file is read through the object itself, loaded here unless dask-backed,
         and never reopened from its path).
+    dt : the sample interval (a positive finite number) of data without their own ``time``
+        coordinate or ``dt`` attribute; where they have one, it must agree.
 
     Returns
     -------
@@ -758,12 +761,8 @@ def _time_step(
     given: float | None = None,
 ) -> float:
     """The sample interval from the ``time`` coordinate and/or the ``dt`` attribute; ``given``
-    (the caller's ``dt=``) is used when the data have neither and must agree with what they
-    have otherwise."""
-    if given is not None and not (
-        isinstance(given, int | float | np.number) and math.isfinite(given) and given > 0
-    ):
-        raise _error(source, variable, f"dt={given!r} is not a positive finite number")
+    (the caller's ``dt=``, a positive finite number: the options model checks it) is used when
+    the data have neither and must agree with what they have otherwise."""
     from_coord, slack = (
         _coordinate_step(da, source, variable) if "time" in da.coords else (None, 0.0)
     )

@@ -35,8 +35,10 @@ from kelr_dist.pipeline.options import (
     SHOWN_CHARS,
     ClusterOptions,
     EstimateOptions,
+    FileOptions,
     Name,
     checked,
+    choices,
     python_only,
     shown,
 )
@@ -130,15 +132,19 @@ def cli_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _options_from(model: type[Any], exclude: Sequence[str] = ()) -> Callable[[Any], Any]:
-    """Click options generated from the fields of an options ``model`` (not the Python
-    function's own, :func:`~kelr_dist.pipeline.options.python_only`): name, help, default,
-    choices. Values are passed on as given (``None``: not given) and validated by the model
-    (:func:`_validated`)."""
+def _options_from(
+    model: type[Any], exclude: Sequence[str] = (), only: Sequence[str] | None = None
+) -> Callable[[Any], Any]:
+    """Click options generated from the fields of an options ``model`` (``only`` these, or all
+    but those in ``exclude`` and the Python function's own,
+    :func:`~kelr_dist.pipeline.options.python_only`): name, help, default, choices. Values are
+    passed on as given (``None``: not given) and validated by the model (:func:`_validated`);
+    click converts none of them (a flag gives a bool)."""
 
     def decorate(command: Any) -> Any:
         for name, info in reversed(list(model.model_fields.items())):
-            if name in exclude or python_only(info):
+            chosen = name not in exclude if only is None else name in only
+            if not chosen or python_only(info):
                 continue
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
             text = str(info.description)
@@ -149,13 +155,13 @@ def _options_from(model: type[Any], exclude: Sequence[str] = ()) -> Callable[[An
                     flag, name, is_flag=True, default=info.default, help=help_text
                 )
             else:
-                choices = extra.get("choices")
+                names = choices(info)
                 option = click.option(
                     cli_name(name),
                     name,
                     type=str,  # the text goes to the model as it is
                     default=info.default,
-                    metavar=f"[{'|'.join(choices)}]" if choices else extra.get("metavar", "TEXT"),
+                    metavar=f"[{'|'.join(names)}]" if names else extra.get("metavar", "TEXT"),
                     show_default=info.default is not None,
                     help=help_text,
                 )
@@ -552,25 +558,23 @@ def _check_outputs(
 def _run_estimate(
     store: Path,
     options: EstimateOptions,
+    cluster: ClusterOptions,
     *,
     result: Path,
     netcdf: Path | None,
     figures: Path | None,
     overwrite: bool,
-    scheduler: str | None,
-    workers: int | None,
-    memory_limit: str | int | None,
     quiet: bool,
     job: str | None = None,
 ) -> None:
     """Validate the inputs, estimate on the chosen cluster, write the outputs, print where the
     result went and its headline numbers (``kelr report`` prints the whole summary).
 
-    ``options`` are the validated keyword options of ``estimate_response``. Everything that
-    can be checked from the metadata (outputs, the store, the options against its shape:
-    :func:`~kelr_dist.pipeline.inputs.check_inputs`) is checked before a cluster starts,
-    and named by the ``job`` file's name when there is one (``job.yaml: ...``, as its schema
-    errors are); the outputs are written once the estimate is complete.
+    ``options`` are the validated keyword options of ``estimate_response``, ``cluster`` where
+    it runs. Everything that can be checked from the metadata (outputs, the store, the options
+    against its shape: :func:`~kelr_dist.pipeline.inputs.check_inputs`) is checked before a
+    cluster starts, and named by the ``job`` file's name when there is one (``job.yaml: ...``,
+    as its schema errors are); the outputs are written once the estimate is complete.
     """
     from kelr_dist.data.store import open_trajectory
 
@@ -591,7 +595,7 @@ def _run_estimate(
     from kelr_dist.pipeline.result import write_result
 
     kwargs = options.values()
-    client = _client(scheduler, workers, memory_limit, quiet)
+    client = _client(cluster.scheduler, cluster.workers, cluster.memory_limit, quiet)
     try:
         ds = estimate_response(store, client=client, progress=_progress(quiet), **kwargs)
     finally:
@@ -610,7 +614,7 @@ def _run_estimate(
 @click.argument("out", type=click.Path())
 @_options_from(EstimateOptions, exclude=("forcing",))
 @_options_from(ClusterOptions)
-@click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
+@_options_from(FileOptions, only=("overwrite",))
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars or cluster logs.")
 def estimate(store: str, out: str, overwrite: bool, quiet: bool, **given: Any) -> None:
     """Estimate the linear response operator of STORE and write it to OUT.
@@ -629,35 +633,28 @@ def estimate(store: str, out: str, overwrite: bool, quiet: bool, **given: Any) -
       kelr estimate tw.zarr out.zarr --workers 2 --memory-limit 1GiB --quiet
       kelr estimate user.zarr out.zarr --score mypackage.densities:score
     """
-    options = _validated(EstimateOptions, given)
-    cluster = _validated(ClusterOptions, given)
     _run_estimate(
         Path(store),
-        options,
+        _validated(EstimateOptions, given),
+        _validated(ClusterOptions, given),
         result=Path(out),
         netcdf=None,
         figures=None,
         overwrite=overwrite,
-        scheduler=cluster.scheduler,
-        workers=cluster.workers,
-        memory_limit=cluster.memory_limit,
         quiet=quiet,
     )
 
 
 @main.command()
 @click.argument("job_file", metavar="JOB.yaml", type=click.Path())
-@click.option(
-    "--scheduler",
-    metavar="ADDR",
-    help="Dask scheduler address (overrides the job's cluster section).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@_options_from(ClusterOptions, only=("scheduler",))
+@_options_from(FileOptions, only=("overwrite",))
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars or cluster logs.")
 def run(job_file: str, scheduler: str | None, overwrite: bool, quiet: bool) -> None:
     """Run the estimate described by a job file (schema: kelr_dist.edges.jobfile).
 
     The file is validated completely first; relative paths are taken relative to its folder.
+    --scheduler and --overwrite override the job's cluster section and outputs.overwrite.
 
     \b
     Example job.yaml:
@@ -676,13 +673,11 @@ def run(job_file: str, scheduler: str | None, overwrite: bool, quiet: bool) -> N
     _run_estimate(
         job.store,
         job.options,
+        cluster,
         result=job.result,
         netcdf=job.netcdf,
         figures=job.figures,
         overwrite=overwrite or job.files.overwrite,
-        scheduler=cluster.scheduler,
-        workers=cluster.workers,
-        memory_limit=cluster.memory_limit,
         quiet=quiet,
         job=job.source.name,
     )

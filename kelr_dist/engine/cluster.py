@@ -50,7 +50,6 @@ from distributed.comm.addressing import parse_address
 from distributed.security import Security
 
 from kelr_dist.engine.allocator import restore_allocator, tune_allocator
-from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.reduction import SYNCHRONOUS
 
 __all__ = [
@@ -200,7 +199,9 @@ def _usable_memory() -> float:
 
 
 def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
-    """Bytes per worker: ``memory_limit`` ("300MiB", "2GB", bytes) or a share of the machine."""
+    """Bytes per worker: ``memory_limit`` ("300MiB", "2GB", bytes; a valid size, as
+    :class:`~kelr_dist.pipeline.options.ClusterOptions` checks it) or a share of the machine,
+    refused below what a worker needs (``MIN_WORKER_MEMORY``)."""
     if memory_limit is None:
         share = int(_usable_memory() / n_workers)
         if share < MIN_WORKER_MEMORY:
@@ -210,14 +211,7 @@ def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
                 "process needs to run at all; use fewer workers (n_workers= / --workers)"
             )
         return share
-    try:
-        nbytes = parse_bytes(memory_limit) if isinstance(memory_limit, str) else int(memory_limit)
-    except (TypeError, ValueError) as err:
-        raise ValueError(
-            f"memory_limit={memory_limit!r} is not a memory size like '300MiB' or '2GB'"
-        ) from err
-    if nbytes <= 0:
-        raise ValueError(f"memory_limit={memory_limit!r} must be a positive memory size")
+    nbytes = parse_bytes(memory_limit) if isinstance(memory_limit, str) else int(memory_limit)
     if nbytes < MIN_WORKER_MEMORY:
         raise ClusterError(
             f"memory_limit={memory_limit!r} ({nbytes / 2**20:.0f} MiB per worker) is below the "
@@ -230,15 +224,14 @@ def _parse_memory(memory_limit: str | int | None, n_workers: int) -> int:
 
 
 def _parse_workers(n_workers: int | None, memory_limit: str | int | None = None) -> int:
-    """``n_workers``, or one per usable core, as many as get ``MIN_WORKER_MEMORY`` each of the
+    """``n_workers`` (a positive integer, as :class:`~kelr_dist.pipeline.options.ClusterOptions`
+    checks it), or one per usable core, as many as get ``MIN_WORKER_MEMORY`` each of the
     machine's share when no ``memory_limit`` is given (a small container with many cores)."""
     if n_workers is None:
         if memory_limit is not None:
             return dask.system.CPU_COUNT
         fit = int(_usable_memory() // MIN_WORKER_MEMORY)
         return max(1, min(dask.system.CPU_COUNT, fit))
-    if not is_whole(n_workers, 1):
-        raise ValueError(f"n_workers={n_workers!r} must be a positive integer")
     return n_workers
 
 
@@ -483,6 +476,10 @@ def get_client(
     memory_limit : memory per embedded worker, bytes or a string like ``"300MiB"``;
         default: 80 % of ``distributed.system.MEMORY_LIMIT`` (the machine's RAM or the
         cgroup's limit) divided by ``n_workers``.
+
+    ``n_workers`` and ``memory_limit`` are taken as valid: a positive integer and a positive
+    memory size (the rules of ``kelr_dist.pipeline.options.ClusterOptions``, which
+    ``estimate_response`` and the command line check them by).
     quiet : silence the embedded cluster's logs entirely (default: errors are still logged).
 
     Returns
@@ -500,13 +497,16 @@ def get_client(
         the dask config sets ``distributed.comm.require-encryption``; an embedded worker
         would get less than ``MIN_WORKER_MEMORY`` (``memory_limit`` or the default share).
     ValueError
-        ``n_workers``/``memory_limit`` are invalid, or given together with an address.
+        ``n_workers``/``memory_limit`` given with a scheduler address (the argument,
+        ``DASK_SCHEDULER_ADDRESS`` or the dask config's).
     """
     global _embedded
     named = _scheduler_address(address)
     if named is not None:
         target, origin = named
         for name, value in (("n_workers", n_workers), ("memory_limit", memory_limit)):
+            # the environment's scheduler is known here only (ClusterOptions refuses them with
+            # a given address before a call here; a direct call is refused the same way)
             if value is not None:
                 raise ValueError(
                     f"{name}={value!r} applies to the embedded cluster only, "

@@ -12,38 +12,46 @@ sections map onto these fields, :mod:`kelr_dist.edges.jobfile`) all validate thr
 with the key named as the caller's users know it (``order``, ``--order`` or ``basis.order``).
 
 Every field accepts its Python value and the text of a command-line option (``"60"``,
-``"90,0"``, ``"1e-7"``). Checks that need the data (a largest lag against the chain length, a
-basis spec against the dimension, a degree against memory) stay with the estimate. This module
-imports no dask: it is pure.
+``"90,0"``, ``"1e-7"``). Its values are checked by pydantic's own types and constraints
+(``Literal`` choices, ``Field(ge=..., le=...)``, ``Strict()`` booleans, ``StringConstraints``),
+each field's refusal one message ``expected <what>, got <value>`` written from them
+(:class:`Expected`); specs with a grammar of their own (basis, observable, forcing, reduce,
+neighbours, a function reference) by their parsers. This is the one place: the engine and the
+store take the validated values as they are. Checks that need the data (a largest lag against
+the chain length, a basis spec against the dimension, a degree against memory) stay with the
+estimate (:func:`kelr_dist.pipeline.inputs.check_inputs`). This module imports no dask: it is
+pure.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
 import re
 import reprlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, get_args, get_origin
 
 import numpy as np
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     JsonValue,
+    Strict,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
 
 from kelr_dist.kernels.bases.spec import parse_basis_spec, split_entries
-from kelr_dist.kernels.checks import is_whole
 from kelr_dist.kernels.observables.builtin import (
     Angles,
     WrappedJacobian,
@@ -76,7 +84,6 @@ DELTA_RULES = ("auto", "paper")
 OBSERVABLES = ("identity", "square", "angles", *KINDS)
 FORCINGS = ("constant", "linear")
 
-Order = str | int | tuple[int, ...]
 Name = Callable[[str], str]
 
 
@@ -107,41 +114,119 @@ def _invalid(message: str) -> PydanticCustomError:
 
 
 # --------------------------------------------------------------------------------------------
-# value checks (each raises a message that ends ", got <value>")
+# value types: pydantic's own, each with one message "expected <what>, got <value>"
 # --------------------------------------------------------------------------------------------
 
 
-def _integer_phrase(minimum: int) -> str:
-    return {0: "a non-negative integer", 1: "a positive integer"}.get(
-        minimum, f"an integer >= {minimum}"
+@dataclass(frozen=True)
+class Expected:
+    """The last metadata of a field's ``Annotated`` type: whatever pydantic refuses in the type
+    and its constraints (``Field(ge=...)``, ``Strict()``, ``Literal``) is one message ``expected
+    <what>, got <value>``, ``<what>`` written from the type and its constraints (or given here).
+    A numpy scalar is taken as its Python value, and a bool is refused where no bool is
+    expected (``True`` is an ``int`` in Python, and pydantic takes it as 1)."""
+
+    what: str | None = None
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        schema = handler(source)
+        what = self.what or _phrase(schema)
+        takes_bool = "true or false" in _alternatives(schema)
+
+        def check(value: Any, validate: core_schema.ValidatorFunctionWrapHandler) -> Any:
+            if isinstance(value, np.generic):
+                value = value.item()
+            refused = _invalid(f"expected {what}, got {shown(value)}")
+            if isinstance(value, bool) and not takes_bool:
+                raise refused
+            try:
+                return validate(value)
+            except ValidationError:
+                raise refused from None
+
+        return core_schema.no_info_wrap_validator_function(
+            check, schema, metadata={"expected": what}
+        )
+
+
+def _integer_phrase(schema: Mapping[str, Any]) -> str:
+    low, high = schema.get("ge"), schema.get("le")
+    if low is not None and high is not None:
+        return f"an integer from {low} to {high}"
+    return {None: "an integer", 0: "a non-negative integer", 1: "a positive integer"}.get(
+        low, f"an integer >= {low}"
     )
 
 
-def whole_number(value: Any, minimum: int = 0) -> int | None:
-    """``value`` as an int when it is an integer ``>= minimum`` (or its text), else None.
+def _alternatives(schema: Mapping[str, Any]) -> list[str]:
+    """What a pydantic core ``schema`` accepts, as phrases (``'auto'``, ``a positive
+    integer``, ...)."""
+    kind = schema["type"]
+    if "expected" in (schema.get("metadata") or {}):
+        return [schema["metadata"]["expected"]]
+    if kind in ("nullable", "function-before", "function-after", "function-wrap"):
+        return _alternatives(schema["schema"])
+    if kind == "union":
+        return [p for c in schema["choices"] for p in _alternatives(_choice_schema(c))]
+    if kind == "literal":
+        return [repr(e) for e in schema["expected"]]
+    if kind == "int":
+        return [_integer_phrase(schema)]
+    if kind == "float":
+        sign = "positive " if schema.get("gt") == 0 else "non-negative " * (schema.get("ge") == 0)
+        finite = "finite " * (schema.get("allow_inf_nan") is False)
+        return [f"a {sign}{finite}number"]
+    if kind == "bool":
+        return ["true or false"]
+    if kind == "str":
+        return ["a non-empty string" if schema.get("min_length") else "a string"]
+    return [kind]
 
-    The one place where a bool is refused as an integer (``True`` is an ``int`` in Python).
-    """
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            return None
-    if not is_whole(value, minimum):
-        return None
-    return int(value)
+
+def _choice_schema(choice: Any) -> Mapping[str, Any]:
+    return choice[0] if isinstance(choice, tuple) else choice
 
 
-def _number(value: Any) -> float | None:
-    """``value`` as a finite float (a number or its text; not a bool), else None."""
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        return None
-    return float(value) if math.isfinite(value) else None
+def _phrase(schema: Mapping[str, Any]) -> str:
+    """What a field accepts, in one phrase: ``one of ['a', 'b']`` for a choice of names,
+    else its alternatives joined (``'auto', 'paper' or a positive number``)."""
+    inner = schema["schema"] if schema["type"] == "nullable" else schema
+    found = _alternatives(schema)
+    if inner["type"] == "literal" and len(found) > 1:
+        return f"one of {list(inner['expected'])}"
+    return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} or {found[-1]}"
+
+
+#: true or false (not 0/1, not a text: a job file's ``yes`` is YAML's true already)
+Flag = Annotated[bool, Strict(), Expected()]
+#: a non-empty text, its surrounding spaces dropped
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1), Expected()]
+#: a file or folder path: a non-empty text without NUL characters (no file system takes them;
+#: ``open`` said only "embedded null byte")
+PathText = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, pattern=r"^[^\x00]*$"),
+    Expected("a path (a non-empty string without NUL characters)"),
+]
+#: a non-negative integer
+Whole = Annotated[int, Field(ge=0), Expected()]
+#: a positive finite number
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False), Expected()]
+
+if TYPE_CHECKING:  # the choices are the kernels' tuples of names: a Literal of them at run time
+    Estimator: TypeAlias = str
+    IndexSet: TypeAlias = str
+    Symmetry: TypeAlias = str
+else:
+    Estimator, IndexSet, Symmetry = (Literal[c] for c in (ESTIMATORS, INDEX_SETS, SYMMETRIES))
+
+
+def choices(info: Any) -> tuple[str, ...]:
+    """The names a field (its ``FieldInfo``) accepts when it is a ``Literal`` choice, else
+    ``()``."""
+    return get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
 
 
 def _items(value: Any) -> list[Any] | None:
@@ -153,52 +238,9 @@ def _items(value: Any) -> list[Any] | None:
     return None
 
 
-def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
-    phrase = (
-        _integer_phrase(minimum) if maximum is None else f"an integer from {minimum} to {maximum}"
-    )
-
-    def check(value: Any) -> int:
-        number = whole_number(value, minimum)
-        if number is None or (maximum is not None and number > maximum):
-            raise _invalid(f"expected {phrase}, got {shown(value)}")
-        return number
-
-    return check
-
-
-def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda value: None if value is None else check(value)
-
-
-def _choice(choices: Sequence[str]) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in choices:
-            raise _invalid(f"expected one of {list(choices)}, got {shown(value)}")
-        return str(value)
-
-    return check
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise _invalid(f"expected true or false, got {shown(value)}")
-    return bool(value)
-
-
-def _string(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _invalid(f"expected a non-empty string, got {shown(value)}")
-    return value.strip()
-
-
-def _path(value: Any) -> str:
-    """A file or folder path: a non-empty string without NUL characters (no file system takes
-    them; ``open`` said only "embedded null byte")."""
-    path = _string(value)
-    if "\0" in path:
-        raise _invalid(f"a path cannot hold a NUL character, got {shown(value)}")
-    return path
+def _listed(value: Any) -> Any:
+    """A comma-separated text (``"90,0"``) as the list of its items; anything else as it is."""
+    return _items(value) if isinstance(value, str) and "," in value else value
 
 
 def _components(value: Any) -> tuple[str, ...] | None:
@@ -218,63 +260,27 @@ def _components(value: Any) -> tuple[str, ...] | None:
     return names
 
 
-def _orders(value: Any, auto: bool) -> Order:
-    """``"auto"`` (when allowed), a non-negative integer or a non-empty list of them."""
-    if auto and value == "auto":
-        return "auto"
-    items = _items(value)
-    if items is not None:
-        orders = [whole_number(v) for v in items]
-        if orders and None not in orders:
-            return tuple(orders)  # type: ignore[arg-type]
-    elif (order := whole_number(value)) is not None:
-        return order
-    expected = "'auto' or a non-negative integer" if auto else "a non-negative integer"
-    raise _invalid(f"expected {expected} (or a list of them), got {shown(value)}")
-
-
-def _order(value: Any) -> Order:
-    return _orders(value, auto=True)
-
-
-def _max_order(value: Any) -> int | tuple[int, ...] | None:
-    return None if value is None else _orders(value, auto=False)  # type: ignore[return-value]
-
-
-def _degree(value: Any) -> str | int:
-    if value == "auto":
-        return "auto"
-    degree = whole_number(value, 1)
-    if degree is None:
-        raise _invalid(f"expected 'auto' or an integer >= 1, got {shown(value)}")
-    return degree
-
-
-def _max_time(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = _number(value)
-    if number is None or number < 0:
-        raise _invalid(f"expected a non-negative number (time units), got {shown(value)}")
-    return number
-
-
-def _interval(value: Any) -> float | None:
-    if value is None:
-        return None
-    number = _number(value)
-    if number is None or number <= 0:
-        raise _invalid(
-            f"expected a positive finite number (the sample interval), got {shown(value)}"
-        )
-    return number
+#: orders per coordinate: a non-empty list of non-negative integers (or ``"90,0"``)
+Orders = Annotated[tuple[Whole, ...], Field(min_length=1)]
+Order = Annotated[
+    Literal["auto"] | Whole | Orders,
+    BeforeValidator(_listed),
+    Expected("'auto' or a non-negative integer (or a list of them)"),
+]
+MaxOrder = Annotated[
+    Whole | Orders | None,
+    BeforeValidator(_listed),
+    Expected("a non-negative integer (or a list of them)"),
+]
 
 
 def _client(value: Any) -> Any:
     """``None``, an address or ``"synchronous"`` (a non-empty string), or a
     ``distributed.Client`` (imported only to check such an object: this module loads no dask)."""
     if value is None or isinstance(value, str):
-        return _optional(_string)(value)
+        if value is not None and not value.strip():
+            raise _invalid(f"expected a non-empty string, got {shown(value)}")
+        return None if value is None else value.strip()
     from distributed import Client
 
     if not isinstance(value, Client):
@@ -283,15 +289,6 @@ def _client(value: Any) -> Any:
             f"got {shown(value)}"
         )
     return value
-
-
-def _delta(value: Any) -> str | float:
-    if value in DELTA_RULES:
-        return str(value)
-    number = _number(value)
-    if number is None or number <= 0:
-        raise _invalid(f"expected 'auto', 'paper' or a positive number, got {shown(value)}")
-    return number
 
 
 def _basis(value: Any) -> str | tuple[Any, ...]:
@@ -342,14 +339,24 @@ def _neighbours(value: Any) -> Any:
     raise _invalid(f"expected 'ring', 'grid(n1,n2)', a mapping or a list, got {shown(value)}")
 
 
-def _memory(value: Any) -> str | int | None:
-    if value is None:
-        return None
-    if whole_number(value, 1) is None and not (isinstance(value, str) and value.strip()):
-        raise _invalid(
-            f"expected a memory size like '2GiB' or a number of bytes, got {shown(value)}"
-        )
-    return value
+def _memory_size(text: str) -> str:
+    """A memory size like ``"2GiB"`` of at least one byte (read by ``dask.utils.parse_bytes``,
+    imported only for such a text), as given."""
+    from dask.utils import parse_bytes
+
+    if parse_bytes(text) < 1:
+        raise ValueError(text)
+    return text
+
+
+#: memory per worker: a positive number of bytes, or a size like ``"2GiB"``
+Memory = Annotated[
+    Annotated[int, Field(ge=1)]
+    | Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1), AfterValidator(_memory_size)
+    ],
+    Expected("a memory size like '2GiB' or a positive number of bytes"),
+]
 
 
 def resolve_reference(reference: Any) -> Callable[..., Any]:
@@ -536,17 +543,15 @@ def option(
     default: Any,
     description: str,
     *,
-    choices: Sequence[str] = (),
     metavar: str | None = None,
     example: str | None = None,
     python_only: bool = False,
 ) -> Any:
     """A field: its default (``...``: required, shown by an ``example``), one-phrase
-    ``description`` (help text, the documented job-file schema) and, for the command line,
-    ``choices`` and ``metavar``. ``python_only``: a keyword of the Python function alone
-    (neither a command-line option nor a job-file key)."""
+    ``description`` (help text, the documented job-file schema) and, for the command line, its
+    ``metavar`` (a ``Literal`` choice shows its names: :func:`choices`). ``python_only``: a
+    keyword of the Python function alone (neither a command-line option nor a job-file key)."""
     extra: dict[str, JsonValue] = {
-        "choices": list(choices),
         "metavar": metavar,
         "example": example,
         "python_only": python_only,
@@ -562,10 +567,6 @@ def python_only(info: Any) -> bool:
     """Whether a field (its ``FieldInfo``) is a keyword of the Python function alone."""
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     return bool(extra.get("python_only"))
-
-
-def _checks(check: Callable[[Any], Any]) -> BeforeValidator:
-    return BeforeValidator(check)
 
 
 def _name(info: ValidationInfo) -> Name:
@@ -586,64 +587,62 @@ class _Options(BaseModel):
 class EstimateOptions(_Options):
     """The options of an estimate (keywords of ``estimate_response``)."""
 
-    variable: Annotated[str, _checks(_string)] = option("x", "trajectory variable in the store")
-    components: Annotated[tuple[str, ...] | None, _checks(_components)] = option(
+    variable: Text = option("x", "trajectory variable in the store")
+    components: Annotated[tuple[str, ...] | None, BeforeValidator(_components)] = option(
         None,
         "estimate on these components only: names, comma-separated ('x1,x3') or a list "
         "(none: all of them)",
         metavar="NAMES",
     )
-    estimator: Annotated[str, _checks(_choice(ESTIMATORS))] = option(
+    estimator: Annotated[Estimator, Expected()] = option(
         "auto",
         "score estimate: the paper's kernel embedding, score matching (Hyvärinen 2005) or auto "
         "(the one with the smaller held-out Hyvärinen loss)",
-        choices=ESTIMATORS,
     )
-    degree: Annotated[str | int, _checks(_degree)] = option(
+    degree: Annotated[Literal["auto"] | Annotated[int, Field(ge=1)], Expected()] = option(
         "auto",
         "score matching: 'auto' (held-out loss) or a total degree q >= 1",
         metavar="auto|Q",
     )
-    folds: Annotated[int, _checks(_integer(2, MAX_FOLDS))] = option(
+    folds: Annotated[int, Field(ge=2, le=MAX_FOLDS), Expected()] = option(
         DEFAULT_FOLDS,
         f"held-out folds (an integer from 2 to {MAX_FOLDS}): whole chains or contiguous blocks "
         "of each chain",
         metavar="K",
     )
-    stein_correction: Annotated[bool, _checks(_boolean)] = option(
+    stein_correction: Flag = option(
         True,
         "refit the estimated scores by the Stein correction: affine, and on a distribution "
         "observable's own functions (false: the paper's uncorrected estimators)",
     )
-    pilot: Annotated[bool, _checks(_boolean)] = option(
+    pilot: Flag = option(
         True,
         "with estimator auto on long data, fit the kernel embedding to a subsample first and "
         "carry it on only if it can win (false: both families fitted to all samples)",
     )
-    basis: Annotated[Any, _checks(_basis)] = option(
+    basis: Annotated[Any, BeforeValidator(_basis)] = option(
         "auto",
         "'auto' or one entry per component, e.g. 'laguerre(theta=1),hermite' "
         "(kelr_dist.kernels.bases.spec)",
         metavar="auto|SPEC",
     )
-    order: Annotated[Order, _checks(_order)] = option(
+    order: Order = option(
         "auto",
         "kernel embedding: 'auto' (criteria of the paper's §4), an order M, or M1,M2 per "
         "coordinate (index set box)",
         metavar="auto|M|M1,M2",
     )
-    max_order: Annotated[int | tuple[int, ...] | None, _checks(_max_order)] = option(
+    max_order: MaxOrder = option(
         None, "highest order fitted and scanned (none: by dimension)", metavar="M"
     )
-    index_set: Annotated[str, _checks(_choice(INDEX_SETS))] = option(
+    index_set: Annotated[IndexSet, Expected()] = option(
         "auto",
         "multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless only "
         "one coordinate is active: box, paper §5.2; score matching local from "
         f"{LOCAL_DIMENSION} components on); adaptive: auto, and score matching's set grown by "
         "held-out loss; local: score matching per component on its neighbourhood",
-        choices=INDEX_SETS,
     )
-    neighbours: Annotated[Any, _checks(_neighbours)] = option(
+    neighbours: Annotated[Any, BeforeValidator(_neighbours)] = option(
         None,
         "the local score model's neighbourhoods: 'ring', 'grid(n1,n2)', a mapping of component "
         "names to their neighbours, or a list of neighbour lists (none: the store's "
@@ -651,13 +650,12 @@ class EstimateOptions(_Options):
         "index_set local",
         metavar="SPEC",
     )
-    symmetry: Annotated[str, _checks(_choice(SYMMETRIES))] = option(
+    symmetry: Annotated[Symmetry, Expected()] = option(
         "none",
         "the local score model: 'translation' ties the weights of every site (a ring or a "
         "periodic grid)",
-        choices=SYMMETRIES,
     )
-    observable: Annotated[Any, _checks(_observable)] = option(
+    observable: Annotated[Any, BeforeValidator(_observable)] = option(
         "identity",
         "A(x): 'identity', 'square', 'angles' ((cos, sin) of the periodic components, the "
         "others as they are), for a field 'mean', 'mean(weights=cos(lat))' or 'eof(k)'; a "
@@ -665,43 +663,39 @@ class EstimateOptions(_Options):
         "1-4), 'exceedance(quantiles=0.01,...,0.99,width=0.05)' (probabilities above "
         "quantiles), parameters optional; or {function: 'package.module:function', names: [...]}",
     )
-    forcing: Annotated[Any, _checks(_forcing)] = option(
+    forcing: Annotated[Any, BeforeValidator(_forcing)] = option(
         "constant",
         "c(x): 'constant', 'linear' or a reference 'package.module:function' (in Python also a "
         "pattern: a DataArray over a field's spatial dims)",
     )
-    max_lag: Annotated[int | None, _checks(_optional(_integer(0)))] = option(
+    max_lag: Whole | None = option(
         None, "largest lag in samples (not with a largest lag in time units)", metavar="S"
     )
-    max_time: Annotated[float | None, _checks(_max_time)] = option(
+    max_time: Annotated[float, Field(ge=0, allow_inf_nan=False), Expected()] | None = option(
         None, "largest lag in time units (not with a largest lag in samples)", metavar="T"
     )
-    delta: Annotated[str | float, _checks(_delta)] = option(
+    delta: Annotated[Literal["auto", "paper"] | Positive, Expected()] = option(
         "auto", "positivity threshold: 'auto', 'paper' or a number > 0", metavar="auto|paper|X"
     )
-    exact: Annotated[bool, _checks(_boolean)] = option(
+    exact: Flag = option(
         False,
         "also the exact-FDT response, with the built-in model's score (from the store) or "
         "the given score",
     )
-    score: Annotated[Callable[..., Any] | None, _checks(_score)] = option(
+    score: Annotated[Callable[..., Any] | None, BeforeValidator(_score)] = option(
         None,
         "score function 'package.module:function' (x -> grad log p, (n, d) arrays), imported, "
         "never evaluated, here and on the workers: the exact-FDT reference for any store",
         metavar="MODULE:FUNCTION",
     )
-    kde: Annotated[bool, _checks(_boolean)] = option(
-        False, "also the Gaussian-KDE baseline (d <= 3)"
-    )
-    gaussian: Annotated[bool, _checks(_boolean)] = option(
-        False, "also the quasi-Gaussian FDT baseline"
-    )
-    dt: Annotated[float | None, _checks(_interval)] = option(
+    kde: Flag = option(False, "also the Gaussian-KDE baseline (d <= 3)")
+    gaussian: Flag = option(False, "also the quasi-Gaussian FDT baseline")
+    dt: Positive | None = option(
         None,
         "sample interval of a trajectory given as an array (none: 1, lags counted in steps)",
         python_only=True,
     )
-    reduce: Annotated[str | None, _checks(_reduce)] = option(
+    reduce: Annotated[str | None, BeforeValidator(_reduce)] = option(
         None,
         "'eof(k)': estimate on the leading k EOFs (principal components, one pass of covariance "
         "sums) and lift the response back to the components: the response of the projected "
@@ -819,25 +813,25 @@ class ClusterOptions(_Options):
     """Where an estimate runs, and how it shows its progress. The Python function names two
     fields otherwise (``client``, ``n_workers``: :data:`PYTHON_NAMES`)."""
 
-    scheduler: Annotated[Any, _checks(_client)] = Field(
+    scheduler: Annotated[Any, BeforeValidator(_client)] = Field(
         None,
         validation_alias=AliasChoices("scheduler", PYTHON_NAMES["scheduler"]),
         description="address of a running Dask scheduler (tcp://host:8786) or 'synchronous' "
         "(no cluster); none: DASK_SCHEDULER_ADDRESS, else the embedded local cluster",
         json_schema_extra={"metavar": "ADDR"},
     )
-    workers: Annotated[int | None, _checks(_optional(_integer(1)))] = Field(
+    workers: Annotated[int, Field(ge=1), Expected()] | None = Field(
         None,
         validation_alias=AliasChoices("workers", PYTHON_NAMES["workers"]),
         description="worker processes of the embedded cluster (none: by CPU count)",
         json_schema_extra={"metavar": "N"},
     )
-    memory_limit: Annotated[str | int | None, _checks(_memory)] = option(
+    memory_limit: Memory | None = option(
         None,
         "memory per embedded worker, e.g. '2GiB' (none: 80% of RAM / workers)",
         metavar="SIZE",
     )
-    progress: Annotated[bool | None, _checks(_optional(_boolean))] = option(
+    progress: Flag | None = option(
         None, "progress bars (none: when stderr is a terminal)", python_only=True
     )
 
@@ -856,19 +850,15 @@ class ClusterOptions(_Options):
 class FileOptions(_Options):
     """The files of a run: the trajectory store it reads and the outputs it writes."""
 
-    store: Annotated[str, _checks(_path)] = option(
+    store: PathText = option(
         ..., "trajectory store (zarr), relative to this file", example="trajectory.zarr"
     )
-    result: Annotated[str, _checks(_path)] = option(
+    result: PathText = option(
         ..., "result store: a zarr folder, or netCDF when it ends in .nc", example="result.zarr"
     )
-    netcdf: Annotated[str | None, _checks(_optional(_path))] = option(
-        None, "optional extra netCDF copy of the result"
-    )
-    figures: Annotated[str | None, _checks(_optional(_path))] = option(
-        None, "optional folder for the report's PNG figures"
-    )
-    overwrite: Annotated[bool, _checks(_boolean)] = option(False, "replace existing outputs")
+    netcdf: PathText | None = option(None, "optional extra netCDF copy of the result")
+    figures: PathText | None = option(None, "optional folder for the report's PNG figures")
+    overwrite: Flag = option(False, "replace existing outputs")
 
 
 MODELS: tuple[type[_Options], ...] = (EstimateOptions, ClusterOptions, FileOptions)

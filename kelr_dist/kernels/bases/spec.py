@@ -4,7 +4,8 @@ Spec (``spec`` argument, also the ``basis`` attribute of results): ``"auto"`` fo
 coordinate, or one comma-separated entry per coordinate, each ``auto``, ``hermite``,
 ``hermite(beta=..,loc=..,scale=..)``, ``laguerre`` or
 ``laguerre(theta=..,beta=..,loc=..,scale=..)``, ``fourier(period=..,loc=..)`` with any subset of
-the keys (``beta >= 1/2``, ``theta > -1``, ``scale > 0``, ``period > 0``); omitted values are
+the keys (``beta >= 1/2``, ``theta > -1``, ``scale > 0``: the families' own ranges;
+``period > 0``); omitted values are
 chosen from the data (the family is then fixed; :mod:`kelr_dist.kernels.bases.coordinates`). A
 ``fourier`` entry declares a periodic component (an angle) of that ``period`` in the data's units
 (``fourier(period=360)`` for degrees); ``loc`` is its wrap point (the lower edge of the window
@@ -34,24 +35,33 @@ Entry = tuple[str, dict[str, float]]  # (family name, given parameters) or ("aut
 
 
 def _parse_value(text: str, key: str, entry: str, position: int) -> float:
+    """A parameter's finite number (a ``period`` also positive: the spec's own key); the ranges
+    of the others are the families' (:func:`_check_ranges`)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    checks = {
-        "beta": (lambda v: v >= 0.5, "beta >= 0.5"),
-        "theta": (lambda v: v > -1.0, "theta > -1"),
-        "scale": (lambda v: v > 0.0, "scale > 0"),
-        "period": (lambda v: v > 0.0, "period > 0"),
-        "loc": (lambda _v: True, "a finite number"),
-    }
-    check, need = checks[key]
-    ok = math.isfinite(value) and check(value)
-    if not ok:
+    period = key == "period"
+    if not (math.isfinite(value) and (value > 0.0 or not period)):
+        need = "period > 0" if period else "a finite number"
         raise ValueError(
             f"basis spec entry {position} ({entry!r}): bad value {text!r} for {key!r}, need {need}"
         )
     return value
+
+
+def _check_ranges(family: str, params: dict[str, float], entry: str, position: int) -> None:
+    """The given parameters of an entry within the ranges of its family (``beta >= 1/2``,
+    ``theta > -1``) and of its coordinate (``scale > 0``), as their constructors check them."""
+    if family == "auto":
+        return
+    kind = {"hermite": Hermite, "laguerre": Laguerre, "fourier": Fourier}[family]
+    shape = {k: v for k, v in params.items() if k in ("beta", "theta")}
+    place = {k: v for k, v in params.items() if k in ("loc", "scale")}
+    try:
+        Coordinate(kind(**shape), **place)
+    except ValueError as err:
+        raise ValueError(f"basis spec entry {position} ({entry!r}): {err}") from None
 
 
 def _parse_entry(entry: str, position: int) -> Entry:
@@ -85,6 +95,7 @@ def _parse_entry(entry: str, position: int) -> Entry:
         )
     if "period" in params:
         params["scale"] = params.pop("period") / (2.0 * math.pi)
+    _check_ranges(family, params, entry, position)
     return family, params
 
 
