@@ -50,7 +50,7 @@ import numpy as np
 from kelr_dist import estimate_response
 
 rng = np.random.default_rng(0)
-n, d = 20_000, 128
+n, d = 8_000, 128
 x = np.empty((n, d))
 x[0] = rng.standard_normal(d)
 noise = rng.standard_normal((n, d)) * np.sqrt(1 - 0.9**2)
