@@ -118,6 +118,23 @@ def test_a_memory_limit_below_the_floor_is_refused(no_address: None) -> None:
         get_client(memory_limit="100MiB")
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"n_workers": 0}, "n_workers: expected a positive integer, got 0"),
+        ({"n_workers": True}, "n_workers: expected a positive integer, got True"),
+        ({"memory_limit": "lots"}, "memory_limit: expected a memory size"),
+    ],
+)
+def test_get_client_checks_its_arguments_by_the_options_model(
+    no_address: None, given: dict, message: str
+) -> None:
+    """The public function refuses what ``estimate_response`` refuses, in the same words,
+    before any cluster is started."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_client(**given)
+
+
 def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
     try:
         client = get_client(n_workers=1, memory_limit="300MiB", quiet=True)

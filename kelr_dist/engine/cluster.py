@@ -477,9 +477,9 @@ def get_client(
         default: 80 % of ``distributed.system.MEMORY_LIMIT`` (the machine's RAM or the
         cgroup's limit) divided by ``n_workers``.
 
-    ``n_workers`` and ``memory_limit`` are taken as valid: a positive integer and a positive
-    memory size (the rules of ``kelr_dist.pipeline.options.ClusterOptions``, which
-    ``estimate_response`` and the command line check them by).
+    ``n_workers`` and ``memory_limit`` are checked by the options model's rules
+    (``kelr_dist.pipeline.options.ClusterOptions``: a positive integer and a positive memory
+    size), as ``estimate_response`` and the command line check them.
     quiet : silence the embedded cluster's logs entirely (default: errors are still logged).
 
     Returns
@@ -498,9 +498,14 @@ def get_client(
         would get less than ``MIN_WORKER_MEMORY`` (``memory_limit`` or the default share).
     ValueError
         ``n_workers``/``memory_limit`` given with a scheduler address (the argument,
-        ``DASK_SCHEDULER_ADDRESS`` or the dask config's).
+        ``DASK_SCHEDULER_ADDRESS`` or the dask config's); either of them invalid
+        (``OptionsError``, one line naming it).
     """
     global _embedded
+    # the one place options are checked; imported here, the engine is below the pipeline
+    from kelr_dist.pipeline.options import ClusterOptions, checked, python_name
+
+    checked(ClusterOptions, {"workers": n_workers, "memory_limit": memory_limit}, python_name)
     named = _scheduler_address(address)
     if named is not None:
         target, origin = named
