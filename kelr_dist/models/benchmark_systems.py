@@ -14,8 +14,9 @@ evaluated on the same samples is an unbiased reference.
   coordinate coupled to it, both sampled with their exact transition laws (its kernel
   recomputes its auxiliary coordinate from the stored state every step, so it resumes exactly).
 
-Their sampling rates, acceptance rates and autocorrelation times with the default parameters
-are in the documentation's benchmarks page.
+Their sampling rates, acceptance rates and autocorrelation times, and how closely the chains
+at the default steps follow the diffusion (:mod:`kelr_dist.models.mala`), are in the
+documentation's benchmarks page.
 """
 
 from __future__ import annotations
