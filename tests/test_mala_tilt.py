@@ -71,8 +71,8 @@ def test_bad_tilt_is_named(name: str, tilt: list) -> None:
 def test_default_step_follows_the_diffusion_at_the_stored_lags(name: str) -> None:
     """``C(0) - C(t) = ∫_0^t k`` (eq. 4 for ``dU = s dt + sqrt(2) dW``) at the first three
     stored lags, within 4 batch-means standard errors per component. At ``h E[s_i^2]`` of
-    0.5-0.9 (18-27% of proposals rejected) the chain misses it by 8-17%, tens of standard
-    errors at this length."""
+    0.5-0.9 (18-27% of proposals rejected) the chain misses it by 4-18%, 10-30 standard errors
+    at this length."""
     model = make_model(name)
     times = [model.dt, 2 * model.dt, 3 * model.dt]
     rng = np.random.default_rng(11)

@@ -213,7 +213,7 @@ class MalaSystem(Parameters):
     # & Tweedie 1996): the Euler proposal runs the chain's clock fast by about h E[s_i^2] / 2
     # (exactly so for a Gaussian) and rejections slow it by about their fraction. At this bound
     # C(0) - C(t) matches the FDT's integral of k within 1-3% at the stored lags, with ~0.1% of
-    # proposals rejected; at h E[s_i^2] of 0.5-0.9 (18-27% rejected) it misses by 8-17%
+    # proposals rejected; at h E[s_i^2] of 0.5-0.9 (18-27% rejected) it misses by up to 4-18%
     # (scripts/mala_fdt_check.py, tests/test_mala_tilt.py).
     step: float = parameter(0.001, positive)
     subsample: int = parameter(200, count)
