@@ -156,7 +156,7 @@ def fdt_identity(
     For that reversible diffusion ``k(t) = E[f(X_t) B(X_0)]``, ``B = -L f``, is ``-dC/dt`` with
     ``C(t) = E[f(X_t) f(X_0)]`` (eq. 4 with the FDT's ``B``), so the two sides agree at every
     ``t``; a chain whose rejections or discretisation make it run at another speed misses by
-    that factor. ``f`` per component as :func:`_generator_pairs` says (``k(0) = E|∇f|^2 = 1``
+    that factor. ``f`` per component as ``_generator_pairs`` says (``k(0) = E|∇f|^2 = 1``
     exactly, used as such); both sides are measured on the chain run at ``subsample = 1``
     after the model's burn-in, ``k`` integrated by the trapezoid rule over every step.
 
