@@ -153,9 +153,10 @@ def fdt_identity(
     """``(C(0) - C(t)) / ∫_0^t k(s) ds`` per component of a MALA chain at its own ``step``,
     with its standard error: 1 where the chain follows the diffusion ``dU = s dt + sqrt(2) dW``.
 
-    For that reversible diffusion ``k(t) = E[f(X_t) B(X_0)]``, ``B = -L f``, is ``-dC/dt`` with
-    ``C(t) = E[f(X_t) f(X_0)]`` (eq. 4 with the FDT's ``B``), so the two sides agree at every
-    ``t``; a chain whose rejections or discretisation make it run at another speed misses by
+    For that reversible diffusion the response of ``f`` to the forcing ``∇f``,
+    ``k(t) = E[f(X_t) B(X_0)]`` with ``B = -L f`` (eq. 5), is ``-dC/dt`` with
+    ``C(t) = E[f(X_t) f(X_0)]``, so the step response ``∫_0^t k`` (eq. 4) is ``C(0) - C(t)`` at
+    every ``t``; a chain whose rejections or discretisation make it run at another speed misses by
     that factor. ``f`` per component as ``_generator_pairs`` says (``k(0) = E|∇f|^2 = 1``
     exactly, used as such); both sides are measured on the chain run at ``subsample = 1``
     after the model's burn-in, ``k`` integrated by the trapezoid rule over every step.
