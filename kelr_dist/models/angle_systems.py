@@ -56,7 +56,7 @@ class _TorusPotential(_AngleSystem):
 
 
 @dataclass(eq=False)
-class Torus(_TorusPotential, name="torus", system=densities.TORUS, step=0.03):
+class Torus(_TorusPotential, name="torus", system=densities.TORUS, step=0.0075, subsample=20):
     """Two dihedral-like angles ``(φ, ψ)`` on a torus with six basins (d = 2), MALA-sampled.
 
     ``V = a cos 2φ + b cos(3ψ - 0.6) - c cos(φ - ψ - 0.8) + e sin φ``, ``p_eq ∝ exp(-V)``.
@@ -64,14 +64,16 @@ class Torus(_TorusPotential, name="torus", system=densities.TORUS, step=0.03):
     Parameters
     ----------
     a, b, c, e : the potential's amplitudes (0.8, 0.7, 0.6, 0.3).
-    step : MALA step ``h`` (0.03).  subsample : steps per stored sample (5).
+    step : MALA step ``h`` (0.0075).  subsample : steps per stored sample (20).
     """
 
     components = ("phi", "psi")
 
 
 @dataclass(eq=False)
-class AnglesLine(_TorusPotential, name="angles-line", system=densities.ANGLES_LINE, step=0.03):
+class AnglesLine(
+    _TorusPotential, name="angles-line", system=densities.ANGLES_LINE, step=0.0025, subsample=60
+):
     """Two angles and a real coordinate ``(φ, ψ, r)`` (d = 3), MALA-sampled.
 
     ``V = V_torus(φ, ψ) + g (r² - 1)² + k r sin φ + r cos(ψ) / 2``: a double well in ``r``
@@ -80,7 +82,7 @@ class AnglesLine(_TorusPotential, name="angles-line", system=densities.ANGLES_LI
     Parameters
     ----------
     a, b, c, e : the torus part (0.8, 0.7, 0.6, 0.3).  g : well depth (1).  k : coupling (0.8).
-    step : MALA step ``h`` (0.03).  subsample : steps per stored sample (5).
+    step : MALA step ``h`` (0.0025).  subsample : steps per stored sample (60).
     """
 
     components = ("phi", "psi", "r")
@@ -89,13 +91,13 @@ class AnglesLine(_TorusPotential, name="angles-line", system=densities.ANGLES_LI
 
 
 @dataclass(eq=False)
-class Circle(_AngleSystem, name="circle", system=densities.CIRCLE, step=0.02):
+class Circle(_AngleSystem, name="circle", system=densities.CIRCLE, step=0.01, subsample=10):
     """The von Mises diffusion ``dθ = -κ sin(θ - μ) dt + sqrt(2) dW`` on the circle (d = 1).
 
     Parameters
     ----------
     kappa : concentration ``κ`` (1.5).  mu : mean direction ``μ`` in radians (2.2: the density
-    at the wrap ``±π`` is well above 0).  step : MALA step ``h`` (0.02).  subsample : (5).
+    at the wrap ``±π`` is well above 0).  step : MALA step ``h`` (0.01).  subsample : (10).
     """
 
     components = ("theta",)

@@ -14,8 +14,9 @@ evaluated on the same samples is an unbiased reference.
   coordinate coupled to it, both sampled with their exact transition laws (its kernel
   recomputes its auxiliary coordinate from the stored state every step, so it resumes exactly).
 
-Their sampling rates, acceptance rates and autocorrelation times with the default parameters
-are in the documentation's benchmarks page.
+Their sampling rates, acceptance rates and autocorrelation times, and how closely the chains
+at the default steps follow the diffusion (:mod:`kelr_dist.models.mala`), are in the
+documentation's benchmarks page.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class Potential(MalaSystem):
 
 @dataclass(eq=False)
 class CurvedWells(
-    Potential, name="curved-wells", system=densities.CURVED_WELLS, step=0.03, subsample=10
+    Potential, name="curved-wells", system=densities.CURVED_WELLS, step=0.001, subsample=300
 ):
     """Three wells in a curved, rotated valley (d = 2): ``p_eq ∝ exp(-V / kT)``, MALA-sampled.
 
@@ -120,7 +121,7 @@ class CurvedWells(
     kT : temperature (default 1).  barrier : ``H`` (2.5).  spacing : ``a`` (2).  tilt : (0.15).
     center : the shift ``(2,)`` ((1, -0.5)).  angle : rotation in degrees (30).
     curvature : ``b`` (0.5).  stiffness : ``kappa`` (4).
-    step : MALA step ``h`` (0.03).  subsample : steps per stored sample (10).
+    step : MALA step ``h`` (0.001).  subsample : steps per stored sample (300).
     """
 
     components = ("x1", "x2")
@@ -163,7 +164,9 @@ class CurvedWells(
 
 
 @dataclass(eq=False)
-class Coupled3D(Potential, name="coupled-3d", system=densities.COUPLED_3D, subsample=10):
+class Coupled3D(
+    Potential, name="coupled-3d", system=densities.COUPLED_3D, step=0.0008, subsample=500
+):
     """A double well driving two non-Gaussian coordinates (d = 3), MALA-sampled.
 
     ``p_eq ∝ exp(-V / kT)`` with ``y2 = x2 - a x1``, ``y3 = x3 - b x2`` and::
@@ -178,7 +181,7 @@ class Coupled3D(Potential, name="coupled-3d", system=densities.COUPLED_3D, subsa
     ----------
     kT : (1).  barrier : ``H`` (3).  tilt : (0.25).  a : (1).  b : (0.8).
     quartic2 : ``g2`` (1).  cubic3 : ``c3`` (0.6).  quartic3 : ``g3`` (0.5).
-    step : MALA step (0.04).  subsample : (10).
+    step : MALA step (0.0008).  subsample : (500).
     """
 
     components = ("x1", "x2", "x3")
@@ -217,7 +220,7 @@ class AnharmonicChain(Potential, system=densities.CHAIN):
     ----------
     kT : (1).  barrier : ``H`` (3).  tilt : (0.2).  coupling : ``kappa`` (1).  cubic : ``c`` (0.5).
     quartic : ``g`` (0.5; ``c^2 < 4 g`` keeps each oscillator unimodal).
-    step : MALA step (0.04).  subsample : (5).
+    step : MALA step (0.001).  subsample : (200).
     """
 
     dimension: ClassVar[int]
@@ -268,7 +271,7 @@ class TrigTie4D(Potential, name="trig-4d", system=densities.TRIG_4D):
     Parameters
     ----------
     kT : (1).  barrier : ``H`` (1.5).  kappa : (0.5).  omega : (2.5).  a : (0.8).  b : (0.7).
-    step : MALA step (0.04).  subsample : (5).
+    step : MALA step (0.001).  subsample : (200).
     """
 
     components = ("x1", "x2", "x3", "x4")
@@ -286,7 +289,7 @@ class TrigTie4D(Potential, name="trig-4d", system=densities.TRIG_4D):
 
 
 @dataclass(eq=False)
-class GammaTie3D(MalaSystem, name="gamma-3d", system=densities.GAMMA_3D, step=0.25):
+class GammaTie3D(MalaSystem, name="gamma-3d", system=densities.GAMMA_3D, step=0.005, subsample=250):
     """A Gamma coordinate with a log tie and a quadratic tie (d = 3), MALA-sampled.
 
     ``p_eq(x) ∝ x1^(k-1) exp(-x1 / theta) exp(-(x2 - alpha log x1)^2 / 2) exp(-(x3 - gamma
@@ -298,8 +301,8 @@ class GammaTie3D(MalaSystem, name="gamma-3d", system=densities.GAMMA_3D, step=0.
 
     Parameters
     ----------
-    shape : ``k`` (3).  theta : (1).  alpha : (0.7).  gamma : (0.4).  step : MALA step (0.25).
-    subsample : (5).
+    shape : ``k`` (3).  theta : (1).  alpha : (0.7).  gamma : (0.4).  step : MALA step (0.005).
+    subsample : (250).
     """
 
     components = ("x1", "x2", "x3")
@@ -321,7 +324,7 @@ _HEAVY_SCALE = ((1.0, 0.6), (0.6, 0.8))
 
 
 @dataclass(eq=False)
-class HeavyTail(MalaSystem, name="heavy-tail", system=densities.STUDENT, step=0.3, subsample=2):
+class HeavyTail(MalaSystem, name="heavy-tail", system=densities.STUDENT, step=0.01, subsample=60):
     """Multivariate Student-t density (default d = 2), MALA-sampled.
 
     ``p_eq ∝ (1 + (x - loc)^T Q (x - loc) / nu)^(-(nu + d)/2)``, ``Q = scale^{-1}``; mean
@@ -334,7 +337,7 @@ class HeavyTail(MalaSystem, name="heavy-tail", system=densities.STUDENT, step=0.
     nu : degrees of freedom (5; must exceed 2 for a finite variance).
     scale : (d, d) symmetric positive-definite scale matrix (((1, 0.6), (0.6, 0.8))).
     loc : (d,) location ((0.5, -0.3)).
-    step : MALA step (0.3).  subsample : (2).
+    step : MALA step (0.01).  subsample : (60).
     """
 
     nu: float = parameter(5.0, positive)
