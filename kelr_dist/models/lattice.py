@@ -28,17 +28,18 @@ if TYPE_CHECKING:
 
 
 @dataclass(eq=False)
-class Lattice(MalaSystem, name="lattice", system=densities.LATTICE, step=0.02, subsample=10):
+class Lattice(MalaSystem, name="lattice", system=densities.LATTICE, step=0.0025, subsample=80):
     """A double-well field on a chain or grid of sites with harmonic and cosine ties; MALA.
 
     Parameters
     ----------
     rows, columns : the grid's sides (1 and 16: a ring of 16 sites); ``d = rows * columns``.
     barrier : ``H`` (1).  tilt : (0.1).  coupling : ``κ`` (0.1).  twist : ``τ`` (0.3).
-    omega : ``ω`` (1.5).  step : MALA step (0.02).  subsample : (10).
+    omega : ``ω`` (1.5).  step : MALA step (0.0025, the rule of
+    :class:`~kelr_dist.models.mala.MalaSystem`: ``h E[s_i²] ≤ 0.02``).  subsample : (80;
+    ``dt = 0.2``).
     With these each site stays bimodal (about a third of the samples in its right well at
-    ``d = 32``) and decorrelates within about 30 stored samples; MALA accepts 80-90% at
-    ``d = 16-32``.
+    ``d = 32``) and decorrelates within about 30 stored samples; MALA accepts about 99%.
     """
 
     rows: int = parameter(1, count)
