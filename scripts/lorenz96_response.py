@@ -17,30 +17,43 @@ Three ways:
    by the model's own scheme with ``+ε`` and ``-ε``, with common random numbers (the same noise
    for both signs); ``(E_+[A] - E_-[A]) / 2ε`` (ensemble means and variances), with a
    batch-means standard error over the members, is the response up to ``O(ε²)``.
-2. *This package*, on one equilibrium trajectory of ``--samples`` samples: with ``--window m``
-   the estimate runs on the ``m`` neighbouring sites centred on site 1 (observables ``x_1`` and
-   ``x_1²``), and the responses are read with the ring's translation symmetry: the site mean's
-   response to a forcing on site 1 is ``(1/K) Σ_b k_{x_1, b}``, its response to ``F`` is
-   ``Σ_b k_{x_1, b}``, the variance's ``k_{x_1², b} - 2 x̄_1 k_{x_1, b}`` (at ``b = 1``, or summed
-   over ``b``): what lies outside the window is left out. With ``--reduce eof(k)`` the estimate
-   runs on all ``K`` sites' leading ``k`` EOFs (the response of the projected dynamics), for the
-   site mean only.
+2. *This package*, on one equilibrium trajectory of ``--samples`` samples. By default on all
+   ``K`` sites with the local score model (``index_set="local"``, ``neighbours="ring"``,
+   ``symmetry="translation"``: one fit of every site's score on its neighbourhood, the sites'
+   Gram sums added), with the observables ``(1/K) Σ_k x_k``, ``(1/K) Σ_k (x_k - m)²`` and each
+   ``(x_k - m)²`` (``m``: the trajectory's site mean), read directly: the site mean's response
+   to a forcing on site ``j`` is ``k_{mean, j}`` (averaged over ``j``), to ``F`` ``Σ_j
+   k_{mean, j}``; the variance of site ``j`` forced on site ``j`` is ``k_{(x_j - m)², j}``
+   (averaged over ``j``), a site's variance under ``F`` ``Σ_j k_{mean square, j}``. With
+   ``--window m`` the estimate runs on the ``m`` neighbouring sites centred on site 1 instead
+   (observables ``x_1`` and ``x_1²``), read with the ring's translation symmetry: the site
+   mean's response to a forcing on site 1 is ``(1/K) Σ_b k_{x_1, b}``, its response to ``F``
+   ``Σ_b k_{x_1, b}``, the variance's ``k_{x_1², b} - 2 x̄_1 k_{x_1, b}`` (at ``b = 1``, or
+   summed over ``b``): what lies outside the window is left out. With ``--reduce eof(k)`` the
+   estimate runs on all ``K`` sites' leading ``k`` EOFs (the response of the projected
+   dynamics), for the site mean only. The step response's standard error is the package's
+   total standard error (sampling and fit) propagated as a bound over the summed entries and
+   the lags (``Σ |w| σ``, valid for any correlation between them); the table of its parts
+   gives the sampling and the estimator part alone, and the root-sum-square propagation (which
+   assumes independent errors: a lower reference, not an error bar).
 3. *Quasi-Gaussian FDT* (Leith 1975; Majda, Abramov & Gershgorin 2010) on the same trajectory,
    with all ``K`` sites: the score of the fitted Gaussian, ``B = c^T C^{-1} (x - x̄)``; its
-   standard errors by batch means over the trajectory. As a diagnostic, the package's own
-   quasi-Gaussian baseline on the package's coordinates (the window or the EOFs) too: where it
-   is as far off as the package, the coordinates (what the window leaves out), not the score
-   model, limit the estimate.
+   standard errors by batch means over the trajectory. The responses to a forcing on one site
+   are averaged over the sites, as the package's are. As a diagnostic, the package's own
+   quasi-Gaussian baseline on the package's coordinates (all sites, the window or the EOFs)
+   too: where it is as far off as the package, the coordinates (what a window leaves out), not
+   the score model, limit the estimate.
 
-Printed and written (``--output``, a Markdown table; ``--figure``): the direct responses at a few
-times with their standard errors, and for the package and the quasi-Gaussian FDT the largest
-``|R - R_direct|`` over ``t <= --max-time`` and how much of it lies beyond two combined standard
-errors.
+Printed and written (``--output``, Markdown tables; ``--figure``, with the direct experiment's
+and the package's ``± 2`` standard error bands): the direct responses at a few times with their
+standard errors, and for the package and the quasi-Gaussian FDT the largest ``|R - R_direct|``
+over ``t <= --max-time``, the share of those times within two of the direct experiment's
+standard errors and (the package) beyond two combined standard errors; then the parts of the
+package's standard error.
 
-    python scripts/lorenz96_response.py --F 8 --sigma 0.5 --samples 2e5 --members 4000 \\
-        --window 5 --output docs/benchmarks/lorenz96.md \\
-        --figure docs/figures/lorenz96/response.png
-    python scripts/lorenz96_response.py --F 5 --sigma 0.1 --window 5
+    python scripts/lorenz96_response.py --F 8 --sigma 0.5 --samples 2e5 --members 40000 \\
+        --output docs/benchmarks/lorenz96_f8.md --figure docs/figures/lorenz96/f8.png
+    python scripts/lorenz96_response.py --F 5 --sigma 0.1 --window 9
     python scripts/lorenz96_response.py --F 8 --reduce 'eof(8)'
 """
 
@@ -69,7 +82,7 @@ ROWS = (
     ("variance of a site", "variance", "F"),
 )
 #: the package's estimate and its quasi-Gaussian baseline on the same coordinates
-READS = {"package": "response", "window-qg": "response_gaussian"}
+READS = {"package": "response", "package-qg": "response_gaussian"}
 #: batches of the batch-means standard errors
 BATCHES = 20
 
@@ -101,13 +114,6 @@ def trapezoid_bound(stderr: np.ndarray, dt: float) -> np.ndarray:
     return trapezoid(np.abs(stderr), dt)
 
 
-def batch_means(values: np.ndarray, axis: int) -> Curve:
-    """Mean of ``values`` along ``axis`` with its batch-means standard error (``BATCHES``
-    contiguous batches)."""
-    per = np.stack([b.mean(axis) for b in np.array_split(values, BATCHES, axis=axis)])
-    return Curve(values.mean(axis), per.std(0, ddof=1) / math.sqrt(BATCHES))
-
-
 # --------------------------------------------------------------------------------------------
 # 1. direct perturbation
 # --------------------------------------------------------------------------------------------
@@ -116,30 +122,29 @@ def batch_means(values: np.ndarray, axis: int) -> Curve:
 def direct(
     model: Lorenz96, starts: np.ndarray, outputs: int, eps: float, site_eps: float, seed: int
 ) -> dict[tuple[str, str], Curve]:
-    """The direct experiment: both forcings, both signs, common random numbers per member."""
+    """The direct experiment: both forcings, both signs, common random numbers per member; the
+    members are run in ``BATCHES`` contiguous batches (the batch means' batches), one at a time."""
     k = model.K
-    members = starts.shape[0]
     forcings = {"site": site_eps * np.eye(k)[0], "F": np.full(k, eps)}
     out = {}
     for kind, pattern in forcings.items():
-        states = np.empty((2, members, outputs + 1, k))
-        for m, start in enumerate(starts):
-            for s, sign in enumerate((1.0, -1.0)):
-                rng = np.random.default_rng([seed, m])
-                states[s, m, 0] = start
-                states[s, m, 1:] = model.advance(start, outputs, rng, sign * pattern)[0]
         size = float(np.max(pattern))
-        mean = states.mean(axis=3)  # the site mean, (2, M, T)
-        out[("mean", kind)] = batch_means((mean[0] - mean[1]) / (2 * size), axis=0)
-        # ensemble variances per batch of members: of site 1, or averaged over the sites
-        chosen = states[..., :1] if kind == "site" else states
-        per = np.stack(
-            [
-                (chosen[0][b].var(0, ddof=1) - chosen[1][b].var(0, ddof=1)).mean(-1) / (2 * size)
-                for b in np.array_split(np.arange(members), BATCHES)
-            ]
-        )
-        out[("variance", kind)] = Curve(per.mean(0), per.std(0, ddof=1) / math.sqrt(BATCHES))
+        means, variances = [], []
+        for batch in np.array_split(np.arange(starts.shape[0]), BATCHES):
+            states = np.empty((2, batch.size, outputs + 1, k))
+            for row, m in enumerate(batch):
+                for s, sign in enumerate((1.0, -1.0)):
+                    rng = np.random.default_rng([seed, int(m)])
+                    states[s, row, 0] = starts[m]
+                    states[s, row, 1:] = model.advance(starts[m], outputs, rng, sign * pattern)[0]
+            mean = states.mean(axis=3)  # the site mean, (2, members, T)
+            means.append(((mean[0] - mean[1]) / (2 * size)).mean(0))
+            # ensemble variances: of site 1, or averaged over the sites
+            chosen = states[..., :1] if kind == "site" else states
+            change = chosen[0].var(0, ddof=1) - chosen[1].var(0, ddof=1)
+            variances.append(change.mean(-1) / (2 * size))
+        for name, per in (("mean", np.stack(means)), ("variance", np.stack(variances))):
+            out[(name, kind)] = Curve(per.mean(0), per.std(0, ddof=1) / math.sqrt(BATCHES))
     return out
 
 
@@ -149,35 +154,36 @@ def direct(
 
 
 def lagged(a: np.ndarray, b: np.ndarray, lags: int) -> np.ndarray:
-    """``mean_n a[n + s] b[n]`` for ``s = 0..lags``."""
+    """``mean_n mean_c a[n + s, c] b[n, c]`` for ``s = 0..lags``, ``a`` and ``b`` ``(n, m)``."""
     n = a.shape[0]
     return np.array([np.mean(a[s:] * b[: n - s]) for s in range(lags + 1)])
 
 
 def quasi_gaussian(x: np.ndarray, lags: int, dt: float) -> dict[tuple[str, str], Curve]:
-    """The quasi-Gaussian FDT's step responses with batch-means standard errors."""
-    mean = x.mean(0)
-    centred = x - mean
-    precision = np.linalg.inv(np.cov(x.T))
-    conjugate = {"site": centred @ precision[:, 0], "F": centred @ precision.sum(axis=1)}
-    observables = {
-        ("mean", "site"): centred.mean(1),
-        ("variance", "site"): centred[:, 0] ** 2,
-        ("mean", "F"): centred.mean(1),
-        ("variance", "F"): (centred**2).mean(1),
+    """The quasi-Gaussian FDT's step responses with batch-means standard errors; the responses
+    to a forcing on one site are averaged over the sites (the ring's translation symmetry), as
+    the package's are."""
+    k = x.shape[1]
+    centred = x - x.mean(0)
+    conjugate = centred @ np.linalg.inv(np.cov(x.T))  # column j: B for a forcing on site j
+    uniform = conjugate.sum(axis=1, keepdims=True)
+    site_mean = centred.mean(1, keepdims=True)
+    squares = centred**2 - (centred**2).mean(0)
+    pairs = {
+        ("mean", "site"): (site_mean, uniform / k),
+        ("variance", "site"): (squares, conjugate),
+        ("mean", "F"): (site_mean, uniform),
+        ("variance", "F"): (squares.mean(1, keepdims=True), uniform),
     }
     out = {}
-    for (name, kind), a in observables.items():
-        a = a - a.mean()
-        b = conjugate[kind]
+    for key, (a, b) in pairs.items():
         per = np.stack(
             [
                 trapezoid(lagged(a[p], b[p], lags), dt)
                 for p in np.array_split(np.arange(len(a)), BATCHES)
             ]
         )
-        whole = trapezoid(lagged(a, b, lags), dt)
-        out[(name, kind)] = Curve(whole, per.std(0, ddof=1) / math.sqrt(BATCHES))
+        out[key] = Curve(trapezoid(lagged(a, b, lags), dt), per.std(0, ddof=1) / math.sqrt(BATCHES))
     return out
 
 
@@ -203,61 +209,128 @@ class CentreSite:
         return out
 
 
-def eof_curves(ds: xr.Dataset, name: str, dt: float) -> dict[tuple[str, str], Curve]:
-    """The site mean's step responses from a lifted ``(lag, i, j)`` response ``name``."""
-    resp, err = ds[name].values, ds[f"{name}_total_stderr"].values
-    site = trapezoid(resp[:, :, 0].mean(1), dt), trapezoid_bound(err[:, :, 0].mean(1), dt)
-    uniform = trapezoid(resp.sum(2).mean(1), dt), trapezoid_bound(err.sum(2).mean(1), dt)
-    return {("mean", "site"): Curve(*site), ("mean", "F"): Curve(*uniform)}
+@dataclass(frozen=True)
+class RingMoments:
+    """The observables of the all-sites route, ``(n, K + 2)``: the site mean ``(1/K) Σ_k x_k``,
+    the mean of the centred squares ``(1/K) Σ_k (x_k - m)²`` and each ``(x_k - m)²``, with
+    ``m`` the trajectory's site mean (a constant: to first order in the forcing the response of
+    ``(x_k - m)²`` is that of the variance of ``x_k``)."""
+
+    centre: float
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        squares = (x - self.centre) ** 2
+        return np.concatenate(
+            [x.mean(1, keepdims=True), squares.mean(1, keepdims=True), squares], 1
+        )
+
+    def derivative(self, x: np.ndarray) -> np.ndarray:
+        n, k = x.shape
+        out = np.zeros((n, k + 2, k))
+        out[:, 0, :] = 1.0 / k
+        out[:, 1, :] = 2.0 * (x - self.centre) / k
+        out[:, 2 + np.arange(k), np.arange(k)] = 2.0 * (x - self.centre)
+        return out
 
 
-def window_curves(
-    ds: xr.Dataset, name: str, dt: float, sites: int, site_mean: float
-) -> dict[tuple[str, str], Curve]:
-    """The four step responses from a window's ``(lag, (x_c, x_c²), b)`` response ``name``, by
-    translation symmetry (see the module docstring); ``sites``: ``K``."""
+#: the parts of the package's error read by :func:`weighted`: the total standard error, and as
+#: a diagnostic its sampling part, its estimator part, and the total propagated as if the
+#: entries' and lags' errors were independent (root-sum-square, not a bound)
+PARTS = {
+    "total": ("_total_stderr", "bound"),
+    "sampling": ("_stderr", "bound"),
+    "estimator": ("_estimator_stderr", "bound"),
+    "independent": ("_total_stderr", "independent"),
+}
+
+
+def weighted(ds: xr.Dataset, name: str, weights: np.ndarray, dt: float, part: str) -> Curve:
+    """The step response ``∫_0^t Σ_ij w_ij k_ij(s) ds`` of response ``name`` (``(lag, i, j)``)
+    for weights ``w (i, j)``, with the ``part`` of its standard error (:data:`PARTS`): as a
+    bound ``Σ |w| σ`` over the entries and the lags (valid for any correlation between them),
+    or root-sum-square."""
     resp = ds[name].transpose("lag", "i", "j").values
-    err = ds[f"{name}_total_stderr"].transpose("lag", "i", "j").values
-    variance = resp[:, 1] - 2 * site_mean * resp[:, 0]
-    variance_err = err[:, 1] + 2 * abs(site_mean) * err[:, 0]
-    centre = resp.shape[2] // 2
+    suffix, rule = PARTS[part]
+    if f"{name}{suffix}" not in ds:
+        return Curve(trapezoid(np.einsum("lij,ij->l", resp, weights), dt), np.zeros(len(resp)))
+    err = ds[f"{name}{suffix}"].transpose("lag", "i", "j").values
+    value = trapezoid(np.einsum("lij,ij->l", resp, weights), dt)
+    if rule == "bound":
+        return Curve(value, trapezoid_bound(np.einsum("lij,ij->l", err, np.abs(weights)), dt))
+    # the trapezoid to lag n weighs lags 0 and n by dt/2, the lags between by dt
+    per_lag = np.einsum("lij,ij->l", err**2, weights**2)
+    variance = np.zeros(len(resp))
+    variance[1:] = (
+        per_lag[0] / 4 + np.concatenate([[0.0], np.cumsum(per_lag[1:-1])]) + per_lag[1:] / 4
+    )
+    return Curve(value, dt * np.sqrt(variance))
 
-    def curve(values: np.ndarray, errors: np.ndarray, scale: float = 1.0) -> Curve:
-        return Curve(scale * trapezoid(values, dt), scale * trapezoid_bound(errors, dt))
 
-    return {
-        ("mean", "site"): curve(resp[:, 0].sum(1), err[:, 0].sum(1), 1.0 / sites),
-        ("variance", "site"): curve(variance[:, centre], variance_err[:, centre]),
-        ("mean", "F"): curve(resp[:, 0].sum(1), err[:, 0].sum(1)),
-        ("variance", "F"): curve(variance.sum(1), variance_err.sum(1)),
-    }
+def row_weights(route: str, shape: tuple[int, int], sites: int, site_mean: float) -> dict:
+    """Each response's weights ``w (i, j)`` on the route's response of ``shape`` (see the
+    module docstring): ``"window"`` (``x_c``, ``x_c²`` on the window's sites centred on ``c``,
+    read by translation symmetry, the rest of the ring left out), ``"ring"``
+    (:class:`RingMoments` on all ``sites``, the responses to a forcing on one site averaged
+    over the sites) or ``"eof"`` (the lifted ``(K, K)`` response; site mean only)."""
+    q, d = shape
+    out = {key: np.zeros(shape) for key in (("mean", "site"), ("variance", "site"),
+                                            ("mean", "F"), ("variance", "F"))}  # fmt: skip
+    if route == "window":
+        out[("mean", "site")][0] = 1.0 / sites
+        out[("mean", "F")][0] = 1.0
+        out[("variance", "site")][:, d // 2] = (-2.0 * site_mean, 1.0)
+        out[("variance", "F")][:] = np.array([[-2.0 * site_mean], [1.0]])
+    elif route == "ring":
+        out[("mean", "site")][0] = 1.0 / d
+        out[("mean", "F")][0] = 1.0
+        out[("variance", "site")][2 + np.arange(d), np.arange(d)] = 1.0 / d
+        out[("variance", "F")][1] = 1.0
+    else:
+        out[("mean", "site")][:, 0] = 1.0 / q
+        out[("mean", "F")][:] = 1.0 / q
+        del out[("variance", "site")], out[("variance", "F")]
+    return out
 
 
 def package(
     x: np.ndarray, model: Lorenz96, args: argparse.Namespace, lags: int
-) -> tuple[dict[str, dict[tuple[str, str], Curve]], xr.Dataset]:
-    """This package's step responses (on a window or on EOFs) and, as a diagnostic, those of
-    its quasi-Gaussian baseline on the same coordinates (``"package"``, ``"window-qg"``), and
-    its result."""
+) -> tuple[dict[str, dict[tuple[str, str], Curve]], xr.Dataset, dict]:
+    """This package's step responses and, as a diagnostic, those of its quasi-Gaussian
+    baseline on the same coordinates (``"package"``, ``"package-qg"``), its result, and the
+    parts of the package's standard error per response (:data:`PARTS`)."""
     k, dt = model.K, model.dt
-    options = dict(max_lag=lags, estimator=args.estimator, client="synchronous", gaussian=True)
+    options: dict = dict(max_lag=lags, estimator=args.estimator, client="synchronous",
+                         gaussian=True)  # fmt: skip
+    site_mean = float(x.mean())
     if args.reduce is not None:
-        coords = {"component": list(model.components)}
-        data = xr.DataArray(x, dims=("time", "component"), coords=coords, attrs={"dt": dt})
-        ds = kelr_dist.estimate_response(data, reduce=args.reduce, **options)
-        curves = {key: eof_curves(ds, name, dt) for key, name in READS.items()}
-        return curves, ds
-    half = args.window // 2
-    sites = [(s + k) % k for s in range(-half, half + 1)]
+        route, sites = "eof", list(range(k))
+        options["reduce"] = args.reduce
+    elif args.window is not None:
+        route, half = "window", args.window // 2
+        sites = [(s + k) % k for s in range(-half, half + 1)]
+        options["observable"] = kelr_dist.Observable(("x1", "x1^2"), CentreSite(half),
+                                                     CentreSite(half).derivative)  # fmt: skip
+    else:
+        route, sites = "ring", list(range(k))
+        moments = RingMoments(site_mean)
+        labels = ("site mean", "mean square", *(f"{c}^2" for c in model.components))
+        options["observable"] = kelr_dist.Observable(labels, moments, moments.derivative)
+        options.update(index_set="local", neighbours="ring", symmetry=args.symmetry)
     names = [model.components[s] for s in sites]
-    data = xr.DataArray(x[:, sites], dims=("time", "component"), coords={"component": names},
-                        attrs={"dt": dt})  # fmt: skip
-    centre = CentreSite(half)
-    observable = kelr_dist.Observable(("x1", "x1^2"), centre, centre.derivative)
-    ds = kelr_dist.estimate_response(data, observable=observable, **options)
-    site_mean = float(x[:, 0].mean())
-    curves = {key: window_curves(ds, name, dt, k, site_mean) for key, name in READS.items()}
-    return curves, ds
+    array = xr.DataArray(x[:, sites], dims=("time", "component"), coords={"component": names},
+                         attrs={"dt": dt})  # fmt: skip
+    ds = kelr_dist.estimate_response(array, **options)
+    shape = ds["response"].transpose("lag", "i", "j").shape[1:]
+    weights = row_weights(route, shape, k, site_mean)
+    curves = {
+        key: {row: weighted(ds, name, w, dt, "total") for row, w in weights.items()}
+        for key, name in READS.items()
+    }
+    parts = {
+        row: {part: weighted(ds, "response", w, dt, part) for part in PARTS}
+        for row, w in weights.items()
+    }
+    return curves, ds, parts
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,14 +339,24 @@ def package(
 
 
 def compare(measured: Curve, other: Curve | None, times: np.ndarray, horizon: float) -> tuple:
-    """Largest ``|R - R_direct|`` over ``0 < t <= horizon``, the share of those times beyond
-    two combined standard errors, and the largest standard error of ``other`` there."""
+    """Over ``0 < t <= horizon``: the largest ``|R - R_direct|``, the share of times within two
+    of the direct experiment's standard errors, the share beyond two combined standard errors,
+    and the largest standard error of ``other``."""
     if other is None:
-        return math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan
     keep = (times > 0) & (times <= horizon + 1e-9)
     gap = np.abs(other.value - measured.value)[keep]
     combined = np.sqrt(measured.stderr**2 + other.stderr**2)[keep]
-    return float(gap.max()), float(np.mean(gap > 2 * combined)), float(other.stderr[keep].max())
+    return (
+        float(gap.max()),
+        float(np.mean(gap <= 2 * measured.stderr[keep])),
+        float(np.mean(gap > 2 * combined)),
+        float(other.stderr[keep].max()),
+    )
+
+
+def cell(value: float, form: str) -> str:
+    return "—" if math.isnan(value) else format(value, form)
 
 
 def table(results: dict, times: np.ndarray, args: argparse.Namespace, heading: str) -> str:
@@ -283,31 +366,40 @@ def table(results: dict, times: np.ndarray, args: argparse.Namespace, heading: s
     lines = [
         heading,
         "",
-        f"| response | forcing | {cells} | quasi-Gaussian: max err | >2se | package: max err | "
-        "max se | >2se | package / qG | qG on the package's coordinates: max err |",
-        "|---|---|" + "---:|" * (len(marks) + 7),
+        f"| response | forcing | {cells} | qG: max err | qG: in direct 2se | package: max err | "
+        "package: max se | package: in direct 2se | package: >2se | package / qG | "
+        "qG on the package's coordinates: max err |",
+        "|---|---|" + "---:|" * (len(marks) + 8),
     ]
     for label, name, kind in ROWS:
         measured = results["direct"][(name, kind)]
         qg = compare(measured, results["qg"].get((name, kind)), times, args.max_time)
         pk = compare(measured, results["package"].get((name, kind)), times, args.max_time)
-        local = compare(measured, results["window-qg"].get((name, kind)), times, args.max_time)
+        own = compare(measured, results["package-qg"].get((name, kind)), times, args.max_time)
         values = " | ".join(f"{measured.value[i]:.4f} ± {measured.stderr[i]:.4f}" for i in at)
         ratio = pk[0] / qg[0] if qg[0] > 0 else math.nan
         forcing = "site 1" if kind == "site" else "F"
-        lines.append(
-            f"| {label} | {forcing} | {values} | {qg[0]:.4f} | {qg[1]:.0%} | "
-            + ("—" if math.isnan(pk[0]) else f"{pk[0]:.4f}")
-            + " | "
-            + ("—" if math.isnan(pk[2]) else f"{pk[2]:.4f}")
-            + " | "
-            + ("—" if math.isnan(pk[1]) else f"{pk[1]:.0%}")
-            + " | "
-            + ("—" if math.isnan(ratio) else f"{ratio:.2f}")
-            + " | "
-            + ("—" if math.isnan(local[0]) else f"{local[0]:.4f}")
-            + " |"
-        )
+        row = [(qg[0], ".4f"), (qg[1], ".0%"), (pk[0], ".4f"), (pk[3], ".4f"), (pk[1], ".0%"),
+               (pk[2], ".0%"), (ratio, ".2f"), (own[0], ".4f")]  # fmt: skip
+        lines.append(f"| {label} | {forcing} | {values} | "
+                     + " | ".join(cell(v, f) for v, f in row) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def error_parts(parts: dict, times: np.ndarray, horizon: float) -> str:
+    """The package's largest standard error over ``0 < t <= horizon`` per response, and its
+    parts (:data:`PARTS`)."""
+    keep = (times > 0) & (times <= horizon + 1e-9)
+    lines = [
+        "| response | forcing | total (bound) | sampling part (bound) | estimator part (bound) | "
+        "total, root-sum-square |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for label, name, kind in ROWS:
+        if (name, kind) in parts:
+            errs = [float(parts[(name, kind)][part].stderr[keep].max()) for part in PARTS]
+            forcing = "site 1" if kind == "site" else "F"
+            lines.append(f"| {label} | {forcing} | " + " | ".join(f"{e:.4f}" for e in errs) + " |")
     return "\n".join(lines)
 
 
@@ -325,12 +417,17 @@ def figure(results: dict, times: np.ndarray, path: Path, title: str) -> None:
         ax.plot(times, measured.value, "k-", lw=1.2, label="direct")
         for key, style, text in (
             ("qg", "C0--", "quasi-Gaussian FDT"),
-            ("window-qg", "C0:", "quasi-Gaussian, package's coordinates"),
+            ("package-qg", "C0:", "quasi-Gaussian, package's coordinates"),
             ("package", "C3-", "kelr_dist"),
         ):
             curve = results[key].get((name, kind))
-            if curve is not None:
-                ax.plot(times, curve.value, style, lw=1.2, label=text)
+            if curve is None:
+                continue
+            if key == "package":
+                low, high = curve.value - 2 * curve.stderr, curve.value + 2 * curve.stderr
+                ax.fill_between(times, low, high, color="C3", alpha=0.15, lw=0,
+                                label="kelr_dist ± 2 total se")  # fmt: skip
+            ax.plot(times, curve.value, style, lw=1.2, label=text)
         ax.set_title(f"{label}, forcing {'on site 1' if kind == 'site' else 'F'}", fontsize=10)
         ax.set_xlabel("t")
         ax.set_ylabel("step response")
@@ -354,15 +451,21 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=0.25, help="uniform forcing ε")
     parser.add_argument("--site-epsilon", type=float, default=1.0, help="site forcing ε")
     parser.add_argument("--max-time", type=float, default=2.0, help="responses up to this t")
-    window = parser.add_mutually_exclusive_group()
-    window.add_argument("--window", type=int, default=5, help="neighbouring sites estimated on")
-    window.add_argument("--reduce", help="estimate on the leading EOFs instead, e.g. 'eof(8)'")
+    routes = parser.add_mutually_exclusive_group()
+    routes.add_argument("--window", type=int, help="estimate on this many neighbouring sites "
+                       "instead of all K with the local score model")  # fmt: skip
+    routes.add_argument("--reduce", help="estimate on the leading EOFs instead, e.g. 'eof(8)'")
+    parser.add_argument("--symmetry", default="translation", choices=("translation", "none"),
+                        help="the local score model's symmetry (all-sites route)")  # fmt: skip
     parser.add_argument("--estimator", default="score-matching", help="estimate_response's")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--output", type=Path, help="write the Markdown table here")
     parser.add_argument("--figure", type=Path, help="write the figure here")
+    parser.add_argument("--result", type=Path, help="write the package's result here (netCDF)")
     args = parser.parse_args()
-    if args.reduce is None and (args.window < 1 or args.window % 2 == 0 or args.window > args.K):
+    if args.window is not None and (
+        args.window < 1 or args.window % 2 == 0 or args.window > args.K
+    ):
         raise SystemExit(f"--window={args.window} must be an odd number of sites from 1 to K")
     try:
         model = Lorenz96(K=args.K, F=args.F, sigma=args.sigma)
@@ -373,33 +476,47 @@ def main() -> None:
 
     started = time.perf_counter()
     x = equilibrium(model, int(args.samples), args.seed)
-    skewness = float(((x - x.mean()) ** 3).mean() / x.std() ** 3)
+    centred = (x - x.mean()) / x.std()
+    skewness, kurtosis = float((centred**3).mean()), float((centred**4).mean() - 3.0)
     print(f"trajectory: {x.shape}, {time.perf_counter() - started:.0f} s; mean {x.mean():.3f}, "
-          f"std {x.std():.3f}, skewness {skewness:.3f}")  # fmt: skip
+          f"std {x.std():.3f}, skewness {skewness:.3f}, "
+          f"excess kurtosis {kurtosis:.3f}")  # fmt: skip
     results: dict = {}
     started = time.perf_counter()
     results["qg"] = quasi_gaussian(x, lags, model.dt)
     print(f"quasi-Gaussian FDT: {time.perf_counter() - started:.0f} s")
     started = time.perf_counter()
-    curves, ds = package(x, model, args, lags)
+    curves, ds, parts = package(x, model, args, lags)
     results.update(curves)
-    explained = f", explained variance {ds.attrs['explained_variance']:.3f}" if args.reduce else ""
-    print(f"package ({args.reduce or f'window {args.window}'}): estimator "
-          f"{ds.attrs['estimator']}, {time.perf_counter() - started:.0f} s{explained}")  # fmt: skip
+    if args.result is not None:
+        ds.to_netcdf(args.result)
+    if args.reduce is not None:
+        route = f"`reduce={args.reduce}`"
+        fitted = f"explained variance {ds.attrs['explained_variance']:.3f}"
+    elif args.window is not None:
+        route, fitted = f"a window of {args.window} sites", f"degree {ds.attrs.get('degree')}"
+    else:
+        route = f"all {args.K} sites, local score model (ring, symmetry {args.symmetry})"
+        fitted = f"radius {ds.attrs.get('local_radius')}, degree {ds.attrs.get('degree')}"
+    print(f"package: {ds.attrs['estimator']}, {fitted}, "
+          f"{time.perf_counter() - started:.0f} s")  # fmt: skip
     started = time.perf_counter()
     starts = equilibrium(model, args.members * args.spacing, args.seed + 1)[:: args.spacing]
     results["direct"] = direct(model, starts, lags, args.epsilon, args.site_epsilon, args.seed + 2)
     print(f"direct experiment: {args.members} members x 2 signs x 2 forcings, "
           f"{time.perf_counter() - started:.0f} s")  # fmt: skip
 
-    route = f"`reduce={args.reduce}`" if args.reduce else f"a window of {args.window} sites"
     heading = (
         f"Lorenz-96, K = {args.K}, F = {args.F:g}, sigma = {args.sigma:g}; N = "
         f"{int(args.samples):.0e} samples (dt = {model.dt:g}) for the FDTs, package on {route} "
-        f"({ds.attrs['estimator']}); direct: {args.members} members, ε = {args.epsilon:g} "
-        f"(F), {args.site_epsilon:g} (site 1); errors over t <= {args.max_time:g}"
+        f"({ds.attrs['estimator']}, {fitted}); direct: {args.members} members, "
+        f"ε = {args.epsilon:g} (F), {args.site_epsilon:g} (site 1); "
+        f"errors over t <= {args.max_time:g}"
     )
-    text = table(results, times, args, heading)
+    text = (
+        f"{table(results, times, args, heading)}\n\nThe package's largest standard error over "
+        f"t <= {args.max_time:g} and its parts:\n\n{error_parts(parts, times, args.max_time)}"
+    )
     print(text)
     if args.output is not None:
         command = " ".join(["python", "scripts/lorenz96_response.py", *sys.argv[1:]])

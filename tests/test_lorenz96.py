@@ -100,10 +100,12 @@ def test_cli_simulate_and_exact_refused(tmp_path):
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lorenz96_response.py"
 
 
-@pytest.mark.parametrize("route", [["--window", "3"], ["--reduce", "eof(3)"]])
+@pytest.mark.parametrize("route", [[], ["--window", "3"], ["--reduce", "eof(3)"]])
 def test_response_script_at_tiny_size(tmp_path, route):
     """The direct-perturbation script end to end on 8 sites: the table has every row, the
-    direct experiment's error bars, and the package's column (the EOF route: site mean only)."""
+    direct experiment's error bars, and the package's column (the EOF route: site mean only);
+    by default the package runs on all sites with the local score model, and the parts of its
+    standard error follow the table."""
     table = tmp_path / "table.md"
     run = subprocess.run(
         [sys.executable, str(SCRIPT), "--K", "8", "--samples", "2e4", "--members", "100",
@@ -111,12 +113,21 @@ def test_response_script_at_tiny_size(tmp_path, route):
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    rows = [line for line in table.read_text().splitlines() if line.startswith("| ")]
-    assert len(rows) == 5 and "quasi-Gaussian" in rows[0] and "max se" in rows[0]
+    text = table.read_text()
+    assert ("all 8 sites, local score model (ring, symmetry translation)" in text) == (not route)
+    rows = [line for line in text.split("The package's largest")[0].splitlines()
+            if line.startswith("| ")]  # fmt: skip
+    assert len(rows) == 5 and "qG: max err" in rows[0] and "package: max se" in rows[0]
     assert all(" ± " in row for row in rows[1:])
     mean_rows = [row for row in rows[1:] if row.startswith("| site mean")]
     assert all("—" not in row for row in mean_rows)
-    assert ("—" in rows[2]) == (route[0] == "--reduce")
+    assert ("—" in rows[2]) == (route[:1] == ["--reduce"])
+    parts = [line for line in text.split("The package's largest")[1].splitlines()
+             if line.startswith("| ") and "---" not in line][1:]  # fmt: skip
+    assert len(parts) == (2 if route[:1] == ["--reduce"] else 4)
+    for line in parts:
+        total, sampling, estimator, independent = (float(c) for c in line.split("|")[3:7])
+        assert max(sampling, estimator, independent) <= total + 1e-12
     assert (tmp_path / "f.png").stat().st_size > 0
 
 
