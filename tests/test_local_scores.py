@@ -167,6 +167,40 @@ def test_a_local_score_is_evaluated_on_the_chosen_features_alone() -> None:
     np.testing.assert_allclose(model(x)[0], full, rtol=1e-10, atol=1e-12)
 
 
+def test_a_local_model_held_by_its_budget_reports_the_truncation() -> None:
+    """Independent skewed sites (score ``-(x + 0.6 x² + 0.3 x³)``): with 3 features a site
+    reaches degree 2 alone, the loss still falling there, and the choice says so; with the
+    budget of its samples it reaches degree 3 and does not. The budget grows as ``N^(1/3)``, d
+    times the rows when the sites are tied, and stops at the Gram pass's cost."""
+    from kelr_dist.kernels.scores.local import (
+        LocalFeatures,
+        choose_local,
+        degree_caps,
+        lattice,
+        site_budget,
+    )
+
+    grid = np.linspace(-6.0, 6.0, 24_001)
+    weight = np.exp(-(grid**2 / 2 + 0.2 * grid**3 + 0.075 * grid**4))
+    rng = np.random.default_rng(5)
+    x = rng.choice(grid, size=(39_999, 6), p=weight / weight.sum())
+    x += rng.uniform(-2.5e-4, 2.5e-4, x.shape)
+    coords = tuple(
+        Coordinate(Hermite(), float(m), float(s)) for m, s in zip(x.mean(0), x.std(0), strict=True)
+    )
+    hoods = lattice((6,))
+    for budget, truncated in ((3, True), (site_budget(x.shape[0], 6, False, 4e11), False)):
+        features = LocalFeatures(hoods, coords, tuple(degree_caps(hoods, budget)))
+        choice = choose_local(_local_sums(x, features))
+        found = choice.truncation()
+        assert (found is not None) == truncated, (budget, choice.pick, found)
+        if truncated:
+            assert choice.degree == 2 and found[0] > 3 * found[1]
+    assert site_budget(10**6, 64, False, 4e11) > site_budget(10**4, 64, False, 4e11)
+    assert site_budget(10**4, 64, True, 4e11) > site_budget(10**4, 64, False, 4e11)
+    assert site_budget(10**12, 64, False, 4e11) == site_budget(10**14, 64, False, 4e11)
+
+
 def test_declared_neighbourhoods() -> None:
     from kelr_dist.kernels.scores.local import declared_neighbourhoods
 

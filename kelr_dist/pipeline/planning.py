@@ -32,6 +32,7 @@ from kelr_dist.kernels.scores.local import (
     Neighbourhoods,
     degree_caps,
     partners_from_covariance,
+    site_budget,
 )
 from kelr_dist.kernels.scores.score_matching import PolynomialFeatures
 from kelr_dist.pipeline.distribution import survey_for
@@ -39,6 +40,7 @@ from kelr_dist.pipeline.fields import PendingEOF, survey_eof
 from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import Circle, EstimateOptions
 from kelr_dist.pipeline.steps import (
+    SM_GRAM_FLOPS,
     AnyScoreMatching,
     Fits,
     KernelEmbeddingChoice,
@@ -183,18 +185,22 @@ class Plan:
 
 
 def local_features(
-    setting: Setting, declared: Neighbourhoods | None, symmetry: str = "none"
+    setting: Setting, declared: Neighbourhoods | None, n_samples: int, symmetry: str = "none"
 ) -> LocalFeatures:
     """The local score model's features: on the ``declared`` neighbourhoods, or on each
     component's strongest partial correlations in the survey's covariance
     (:func:`~kelr_dist.kernels.scores.local.partners_from_covariance`); ``symmetry="translation"``
-    ties the sites' weights."""
+    ties the sites' weights. Each site's degrees are capped by the budget of ``n_samples``
+    (:func:`~kelr_dist.kernels.scores.local.site_budget`, the Gram pass's
+    :data:`~kelr_dist.pipeline.steps.SM_GRAM_FLOPS`)."""
     if declared is None:
         sample = setting.survey.sample
         assert sample is not None  # settle asks for the covariance
         declared = partners_from_covariance(np.atleast_2d(sample.cov))
-    caps = tuple(degree_caps(declared))
-    return LocalFeatures(declared, setting.coordinates, caps, tied=symmetry == "translation")
+    tied = symmetry == "translation"
+    budget = site_budget(n_samples, len(setting.coordinates), tied, SM_GRAM_FLOPS)
+    caps = tuple(degree_caps(declared, budget))
+    return LocalFeatures(declared, setting.coordinates, caps, tied=tied)
 
 
 def plan_estimate(
@@ -220,7 +226,8 @@ def plan_estimate(
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
     if options.estimator in ("auto", "score-matching"):
         if inputs.local:
-            features = local_features(setting, inputs.neighbours, options.symmetry)
+            n_samples = math.prod(passes.trajectory.shape[:2])
+            features = local_features(setting, inputs.neighbours, n_samples, options.symmetry)
         else:
             features = score_matching_features(setting.coordinates, inputs.degree, adaptive)
     sample = setting.survey.sample

@@ -254,8 +254,18 @@ def score_matching_truncation(choice: AnyScoreMatching, n_samples: int) -> Trunc
     its Gram matrices' bytes and the Gram pass's seconds. For an adaptive index set: when the
     grown set holds the dictionary's highest degree along a coordinate and adding it lowered the
     held-out loss (:func:`adaptive_truncation`)."""
-    if isinstance(choice, LocalChoice):  # its budget is per site: see its neighbours
-        return None
+    if isinstance(choice, LocalChoice):
+        found = choice.truncation()
+        if found is None:
+            return None
+        return Truncation(
+            "score-matching",
+            choice.degree,
+            *found,
+            "a site's features grow with the samples, as 5 N^(1/3) (tied sites: 5 (N d)^(1/3)), "
+            "up to the Gram pass's cost (local.site_budget): more samples raise it",
+            where=f" at radius {choice.radius} of the local model",
+        )
     if choice.path is not None:
         return adaptive_truncation(choice, n_samples)
     top = choice.sums.features.degree

@@ -46,7 +46,7 @@ import numpy as np
 
 from kelr_dist.kernels.bases.families import Coordinate, multi_indices
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
-from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, sums_by_fold
+from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, fold_stderr, sums_by_fold
 from kelr_dist.kernels.scores.kernel_embedding import row_blocks
 from kelr_dist.kernels.scores.score_matching import (
     FEATURE_ROWS,
@@ -58,8 +58,14 @@ from kelr_dist.kernels.scores.score_matching import (
     solve_weights,
 )
 
-#: features of one site's model at most (its Gram block, the solve per site and fold)
+#: features of one site's model at most when the number of samples is not given (its Gram
+#: block, the solve per site and fold); with it, :func:`site_budget`
 LOCAL_MAX_FEATURES = 84
+#: a site's budget is at most ``c N_eff^(1/3)`` features, c this constant, for the ``N_eff``
+#: rows its fit sees (all sites' rows when tied): the series-estimator rate of W. K. Newey,
+#: J. Econometrics 79 (1997) 147-168 (Assumption 3, power series: ``K³/N → 0``), as for the
+#: tensor model's grown set
+SITE_FEATURES_PER_CUBE_ROOT = 5.0
 #: the largest radius of a declared structure (graph distance) tried
 DECLARED_RADIUS = 2
 #: partners a site may take from the data (the radius of a neighbourhood found in the data)
@@ -225,6 +231,22 @@ def partners_from_covariance(
         members.append((site, *(int(k) for k in ranked)))
         sizes.append(tuple(range(1, count + 2)))
     return Neighbourhoods(tuple(members), tuple(sizes), "partial correlations")
+
+
+def site_budget(n_samples: int, dim: int, tied: bool, flops: float) -> int:
+    """Features of one site's model at most: ``c N_eff^(1/3)``
+    (:data:`SITE_FEATURES_PER_CUBE_ROOT`) for the rows ``N_eff`` its fit sees — the ``N_used``
+    rows the Gram pass reads, times ``d`` when the sites' weights are tied — where the pass
+    reads all ``N`` samples, or the ``flops / (2 d P²)`` it is thinned to when its ``2 d P²``
+    flops per row exceed ``flops`` (:func:`kelr_dist.pipeline.steps.gram_stride`). So the
+    budget grows as ``N^(1/3)`` up to ``(c³ flops / 2d)^(1/5)`` (tied: ``(c³ flops / 2)^(1/5)``),
+    where the stated cost of the pass holds it; at least 4 (the constant and the linear
+    features of a site and its two nearest)."""
+    c = SITE_FEATURES_PER_CUBE_ROOT
+    sites = dim if tied else 1
+    by_rows = c * (max(n_samples, 1) * sites) ** (1.0 / 3.0)
+    by_cost = (c**3 * flops * sites / (2.0 * dim)) ** (1.0 / 5.0)
+    return max(int(min(by_rows, by_cost)), 4)
 
 
 def degree_caps(
@@ -525,6 +547,35 @@ class LocalChoice:
             for f in range(len(self.sums.n))
         )
 
+    def truncation(self) -> tuple[float, float] | None:
+        """When the budget, not the data, stopped the model: the chosen degree is the highest
+        its radius allowed, held there by the features budget (below
+        :data:`LOCAL_MAX_DEGREE`), and the held-out loss fell to it from the next simpler
+        candidate (one degree lower, or the radius before at its highest degree): that fall and
+        its paired standard error over folds; else ``None``."""
+        caps = self.sums.features.caps
+        radius, degree = self.radius, self.degree
+        if degree != caps[radius] or degree >= LOCAL_MAX_DEGREE:
+            return None
+        if degree > 1:
+            lower = (radius, degree - 1)
+        elif radius > 0 and caps[radius - 1] >= 1:
+            lower = (radius - 1, caps[radius - 1])
+        else:
+            return None
+
+        def best(at: tuple[int, int]) -> Candidate:
+            return min(
+                (c for c in self.candidates if isinstance(c, LocalCandidate)
+                 and (c.radius, c.degree) == at),
+                key=lambda c: c.loss,
+            )  # fmt: skip
+
+        low, high = best(lower), best((radius, degree))
+        if low.loss <= high.loss:
+            return None
+        return low.loss - high.loss, float(fold_stderr(low.fold_losses - high.fold_losses))
+
     @cached_property
     def neighbours(self) -> tuple[tuple[LocalScoreModel, ...], str] | None:
         """The chosen model one radius wider, or two degrees higher when it is at the widest
@@ -586,6 +637,7 @@ __all__ = [
     "choose_local",
     "declared_neighbourhoods",
     "degree_caps",
+    "site_budget",
     "lattice",
     "local_gram_reduction",
     "partners_from_covariance",
