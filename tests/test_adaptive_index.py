@@ -155,7 +155,7 @@ def test_truncation_is_reported_when_the_dictionary_stops_the_growth():
     for budget in (20, 120):
         features = dictionary(coordinates(x), 2, budget)
         sums = reduce_in_memory(gram_reduction(features, Folds(4, 1, len(x))), x, 5000)
-        choice = choose_score_matching(sums, adaptive=True)
+        choice = choose_score_matching(sums, grown=True)
         messages.append(score_matching_truncation(choice, len(x)))
     short, long = messages
     assert short is not None and short.chosen == 3 and short.drop > 10 * short.drop_stderr

@@ -262,7 +262,7 @@ def estimate_response(
         sm = (
             None
             if fits.gram is None
-            else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
+            else choose_score_matching(fits.gram, inputs.degree, plan.grown)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
         found = response_scores(passes, inputs, setting, plan, (ke, sm, fits))

@@ -126,13 +126,15 @@ KE_MAX_DEGREE = 150
 #: docs/benchmarks.md, section 'Tuning constants')
 SM_MAX_FEATURES = 220
 SM_MAX_DEGREE = 24
-#: the adaptive index set's dictionary: at most this many features (Gram products ~5x those of
-#: SM_MAX_FEATURES per row used; the flop budget below thins the rows instead of growing the
-#: pass), so single coordinates and pairs reach about twice the total degree of the budget
-SM_MAX_DICTIONARY = 500
 #: flops the score-matching Gram pass may spend (2 P² per row used, ~8 s at 50 Gflop/s): rows
 #: beyond that budget are thinned to every stride-th sample
 SM_GRAM_FLOPS = 4e11
+#: the default (grown) index set's dictionary: at most ``c N^(1/3)`` features for the ``N`` rows
+#: the Gram pass uses, c this constant. A least-squares series fit of K power-series terms is
+#: consistent when ``ζ(K)² K / N → 0`` with ``ζ(K) ∝ K`` (W. K. Newey, "Convergence rates and
+#: asymptotic normality for series estimators", J. Econometrics 79 (1997) 147-168, Assumption 3
+#: and its power-series bound): ``K ∝ N^(1/3)``; c = 5 gives about SM_MAX_FEATURES at 1e5 rows
+SM_FEATURES_PER_CUBE_ROOT = 5.0
 
 
 def kernel_embedding_max_order(d: int) -> int:
@@ -153,17 +155,45 @@ def score_matching_max_degree(d: int) -> int:
     return degree
 
 
+def dictionary_budget(n_samples: int) -> int:
+    """Features of the dictionary score matching's default index set grows in: the largest
+    ``P ≤ c N_used^(1/3)`` (:data:`SM_FEATURES_PER_CUBE_ROOT`) for the rows ``N_used`` the Gram
+    pass reads: all ``N`` samples, or the ``SM_GRAM_FLOPS / (2 P²)`` it is thinned to when ``2 P²
+    N`` flops exceed :data:`SM_GRAM_FLOPS`. So the budget grows as ``N^(1/3)`` (108 features at
+    1e4 samples, 232 at 1e5) up to ``(c³ SM_GRAM_FLOPS / 2)^(1/5)`` (478, from about 9e5
+    samples on), where the stated cost of the pass holds it."""
+    c = SM_FEATURES_PER_CUBE_ROOT
+    by_rows = c * max(n_samples, 1) ** (1.0 / 3.0)
+    by_cost = (c**3 * SM_GRAM_FLOPS / 2.0) ** (1.0 / 5.0)
+    return int(min(by_rows, by_cost))
+
+
+def grown_base_degree(d: int, budget: int) -> int:
+    """The total degree of the dictionary's full block: the highest ``1 ≤ q ≤``
+    :data:`SM_MAX_DEGREE` with at most half the ``budget``'s features (the other half reaches
+    further along single coordinates and pairs)."""
+    degree = 1
+    while degree < SM_MAX_DEGREE and feature_count(d, degree + 1) <= budget // 2:
+        degree += 1
+    return degree
+
+
 def score_matching_features(
-    coordinates: tuple[Coordinate, ...], degree: int | None, adaptive: bool = False
+    coordinates: tuple[Coordinate, ...],
+    degree: int | None,
+    grown: bool = False,
+    n_samples: int = 0,
 ) -> PolynomialFeatures:
     """The features of the Gram pass: total degree ``degree + 1`` for a given degree (the one
     above is its neighbour, :attr:`ScoreMatchingChoice.neighbours`), else
-    :func:`score_matching_max_degree`, or (``adaptive``) the dictionary the adaptive index set
-    grows in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`, at most
-    :data:`SM_MAX_DICTIONARY` features)."""
+    :func:`score_matching_max_degree`, or (``grown``) the dictionary the default index set grows
+    in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`): the total degree of
+    :func:`grown_base_degree` and single coordinates and pairs further, at most
+    :func:`dictionary_budget` of ``n_samples`` features in all."""
     d = len(coordinates)
-    if adaptive:
-        return dictionary(coordinates, score_matching_max_degree(d), SM_MAX_DICTIONARY)
+    if grown:
+        budget = max(dictionary_budget(n_samples), d + 1)
+        return dictionary(coordinates, grown_base_degree(d, budget), budget)
     return PolynomialFeatures(
         coordinates, score_matching_max_degree(d) if degree is None else degree + 1
     )
@@ -732,23 +762,28 @@ class ScoreMatchingChoice:
 
 
 def choose_score_matching(
-    gram: GramSums | LocalSums, degree: int | None = None, adaptive: bool = False
+    gram: GramSums | LocalSums, degree: int | None = None, grown: bool = False
 ) -> AnyScoreMatching:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
     :func:`kelr_dist.kernels.scores.score_matching.choose_candidate`); refit on every fold. No read.
 
-    ``adaptive``: ``gram`` holds the sums of a dictionary
-    (:func:`score_matching_features`); the index set is grown in it from the linear features
-    by held-out loss (:func:`kelr_dist.kernels.scores.index_sets.grow`), then the ridge is chosen
-    for that set. Local sums (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree
-    and ridge of the local model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
+    ``grown`` (the default index set): ``gram`` holds the sums of a dictionary
+    (:func:`score_matching_features`). The total degree is chosen first, among those whose whole
+    set the dictionary holds, and the index set is grown from it by held-out loss
+    (:func:`kelr_dist.kernels.scores.index_sets.grow`); the ridge is then chosen for the grown
+    set. The path starts at the total-degree choice and keeps it unless a larger set is better
+    by more than a standard error. Local sums
+    (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree and ridge of the local
+    model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
     if isinstance(gram, LocalSums):
         return choose_local(gram, degree)
-    if not adaptive:
+    if not grown:
         candidates = held_out_candidates(gram, None if degree is None else [degree])
         pick = choose_candidate(candidates)
         return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
-    path = grow(gram, gram.features.mask(1))
+    full = _full_degree(gram.features)
+    start = choose_candidate(held_out_candidates(gram, list(range(1, full + 1))))
+    path = grow(gram, gram.features.mask(start.degree))
     members = path.members(path.chosen_step())
     top = int(gram.features.indices[members].sum(axis=1).max())
     losses = held_out_losses(gram, members, RIDGES)
@@ -760,6 +795,14 @@ def choose_score_matching(
     pick = choose_candidate(candidates)
     model = fit_score(gram, top, pick.ridge, members=members)
     return ScoreMatchingChoice(model, pick, candidates, gram, path)
+
+
+def _full_degree(features: PolynomialFeatures) -> int:
+    """The highest total degree whose whole set ``features`` holds."""
+    d, degree = features.dim, 1
+    while int(features.mask(degree + 1).sum()) == feature_count(d, degree + 1):
+        degree += 1
+    return degree
 
 
 #: either kind of score-matching fit: the full tensor (or adaptive) model, or the local one
