@@ -103,21 +103,60 @@ def test_growth_spends_the_features_on_the_coordinate_that_needs_them():
     assert reached_edge(features, members) == []
 
 
-def test_estimate_with_an_adaptive_index_set_records_it():
+def test_the_default_grows_the_set_total_keeps_the_fixed_degree_and_adaptive_is_its_alias():
+    """The default index set is grown: degree >= 3 in x1 (a cubic score), linear in x2 and x3;
+    'adaptive' gives the same estimate, 'total' and a given degree the total-degree set; lag 0
+    meets the Stein identity of the linear features exactly, with or without the affine
+    correction (independent rows: the Gram pass reads every one)."""
     from kelr_dist import estimate_response
 
     x, _ = quartic_and_gaussians(20_000, seed=4)
     run = dict(dt=1.0, estimator="score-matching", max_lag=3, client="synchronous")
-    ds = estimate_response(x, index_set="adaptive", **run)
+    ds = estimate_response(x, **run)
     assert ds.attrs["score_matching_index_set"] == "adaptive"
     degrees = ds.attrs["score_matching_max_degrees"]
     assert degrees[0] >= 3 and max(degrees[1:]) <= 1
-    # the Stein identity of the linear features holds for any set that contains them
     np.testing.assert_allclose(ds["response"].isel(lag=0), np.eye(3), atol=1e-8)
-    total = estimate_response(x, **run)
-    assert total.attrs["score_matching_index_set"] == "total"
+    raw = estimate_response(x, stein_correction=False, **run)
+    np.testing.assert_allclose(raw["response"].isel(lag=0), np.eye(3), atol=1e-6)
+    alias = estimate_response(x, index_set="adaptive", **run)
+    np.testing.assert_array_equal(alias["response"], ds["response"])
+    for options in (dict(index_set="total"), dict(degree=3)):
+        total = estimate_response(x, **options, **run)
+        assert total.attrs["score_matching_index_set"] == "total"
     with pytest.raises(ValueError, match="index_set='adaptive'"):
         estimate_response(x, index_set="adaptive", degree=3, **run)
+
+
+def test_the_dictionary_budget_grows_with_the_samples_up_to_the_gram_pass_cost():
+    """``c N^(1/3)`` features (c = SM_FEATURES_PER_CUBE_ROOT) until the Gram pass's flop budget
+    thins the rows, then flat; the dictionary stays within it and its full total-degree block
+    within half of it."""
+    from kelr_dist.pipeline.steps import (
+        SM_FEATURES_PER_CUBE_ROOT,
+        SM_GRAM_FLOPS,
+        dictionary_budget,
+        grown_base_degree,
+        score_matching_features,
+    )
+
+    sizes = [10**3, 10**4, 10**5, 10**6, 10**7, 10**9]
+    budgets = [dictionary_budget(n) for n in sizes]
+    assert budgets == sorted(budgets) and budgets[0] < budgets[2] < budgets[3]
+    for n, p in zip(sizes[:3], budgets[:3], strict=True):
+        assert p == int(SM_FEATURES_PER_CUBE_ROOT * n ** (1 / 3))
+    cap = int((SM_FEATURES_PER_CUBE_ROOT**3 * SM_GRAM_FLOPS / 2) ** 0.2)
+    assert budgets[-1] == budgets[-2] == cap
+    # at the cap the rows the flop budget leaves still satisfy P <= c N_used^(1/3)
+    assert cap <= SM_FEATURES_PER_CUBE_ROOT * (SM_GRAM_FLOPS / (2 * cap**2)) ** (1 / 3)
+    for d in (1, 2, 3, 4, 6):
+        coords = tuple(Coordinate(Hermite(1.0), 0.0, 1.0) for _ in range(d))
+        for n in (10**4, 10**6):
+            features = score_matching_features(coords, None, True, n)
+            budget = max(dictionary_budget(n), d + 1)
+            assert features.size <= budget
+            base = grown_base_degree(d, budget)
+            assert features.mask(base).sum() == feature_count(d, base) <= max(budget // 2, d + 1)
 
 
 def test_correlation_time_from_the_survey_steps_and_the_stride_it_allows():

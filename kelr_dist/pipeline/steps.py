@@ -769,36 +769,46 @@ def choose_score_matching(
 
     ``grown`` (the default index set): ``gram`` holds the sums of a dictionary
     (:func:`score_matching_features`). The total degree is chosen first, among those whose whole
-    set the dictionary holds, and the index set is grown from it by held-out loss
-    (:func:`kelr_dist.kernels.scores.index_sets.grow`); the ridge is then chosen for the grown
-    set. The path starts at the total-degree choice and keeps it unless a larger set is better
-    by more than a standard error. Local sums
-    (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree and ridge of the local
-    model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
+    set the dictionary holds; then the index set is grown by held-out loss
+    (:func:`kelr_dist.kernels.scores.index_sets.grow`) twice, from the linear features (a sparse
+    set where few coordinates need more) and from that total degree (whose loss it can only
+    lower), and of the two grown sets and the ridges the one-standard-error rule keeps the one
+    with the fewest features. Local sums (:class:`~kelr_dist.kernels.scores.local.LocalSums`):
+    radius, degree and ridge of the local model
+    (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
     if isinstance(gram, LocalSums):
         return choose_local(gram, degree)
     if not grown:
         candidates = held_out_candidates(gram, None if degree is None else [degree])
         pick = choose_candidate(candidates)
         return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
-    full = _full_degree(gram.features)
-    start = choose_candidate(held_out_candidates(gram, list(range(1, full + 1))))
-    path = grow(gram, gram.features.mask(start.degree))
-    members = path.members(path.chosen_step())
-    top = int(gram.features.indices[members].sum(axis=1).max())
-    losses = held_out_losses(gram, members, RIDGES)
+    total = choose_candidate(held_out_candidates(gram, list(range(1, _full_degree(gram) + 1))))
     share = gram.n / gram.n.sum()
-    candidates = [
-        Candidate(top, alpha, float(losses[r] @ share), losses[r], members)
-        for r, alpha in enumerate(RIDGES)
-    ]
-    pick = choose_candidate(candidates)
-    model = fit_score(gram, top, pick.ridge, members=members)
+    grown_from: list[tuple[Candidate, GrowthPath]] = []
+    for start in sorted({1, total.degree}):
+        path = grow(gram, gram.features.mask(start))
+        members = path.members(path.chosen_step())
+        top = int(gram.features.indices[members].sum(axis=1).max())
+        losses = held_out_losses(gram, members, RIDGES)
+        grown_from += [
+            (Candidate(top, alpha, float(losses[r] @ share), losses[r], members), path)
+            for r, alpha in enumerate(RIDGES)
+        ]
+    candidates = [candidate for candidate, _ in grown_from]
+    pick = choose_candidate(candidates, _fewest_features)
+    path = next(path for candidate, path in grown_from if candidate is pick)
+    model = fit_score(gram, pick.degree, pick.ridge, members=pick.members)
     return ScoreMatchingChoice(model, pick, candidates, gram, path)
 
 
-def _full_degree(features: PolynomialFeatures) -> int:
-    """The highest total degree whose whole set ``features`` holds."""
+def _fewest_features(candidate: Candidate) -> tuple[int, float]:
+    assert candidate.members is not None
+    return int(candidate.members.sum()), candidate.ridge
+
+
+def _full_degree(gram: GramSums) -> int:
+    """The highest total degree whose whole set the features of ``gram`` hold."""
+    features = gram.features
     d, degree = features.dim, 1
     while int(features.mask(degree + 1).sum()) == feature_count(d, degree + 1):
         degree += 1
