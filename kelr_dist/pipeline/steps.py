@@ -135,6 +135,10 @@ SM_GRAM_FLOPS = 4e11
 #: asymptotic normality for series estimators", J. Econometrics 79 (1997) 147-168, Assumption 3
 #: and its power-series bound): ``K ∝ N^(1/3)``; c = 5 gives about SM_MAX_FEATURES at 1e5 rows
 SM_FEATURES_PER_CUBE_ROOT = 5.0
+#: ... of which this share is a whole total-degree set: at the largest budget (478 features) that
+#: is the fixed total-degree set's degree or above (SM_MAX_FEATURES: 6 in 4-D, 9 in 3-D), so the
+#: grown set can start where the fixed one would stop
+SM_TOTAL_SHARE = 0.6
 
 
 def kernel_embedding_max_order(d: int) -> int:
@@ -170,10 +174,10 @@ def dictionary_budget(n_samples: int) -> int:
 
 def grown_base_degree(d: int, budget: int) -> int:
     """The total degree of the dictionary's full block: the highest ``1 ≤ q ≤``
-    :data:`SM_MAX_DEGREE` with at most half the ``budget``'s features (the other half reaches
-    further along single coordinates and pairs)."""
+    :data:`SM_MAX_DEGREE` with at most :data:`SM_TOTAL_SHARE` of the ``budget``'s features (the
+    rest reaches further along single coordinates and pairs)."""
     degree = 1
-    while degree < SM_MAX_DEGREE and feature_count(d, degree + 1) <= budget // 2:
+    while degree < SM_MAX_DEGREE and feature_count(d, degree + 1) <= SM_TOTAL_SHARE * budget:
         degree += 1
     return degree
 
@@ -769,41 +773,31 @@ def choose_score_matching(
 
     ``grown`` (the default index set): ``gram`` holds the sums of a dictionary
     (:func:`score_matching_features`). The total degree is chosen first, among those whose whole
-    set the dictionary holds; then the index set is grown by held-out loss
-    (:func:`kelr_dist.kernels.scores.index_sets.grow`) twice, from the linear features (a sparse
-    set where few coordinates need more) and from that total degree (whose loss it can only
-    lower), and of the two grown sets and the ridges the one-standard-error rule keeps the one
-    with the fewest features. Local sums (:class:`~kelr_dist.kernels.scores.local.LocalSums`):
-    radius, degree and ridge of the local model
-    (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
+    set the dictionary holds, and the index set is grown from it by held-out loss
+    (:func:`kelr_dist.kernels.scores.index_sets.grow`); the ridge is then chosen for the grown
+    set. The path starts at the total-degree choice and keeps it unless a larger set lowers the
+    held-out loss by more than a standard error. Local sums
+    (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree and ridge of the local
+    model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
     if isinstance(gram, LocalSums):
         return choose_local(gram, degree)
     if not grown:
         candidates = held_out_candidates(gram, None if degree is None else [degree])
         pick = choose_candidate(candidates)
         return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
-    total = choose_candidate(held_out_candidates(gram, list(range(1, _full_degree(gram) + 1))))
+    start = choose_candidate(held_out_candidates(gram, list(range(1, _full_degree(gram) + 1))))
+    path = grow(gram, gram.features.mask(start.degree))
+    members = path.members(path.chosen_step())
+    top = int(gram.features.indices[members].sum(axis=1).max())
+    losses = held_out_losses(gram, members, RIDGES)
     share = gram.n / gram.n.sum()
-    grown_from: list[tuple[Candidate, GrowthPath]] = []
-    for start in sorted({1, total.degree}):
-        path = grow(gram, gram.features.mask(start))
-        members = path.members(path.chosen_step())
-        top = int(gram.features.indices[members].sum(axis=1).max())
-        losses = held_out_losses(gram, members, RIDGES)
-        grown_from += [
-            (Candidate(top, alpha, float(losses[r] @ share), losses[r], members), path)
-            for r, alpha in enumerate(RIDGES)
-        ]
-    candidates = [candidate for candidate, _ in grown_from]
-    pick = choose_candidate(candidates, _fewest_features)
-    path = next(path for candidate, path in grown_from if candidate is pick)
-    model = fit_score(gram, pick.degree, pick.ridge, members=pick.members)
+    candidates = [
+        Candidate(top, alpha, float(losses[r] @ share), losses[r], members)
+        for r, alpha in enumerate(RIDGES)
+    ]
+    pick = choose_candidate(candidates)
+    model = fit_score(gram, top, pick.ridge, members=members)
     return ScoreMatchingChoice(model, pick, candidates, gram, path)
-
-
-def _fewest_features(candidate: Candidate) -> tuple[int, float]:
-    assert candidate.members is not None
-    return int(candidate.members.sum()), candidate.ridge
 
 
 def _full_degree(gram: GramSums) -> int:
