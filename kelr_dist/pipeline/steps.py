@@ -332,7 +332,8 @@ def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncati
                 drop,
                 float(fold_stderr(fall)),
                 f"index_set='total' with degree={top + 1} reaches further along it "
-                f"({_degree_cost(choice.sums, top + 1, n_samples)})",
+                f"({_degree_cost(choice.sums, top + 1, n_samples)}); the grown set's dictionary "
+                f"of {features.size} features grows with the samples (dictionary_budget)",
                 f" along coordinate {k + 1} of its adaptive index set",
             )
     return found
