@@ -261,7 +261,6 @@ def estimate_response(
             features=plan.features,
             folds=inputs.folds,
             kde_grid=plan.kde_grid,
-            correlation=plan.correlation,
         )
         sm = (
             None

@@ -45,7 +45,6 @@ from kelr_dist.pipeline.steps import (
     Passes,
     Survey,
     choose_coordinates,
-    correlation_time,
     find_periodic,
     index_set_for,
     kde_grid_and_bandwidth,
@@ -129,7 +128,6 @@ class Plan:
     features: PolynomialFeatures | LocalFeatures | None
     index_set: str
     grown: bool  #: score matching's index set grown by held-out loss in ``features``
-    correlation: float | None  #: the rows' correlation time: it thins the grown set's Gram pass
     kde_grid: tuple[Any, np.ndarray] | None
     exact: Callable | None
     gaussian: SampleMoments | None
@@ -232,7 +230,6 @@ def plan_estimate(
         features=features,
         index_set=index_set,
         grown=grown,
-        correlation=correlation_time(setting.survey) if grown else None,
         kde_grid=kde_grid_and_bandwidth(sample) if options.kde and sample is not None else None,
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,

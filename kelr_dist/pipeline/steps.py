@@ -203,29 +203,27 @@ def score_matching_features(
     )
 
 
-#: with a correlation time τ (rows), the Gram pass may use every ⌊τ / this⌋-th row: for an AR(1)
-#: series thinning to a stride of τ / 4 raises the variance of a mean by about 2% (s τ_s / τ with
-#: τ_s the thinned series' time), so the flops of the other rows buy nearly nothing
+#: with a correlation time τ (rows), the goodness-of-fit check may read every ⌊τ / this⌋-th row:
+#: for an AR(1) series thinning to a stride of τ / 4 raises the variance of a mean by about 2%
+#: (s τ_s / τ with τ_s the thinned series' time), so the other rows buy nearly nothing
 #: (MacEachern & Berliner, "Subsampling the Gibbs sampler", Amer. Statist. 48 (1994) 188-190;
 #: Sokal, "Monte Carlo methods in statistical mechanics", 1997, for τ)
 CORRELATION_STRIDE_DIVISOR = 4
 
 
-def gram_stride(n_samples: int, features: int, correlation: float | None = None) -> int:
-    """Every how many samples the Gram pass uses: so it stays within :data:`SM_GRAM_FLOPS`, and
-    (given an integrated autocorrelation time ``correlation`` in rows, :func:`correlation_time`)
-    at least every ``⌊τ /`` :data:`CORRELATION_STRIDE_DIVISOR` ``⌋``-th."""
-    stride = max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
-    if correlation is None:
-        return stride
-    return max(stride, int(correlation // CORRELATION_STRIDE_DIVISOR))
+def gram_stride(n_samples: int, features: int) -> int:
+    """Every how many samples the Gram pass uses: so that its ``2 P²`` flops per row stay within
+    :data:`SM_GRAM_FLOPS`. (Not thinned by the correlation time: :func:`correlation_time` depends
+    on the units through the survey's wrap test, and every row read keeps score matching's
+    normal equations, hence the lag-0 Stein identity, exact on all rows.)"""
+    return max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
 
 
 def check_stride(correlation: float | None) -> int:
     """Every how many rows the goodness-of-fit check reads
     (:mod:`~kelr_dist.kernels.scores.stein_check`): every ``⌊τ /``
     :data:`CORRELATION_STRIDE_DIVISOR` ``⌋``-th for an integrated autocorrelation time ``τ`` in
-    rows (:func:`correlation_time`; all rows when it is not known), as the Gram pass."""
+    rows (:func:`correlation_time`; all rows when it is not known)."""
     return 1 if correlation is None else max(1, int(correlation // CORRELATION_STRIDE_DIVISOR))
 
 
@@ -566,11 +564,10 @@ def fit_estimators(
     features: PolynomialFeatures | LocalFeatures | None = None,
     folds: Folds | None = None,
     kde_grid: tuple[Any, np.ndarray] | None = None,
-    correlation: float | None = None,
 ) -> Fits:
     """Read 2: coefficient sums (eq. 39), score matching's Gram sums (Hyvärinen 2005) and
     the KDE bins, in one pass; sums kept per held-out fold when ``folds`` is given. The Gram
-    sums use every :func:`gram_stride`-th row (``correlation``: the data's correlation time)."""
+    sums use every :func:`gram_stride`-th row."""
     reductions, names = [], []
     if density_basis is not None:
         reductions.append(coefficient_reduction(density_basis, folds))
@@ -579,7 +576,7 @@ def fit_estimators(
         if folds is None:
             raise ValueError("score matching needs held-out folds")
         chains, n, _ = passes.trajectory.shape
-        stride = gram_stride(chains * n, features.gram_size, correlation)
+        stride = gram_stride(chains * n, features.gram_size)
         if isinstance(features, LocalFeatures):
             reductions.append(local_gram_reduction(features, folds, stride))
         else:
