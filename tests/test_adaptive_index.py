@@ -157,7 +157,7 @@ def test_the_dictionary_budget_grows_with_the_samples_up_to_the_gram_pass_cost()
     for d in (1, 2, 3, 4, 6):
         coords = tuple(Coordinate(Hermite(1.0), 0.0, 1.0) for _ in range(d))
         for n in (10**4, 10**6):
-            features = score_matching_features(coords, None, True, n)
+            features = score_matching_features(coords, None, n)
             budget = max(dictionary_budget(n), d + 1)
             assert features.size <= budget
             base = grown_base_degree(d, budget)

@@ -223,7 +223,8 @@ def plan_estimate(
         if inputs.local:
             features = local_features(setting, inputs.neighbours, options.symmetry)
         else:
-            features = score_matching_features(setting.coordinates, inputs.degree, grown, n_samples)
+            grown_for = n_samples if grown else None
+            features = score_matching_features(setting.coordinates, inputs.degree, grown_for)
     sample = setting.survey.sample
     return Plan(
         density_basis=basis,

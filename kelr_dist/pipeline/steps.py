@@ -185,18 +185,17 @@ def grown_base_degree(d: int, budget: int) -> int:
 def score_matching_features(
     coordinates: tuple[Coordinate, ...],
     degree: int | None,
-    grown: bool = False,
-    n_samples: int = 0,
+    grown_for: int | None = None,
 ) -> PolynomialFeatures:
     """The features of the Gram pass: total degree ``degree + 1`` for a given degree (the one
     above is its neighbour, :attr:`ScoreMatchingChoice.neighbours`), else
-    :func:`score_matching_max_degree`, or (``grown``) the dictionary the default index set grows
-    in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`): the total degree of
-    :func:`grown_base_degree` and single coordinates and pairs further, at most
-    :func:`dictionary_budget` of ``n_samples`` features in all."""
+    :func:`score_matching_max_degree`, or (``grown_for`` a number of samples) the dictionary the
+    default index set grows in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`): the
+    total degree of :func:`grown_base_degree` and single coordinates and pairs further, at most
+    :func:`dictionary_budget` features in all."""
     d = len(coordinates)
-    if grown:
-        budget = max(dictionary_budget(n_samples), d + 1)
+    if grown_for is not None:
+        budget = max(dictionary_budget(grown_for), d + 1)
         return dictionary(coordinates, grown_base_degree(d, budget), budget)
     return PolynomialFeatures(
         coordinates, score_matching_max_degree(d) if degree is None else degree + 1
@@ -331,7 +330,7 @@ def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncati
                 float(fold_stderr(fall)),
                 f"index_set='total' with degree={top + 1} reaches further along it "
                 f"({_degree_cost(choice.sums, top + 1, n_samples)}); the grown set's dictionary "
-                f"of {features.size} features grows with the samples (dictionary_budget)",
+                f"of {features.size} features grows with the samples, as 5 N^(1/3)",
                 f" along coordinate {k + 1} of its adaptive index set",
             )
     return found
