@@ -183,7 +183,7 @@ def conclude(
             degree=sm.degree,
             ridge=sm.ridge,
             max_degree=plan.features.degree,
-            gram_stride=gram_stride(chains * n, plan.features.gram_size, plan.correlation),
+            gram_stride=gram_stride(chains * n, plan.features.gram_size),
             gram_condition=sm.condition,
             score_matching_index_set=sm.index_set,
             score_matching_features=int(sm.model.features.size),

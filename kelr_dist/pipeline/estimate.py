@@ -129,15 +129,17 @@ def estimate_response(
     order : kernel embedding: ``"auto"`` (criteria of §4), an order ``M`` or a box tuple.
     max_order : highest order fitted and scanned (default: the budget of
         ``kelr_dist.pipeline.steps.kernel_embedding_max_order``).
-    index_set : ``"total"`` (``|m|_1 ≤ M``), ``"box"`` (``m_k ≤ M_k``) or ``"auto"``: total
-        degree unless at most one coordinate carries structure beyond its weight
+    index_set : ``"auto"``: for the kernel embedding total degree (``|m|_1 ≤ M``) unless at
+        most one coordinate carries structure beyond its weight
         (``kelr_dist.kernels.scores.selection.active_coordinates``), then a box with order 0 on
-        the others,
-        as in the paper's Langevin example; ``"adaptive"``: that for the kernel embedding, and
-        score matching's index set grown by held-out loss in a dictionary of higher
-        single-coordinate and pairwise degrees
-        (``kelr_dist.kernels.scores.index_sets.grow``; attributes
-        ``score_matching_features``, ``score_matching_max_degrees``).
+        the others, as in the paper's Langevin example; for score matching (unless ``degree`` is
+        given) the held-out total degree grown by held-out loss in a dictionary of higher
+        single-coordinate and pairwise degrees (``kelr_dist.kernels.scores.index_sets.grow``)
+        of at most ``5 N^(1/3)`` features for ``N`` samples, capped by the Gram pass's flop
+        budget (``kelr_dist.pipeline.steps.dictionary_budget``; attributes
+        ``score_matching_features``, ``score_matching_max_degrees``). ``"total"``: total degree
+        for both, fixed; ``"box"``: ``m_k ≤ M_k``; ``"adaptive"``: ``"auto"`` (no ``degree``
+        may be given).
     neighbours, symmetry : the local score model (``kelr_dist.kernels.scores.local``; the
         default from 10 components on, ``index_set="local"`` below): ``neighbours`` ``"ring"``,
         ``"grid(n1,n2)"``, a mapping of component names to their neighbours' names or a list of
@@ -146,8 +148,10 @@ def estimate_response(
         weights of all sites of a ring or grid. Attributes ``local_radius``,
         ``neighbourhoods``, ``symmetry``; a declared ring or grid also ``lattice``
         (``"ring(16)"``, ``"grid(8,8)"``: the report draws the response against its distance).
-    degree : score matching: ``"auto"`` (held-out loss over degrees ``1..q_max`` of
-        ``kelr_dist.pipeline.steps.score_matching_max_degree``) or a total degree ``q``.
+    degree : score matching: ``"auto"`` (held-out loss over total degrees, then the grown set
+        of ``index_set="auto"``; with ``index_set="total"`` degrees ``1..q_max`` of
+        ``kelr_dist.pipeline.steps.score_matching_max_degree``) or a total degree ``q`` (a
+        fixed total-degree set).
     folds : held-out folds (whole chains, or contiguous blocks of each chain).
     max_lag, max_time : largest lag in rows or in time units (one of them).
     delta : ``"auto"`` (error-tied threshold, ``kelr_dist.kernels.scores.selection.choose_delta``),
@@ -258,12 +262,11 @@ def estimate_response(
             features=plan.features,
             folds=inputs.folds,
             kde_grid=plan.kde_grid,
-            correlation=plan.correlation,
         )
         sm = (
             None
             if fits.gram is None
-            else choose_score_matching(fits.gram, inputs.degree, plan.adaptive)
+            else choose_score_matching(fits.gram, inputs.degree, plan.grown)
         )
         ke, piloted = kernel_embedding(passes, options, inputs, plan, fits.density, sm)
         found = response_scores(passes, inputs, setting, plan, (ke, sm, fits))

@@ -75,7 +75,7 @@ def response_scores(
     if fourier and not plan.refit:
         assert sm is not None and plan.features is not None
         n_samples = math.prod(inputs.trajectory.shape[:2])
-        stride = gram_stride(n_samples, plan.features.gram_size, plan.correlation)
+        stride = gram_stride(n_samples, plan.features.gram_size)
         extended = extend_score(passes, sm.model, setting.survey.moments, stride)
     found = plan.scores(ke, sm, fits, extended)
     if not plan.refit:

@@ -637,10 +637,12 @@ class EstimateOptions(_Options):
     )
     index_set: Annotated[IndexSet, Expected()] = option(
         "auto",
-        "multi-indices: total degree |m| <= M, box m_k <= M_k, or auto (total, unless only "
-        "one coordinate is active: box, paper §5.2; score matching local from "
-        f"{LOCAL_DIMENSION} components on); adaptive: auto, and score matching's set grown by "
-        "held-out loss; local: score matching per component on its neighbourhood",
+        "multi-indices: auto (kernel embedding: total degree |m| <= M, or box when only one "
+        "coordinate is active, paper §5.2; score matching: its set grown by held-out loss from "
+        "its total degree, budget by the number of samples, local from "
+        f"{LOCAL_DIMENSION} components on), total (fixed total degree for both), box "
+        "m_k <= M_k, adaptive (auto, with no degree given), local: score matching per "
+        "component on its neighbourhood",
     )
     neighbours: Annotated[Any, BeforeValidator(_neighbours)] = option(
         None,

@@ -47,7 +47,6 @@ from kelr_dist.pipeline.steps import (
     Passes,
     Survey,
     choose_coordinates,
-    correlation_time,
     find_periodic,
     index_set_for,
     kde_grid_and_bandwidth,
@@ -130,8 +129,7 @@ class Plan:
     density_basis: TensorBasis | None
     features: PolynomialFeatures | LocalFeatures | None
     index_set: str
-    adaptive: bool  #: score matching's index set grown by held-out loss in ``features``
-    correlation: float | None  #: the rows' correlation time, which thins the adaptive Gram pass
+    grown: bool  #: score matching's index set grown by held-out loss in ``features``
     kde_grid: tuple[Any, np.ndarray] | None
     exact: Callable | None
     gaussian: SampleMoments | None
@@ -210,9 +208,12 @@ def plan_estimate(
     pilot (:func:`~kelr_dist.pipeline.steps.pilot_kernel_embedding`, reads of a subsample after
     read 2) decides whether the kernel embedding can still win; read 2 then fits score matching
     alone, and the kernel embedding is fitted to all samples (read 2k) only if it can."""
-    # "adaptive" grows score matching's index set; the kernel embedding's is then "auto"
-    adaptive = options.index_set == "adaptive"
-    index_set = "auto" if adaptive else options.index_set
+    # "auto" (and its alias "adaptive") grows score matching's index set unless a degree is
+    # given; the kernel embedding's index set is then "auto"
+    index_set = "auto" if options.index_set == "adaptive" else options.index_set
+    fitted = options.estimator in ("auto", "score-matching")
+    grown = fitted and index_set == "auto" and inputs.degree is None and not inputs.local
+    n_samples = math.prod(passes.trajectory.shape[:2])
     if index_set == "auto" and isinstance(inputs.order, tuple):
         index_set = "box"
     basis = None
@@ -224,19 +225,19 @@ def plan_estimate(
     )
     if embedding:
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
-    if options.estimator in ("auto", "score-matching"):
+    if fitted:
         if inputs.local:
             n_samples = math.prod(passes.trajectory.shape[:2])
             features = local_features(setting, inputs.neighbours, n_samples, options.symmetry)
         else:
-            features = score_matching_features(setting.coordinates, inputs.degree, adaptive)
+            grown_for = n_samples if grown else None
+            features = score_matching_features(setting.coordinates, inputs.degree, grown_for)
     sample = setting.survey.sample
     return Plan(
         density_basis=basis,
         features=features,
         index_set=index_set,
-        adaptive=adaptive,
-        correlation=correlation_time(setting.survey) if adaptive else None,
+        grown=grown,
         kde_grid=kde_grid_and_bandwidth(sample) if options.kde and sample is not None else None,
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
@@ -248,5 +249,5 @@ def plan_estimate(
         pilot=options.pilot
         and options.estimator == "auto"
         and basis is not None
-        and pilot_stride(math.prod(passes.trajectory.shape[:2])) is not None,
+        and pilot_stride(n_samples) is not None,
     )

@@ -126,13 +126,19 @@ KE_MAX_DEGREE = 150
 #: docs/benchmarks.md, section 'Tuning constants')
 SM_MAX_FEATURES = 220
 SM_MAX_DEGREE = 24
-#: the adaptive index set's dictionary: at most this many features (Gram products ~5x those of
-#: SM_MAX_FEATURES per row used; the flop budget below thins the rows instead of growing the
-#: pass), so single coordinates and pairs reach about twice the total degree of the budget
-SM_MAX_DICTIONARY = 500
 #: flops the score-matching Gram pass may spend (2 P² per row used, ~8 s at 50 Gflop/s): rows
 #: beyond that budget are thinned to every stride-th sample
 SM_GRAM_FLOPS = 4e11
+#: the default (grown) index set's dictionary: at most ``c N^(1/3)`` features for the ``N`` rows
+#: the Gram pass uses, c this constant. A least-squares series fit of K power-series terms is
+#: consistent when ``ζ(K)² K / N → 0`` with ``ζ(K) ∝ K`` (W. K. Newey, "Convergence rates and
+#: asymptotic normality for series estimators", J. Econometrics 79 (1997) 147-168, Assumption 3
+#: and its power-series bound): ``K ∝ N^(1/3)``; c = 5 gives about SM_MAX_FEATURES at 1e5 rows
+SM_FEATURES_PER_CUBE_ROOT = 5.0
+#: ... of which this share is a whole total-degree set: at the largest budget (478 features) that
+#: is the fixed total-degree set's degree or above (SM_MAX_FEATURES: 6 in 4-D, 9 in 3-D), so the
+#: grown set can start where the fixed one would stop
+SM_TOTAL_SHARE = 0.6
 
 
 def kernel_embedding_max_order(d: int) -> int:
@@ -153,45 +159,70 @@ def score_matching_max_degree(d: int) -> int:
     return degree
 
 
+def dictionary_budget(n_samples: int) -> int:
+    """Features of the dictionary score matching's default index set grows in: the largest
+    ``P ≤ c N_used^(1/3)`` (:data:`SM_FEATURES_PER_CUBE_ROOT`) for the rows ``N_used`` the Gram
+    pass reads: all ``N`` samples, or the ``SM_GRAM_FLOPS / (2 P²)`` it is thinned to when ``2 P²
+    N`` flops exceed :data:`SM_GRAM_FLOPS`. So the budget grows as ``N^(1/3)`` (108 features at
+    1e4 samples, 232 at 1e5) up to ``(c³ SM_GRAM_FLOPS / 2)^(1/5)`` (478, from about 9e5
+    samples on), where the stated cost of the pass holds it."""
+    c = SM_FEATURES_PER_CUBE_ROOT
+    by_rows = c * max(n_samples, 1) ** (1.0 / 3.0)
+    by_cost = (c**3 * SM_GRAM_FLOPS / 2.0) ** (1.0 / 5.0)
+    return int(min(by_rows, by_cost))
+
+
+def grown_base_degree(d: int, budget: int) -> int:
+    """The total degree of the dictionary's full block: the highest ``1 ≤ q ≤``
+    :data:`SM_MAX_DEGREE` with at most :data:`SM_TOTAL_SHARE` of the ``budget``'s features (the
+    rest reaches further along single coordinates and pairs)."""
+    degree = 1
+    while degree < SM_MAX_DEGREE and feature_count(d, degree + 1) <= SM_TOTAL_SHARE * budget:
+        degree += 1
+    return degree
+
+
 def score_matching_features(
-    coordinates: tuple[Coordinate, ...], degree: int | None, adaptive: bool = False
+    coordinates: tuple[Coordinate, ...],
+    degree: int | None,
+    grown_for: int | None = None,
 ) -> PolynomialFeatures:
     """The features of the Gram pass: total degree ``degree + 1`` for a given degree (the one
     above is its neighbour, :attr:`ScoreMatchingChoice.neighbours`), else
-    :func:`score_matching_max_degree`, or (``adaptive``) the dictionary the adaptive index set
-    grows in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`, at most
-    :data:`SM_MAX_DICTIONARY` features)."""
+    :func:`score_matching_max_degree`, or (``grown_for`` a number of samples) the dictionary the
+    default index set grows in (:func:`kelr_dist.kernels.scores.index_sets.dictionary`): the
+    total degree of :func:`grown_base_degree` and single coordinates and pairs further, at most
+    :func:`dictionary_budget` features in all."""
     d = len(coordinates)
-    if adaptive:
-        return dictionary(coordinates, score_matching_max_degree(d), SM_MAX_DICTIONARY)
+    if grown_for is not None:
+        budget = max(dictionary_budget(grown_for), d + 1)
+        return dictionary(coordinates, grown_base_degree(d, budget), budget)
     return PolynomialFeatures(
         coordinates, score_matching_max_degree(d) if degree is None else degree + 1
     )
 
 
-#: with a correlation time τ (rows), the Gram pass may use every ⌊τ / this⌋-th row: for an AR(1)
-#: series thinning to a stride of τ / 4 raises the variance of a mean by about 2% (s τ_s / τ with
-#: τ_s the thinned series' time), so the flops of the other rows buy nearly nothing
+#: with a correlation time τ (rows), the goodness-of-fit check may read every ⌊τ / this⌋-th row:
+#: for an AR(1) series thinning to a stride of τ / 4 raises the variance of a mean by about 2%
+#: (s τ_s / τ with τ_s the thinned series' time), so the other rows buy nearly nothing
 #: (MacEachern & Berliner, "Subsampling the Gibbs sampler", Amer. Statist. 48 (1994) 188-190;
 #: Sokal, "Monte Carlo methods in statistical mechanics", 1997, for τ)
 CORRELATION_STRIDE_DIVISOR = 4
 
 
-def gram_stride(n_samples: int, features: int, correlation: float | None = None) -> int:
-    """Every how many samples the Gram pass uses: so it stays within :data:`SM_GRAM_FLOPS`, and
-    (given an integrated autocorrelation time ``correlation`` in rows, :func:`correlation_time`)
-    at least every ``⌊τ /`` :data:`CORRELATION_STRIDE_DIVISOR` ``⌋``-th."""
-    stride = max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
-    if correlation is None:
-        return stride
-    return max(stride, int(correlation // CORRELATION_STRIDE_DIVISOR))
+def gram_stride(n_samples: int, features: int) -> int:
+    """Every how many samples the Gram pass uses: so that its ``2 P²`` flops per row stay within
+    :data:`SM_GRAM_FLOPS`. (Not thinned by the correlation time: :func:`correlation_time` depends
+    on the units through the survey's wrap test, and every row read keeps score matching's
+    normal equations, hence the lag-0 Stein identity, exact on all rows.)"""
+    return max(1, math.ceil(n_samples * 2.0 * features**2 / SM_GRAM_FLOPS))
 
 
 def check_stride(correlation: float | None) -> int:
     """Every how many rows the goodness-of-fit check reads
     (:mod:`~kelr_dist.kernels.scores.stein_check`): every ``⌊τ /``
     :data:`CORRELATION_STRIDE_DIVISOR` ``⌋``-th for an integrated autocorrelation time ``τ`` in
-    rows (:func:`correlation_time`; all rows when it is not known), as the Gram pass."""
+    rows (:func:`correlation_time`; all rows when it is not known)."""
     return 1 if correlation is None else max(1, int(correlation // CORRELATION_STRIDE_DIVISOR))
 
 
@@ -308,7 +339,8 @@ def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncati
                 drop,
                 float(fold_stderr(fall)),
                 f"index_set='total' with degree={top + 1} reaches further along it "
-                f"({_degree_cost(choice.sums, top + 1, n_samples)})",
+                f"({_degree_cost(choice.sums, top + 1, n_samples)}); the grown set's dictionary "
+                f"of {features.size} features grows with the samples, as 5 N^(1/3)",
                 f" along coordinate {k + 1} of its adaptive index set",
             )
     return found
@@ -541,11 +573,10 @@ def fit_estimators(
     features: PolynomialFeatures | LocalFeatures | None = None,
     folds: Folds | None = None,
     kde_grid: tuple[Any, np.ndarray] | None = None,
-    correlation: float | None = None,
 ) -> Fits:
     """Read 2: coefficient sums (eq. 39), score matching's Gram sums (Hyvärinen 2005) and
     the KDE bins, in one pass; sums kept per held-out fold when ``folds`` is given. The Gram
-    sums use every :func:`gram_stride`-th row (``correlation``: the data's correlation time)."""
+    sums use every :func:`gram_stride`-th row."""
     reductions, names = [], []
     if density_basis is not None:
         reductions.append(coefficient_reduction(density_basis, folds))
@@ -554,7 +585,7 @@ def fit_estimators(
         if folds is None:
             raise ValueError("score matching needs held-out folds")
         chains, n, _ = passes.trajectory.shape
-        stride = gram_stride(chains * n, features.gram_size, correlation)
+        stride = gram_stride(chains * n, features.gram_size)
         if isinstance(features, LocalFeatures):
             reductions.append(local_gram_reduction(features, folds, stride))
         else:
@@ -742,23 +773,27 @@ class ScoreMatchingChoice:
 
 
 def choose_score_matching(
-    gram: GramSums | LocalSums, degree: int | None = None, adaptive: bool = False
+    gram: GramSums | LocalSums, degree: int | None = None, grown: bool = False
 ) -> AnyScoreMatching:
     """Degree (unless given) and ridge by held-out Hyvärinen loss (one-standard-error rule,
     :func:`kelr_dist.kernels.scores.score_matching.choose_candidate`); refit on every fold. No read.
 
-    ``adaptive``: ``gram`` holds the sums of a dictionary
-    (:func:`score_matching_features`); the index set is grown in it from the linear features
-    by held-out loss (:func:`kelr_dist.kernels.scores.index_sets.grow`), then the ridge is chosen
-    for that set. Local sums (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree
-    and ridge of the local model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
+    ``grown`` (the default index set): ``gram`` holds the sums of a dictionary
+    (:func:`score_matching_features`). The total degree is chosen first, among those whose whole
+    set the dictionary holds, and the index set is grown from it by held-out loss
+    (:func:`kelr_dist.kernels.scores.index_sets.grow`); the ridge is then chosen for the grown
+    set. The path starts at the total-degree choice and keeps it unless a larger set lowers the
+    held-out loss by more than a standard error. Local sums
+    (:class:`~kelr_dist.kernels.scores.local.LocalSums`): radius, degree and ridge of the local
+    model (:func:`~kelr_dist.kernels.scores.local.choose_local`)."""
     if isinstance(gram, LocalSums):
         return choose_local(gram, degree)
-    if not adaptive:
+    if not grown:
         candidates = held_out_candidates(gram, None if degree is None else [degree])
         pick = choose_candidate(candidates)
         return ScoreMatchingChoice(fit_score(gram, pick.degree, pick.ridge), pick, candidates, gram)
-    path = grow(gram, gram.features.mask(1))
+    start = choose_candidate(held_out_candidates(gram, list(range(1, _full_degree(gram) + 1))))
+    path = grow(gram, gram.features.mask(start.degree))
     members = path.members(path.chosen_step())
     top = int(gram.features.indices[members].sum(axis=1).max())
     losses = held_out_losses(gram, members, RIDGES)
@@ -770,6 +805,15 @@ def choose_score_matching(
     pick = choose_candidate(candidates)
     model = fit_score(gram, top, pick.ridge, members=members)
     return ScoreMatchingChoice(model, pick, candidates, gram, path)
+
+
+def _full_degree(gram: GramSums) -> int:
+    """The highest total degree whose whole set the features of ``gram`` hold."""
+    features = gram.features
+    d, degree = features.dim, 1
+    while int(features.mask(degree + 1).sum()) == feature_count(d, degree + 1):
+        degree += 1
+    return degree
 
 
 #: either kind of score-matching fit: the full tensor (or adaptive) model, or the local one

@@ -340,7 +340,8 @@ def warn_sensitivity(
             f"from {used} {neighbour}, more than the {SENSITIVITY_TOLERANCE:g} a model that "
             "follows the score moves by: the data do not settle the model, and the estimate may "
             "be biased by about that much beyond its error bars (see response_model_shift; try "
-            "index_set='adaptive', a basis that follows the data, or the other estimator)",
+            "more samples, which grow score matching's index set, a basis that follows the "
+            "data, or the other estimator)",
             record,
         )
     return worst
@@ -395,8 +396,8 @@ def warn_goodness_of_fit(
             f"({worst:.1f} total standard errors; {failed} of {tests} tests beyond the Šidák "
             f"threshold {threshold:.2f} of a family-wise level {GOODNESS_OF_FIT_LEVEL:.0%}): the "
             "score model does not follow the data there and the response may be biased beyond "
-            "its error bars (see goodness_of_fit; try a higher degree, index_set='adaptive' or "
-            "the other estimator)",
+            "its error bars (see goodness_of_fit; try more samples, which grow score matching's "
+            "index set, index_set='total' with a higher degree, or the other estimator)",
             record,
         )
     return worst, threshold
