@@ -227,7 +227,6 @@ def plan_estimate(
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
     if fitted:
         if inputs.local:
-            n_samples = math.prod(passes.trajectory.shape[:2])
             features = local_features(setting, inputs.neighbours, n_samples, options.symmetry)
         else:
             grown_for = n_samples if grown else None
