@@ -644,15 +644,14 @@ class _ResponseKernel:
             target = stein_target(
                 self.observable, self.forcing, x_p, a_p, DIFFERENCE_STEP * self.scales
             )
-            # a_i b_j - target_ij column by column (q and d are small: whole-row products
-            # would run numpy's loops over them), score-major like the lagged sums' columns;
-            # the target itself last, whose mean a corrected estimate's k(0) reduces to
+            # a_i b_j - target_ij with the rows last (numpy's inner loop runs along them, not
+            # over the few components), score-major like the lagged sums' columns; the target
+            # itself last, whose mean a corrected estimate's k(0) reduces to
             residuals = np.empty((len(conjugates) + 1, *target.shape[1:], piece.length))
-            for k, b in enumerate(conjugates):
-                b_p = b[rows]
-                for i, j in np.ndindex(target.shape[1:]):
-                    np.subtract(a_p[:, i] * b_p[:, j], target[:, i, j], out=residuals[k, i, j])
             residuals[-1] = np.moveaxis(target, 0, -1)
+            for k, b in enumerate(conjugates):
+                np.multiply(a_p.T[:, None, :], b[rows].T[None, :, :], out=residuals[k])
+                residuals[k] -= residuals[-1]
             part = response_block_partial(
                 residuals.reshape(-1, piece.length).T, np.ones((piece.length, 1)), 0, piece
             )
