@@ -12,6 +12,7 @@ from kelr_dist.kernels.response.blocking import (
     combine_block_partials,
     default_base_block,
     fitted_base_block,
+    merge_block_partial,
     response_block_partial,
 )
 from kelr_dist.kernels.response.lagged import lagged_sums
@@ -102,6 +103,27 @@ def test_segments_of_a_long_chunk_give_the_same_partial():
 
 def _flatten(partial):
     return {k: v for k, v in partial.items() if k != "edges"}
+
+
+def test_merge_in_place_is_the_combine_and_leaves_the_inputs_alone():
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(300, 3))
+    parts = [
+        response_block_partial(x[lo : hi + 5, :2], x[lo:hi, 2:], 5, BlockInfo(0, lo, hi, 300), 4)
+        for lo, hi in [(0, 37), (37, 150), (150, 300)]
+    ]
+    snapshot = [{k: np.copy(v) for k, v in _flatten(p).items()} for p in parts]
+    combined = combine_block_partials(combine_block_partials(parts[0], parts[1]), parts[2])
+    for before, part in zip(snapshot, parts, strict=True):  # the combine copies
+        for key, value in before.items():
+            np.testing.assert_array_equal(part[key], value, err_msg=key)
+    total = combine_block_partials(parts[0], parts[1])
+    assert merge_block_partial(total, parts[2]) is total
+    assert total["edges"].keys() == combined["edges"].keys()
+    for key, value in _flatten(combined).items():  # the same operations: equal to the bit
+        np.testing.assert_array_equal(total[key], value, err_msg=key)
+    for key, value in snapshot[2].items():
+        np.testing.assert_array_equal(parts[2][key], value, err_msg=key)
 
 
 @settings(max_examples=25, deadline=None)

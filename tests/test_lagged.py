@@ -184,3 +184,14 @@ def test_any_chunking_gives_the_whole_series_sums(n, max_lag, cuts, seed):
     expected = sum(brute_lagged_sums(c[:, :1], c[:, 1:], max_lag) for c in x)
     assert_close(whole, expected)
     assert_close(reduce_in_memory(reduction, x, chunks), whole)
+
+
+def test_sub_blocks_are_no_longer_than_the_rows_given():
+    # a segment of a thousand rows is transformed at about its own length, not at four thousand
+    assert lagged.default_block_rows(100) == 1024
+    assert lagged.default_block_rows(1000) == 4096
+    assert lagged.default_block_rows(100, rows=300) == 512
+    assert lagged.default_block_rows(1000, rows=1024) == 1024
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(1124, 3)), rng.normal(size=(1024, 2))
+    assert_close(lagged_sums(a, b, 100), brute_lagged_sums(a, b, 100))

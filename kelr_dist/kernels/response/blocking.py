@@ -150,17 +150,26 @@ def _pair_up(
     return ids[firsts] >> 1, np.add.reduceat(rows, firsts), out
 
 
-def _merge_stats(
-    n_a: np.ndarray, mean_a: np.ndarray, m2_a: np.ndarray,
-    n_b: np.ndarray, mean_b: np.ndarray, m2_b: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """Chan et al.'s pairwise update of (count, mean, M2), vectorised over levels."""
-    n = n_a + n_b
-    shape = (-1,) + (1,) * (mean_a.ndim - 1)
-    weight_b = np.divide(n_b, n, out=np.zeros(n.shape), where=n > 0).reshape(shape)
-    cross = np.divide(n_a * n_b, n, out=np.zeros(n.shape), where=n > 0).reshape(shape)
-    delta = mean_b - mean_a
-    return n, mean_a + delta * weight_b, m2_a + m2_b + delta**2 * cross
+def _merge_level(
+    partial: Partial, level: int, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray
+) -> None:
+    """Chan et al.'s pairwise update of level ``level`` of ``partial`` with the statistics
+    (count, mean, M2) of other blocks, in place. A level without blocks on one side takes the
+    other's statistics as they are: only the levels that have blocks on both sides are
+    computed, so a segment's merge costs what its own levels hold, not every level's."""
+    n_a = int(partial["n_blocks"][level])
+    if n_b == 0:
+        return
+    mean_a, m2_a = partial["block_mean"][level], partial["block_m2"][level]
+    if n_a == 0:
+        mean_a[...], m2_a[...] = mean_b, m2_b
+    else:
+        n = n_a + n_b
+        delta = mean_b - mean_a
+        mean_a += delta * (n_b / n)
+        m2_a += m2_b
+        m2_a += np.square(delta, out=delta) * (float(n_a * n_b) / n)
+    partial["n_blocks"][level] = n_a + n_b
 
 
 def _check_halo(a_ext: np.ndarray, b: np.ndarray, max_lag: int, info: BlockInfo) -> None:
@@ -232,7 +241,7 @@ def response_block_partial(
         part = _segment_partial(
             a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels, ones
         )
-        partial = part if partial is None else combine_block_partials(partial, part)
+        partial = part if partial is None else merge_block_partial(partial, part)
     assert partial is not None  # a block has at least one row
     return partial
 
@@ -292,43 +301,35 @@ def _segment_partial(
     return partial
 
 
-def _pad_levels(partial: Partial, n_levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    extra = n_levels - partial["n_blocks"].shape[0]
-    n = np.pad(partial["n_blocks"], (0, extra))
-    pad = ((0, extra),) + ((0, 0),) * (partial["block_mean"].ndim - 1)
-    return n, np.pad(partial["block_mean"], pad), np.pad(partial["block_m2"], pad)
-
-
-def _promoted_stats(
-    sums: dict[int, list[np.ndarray]], size: int, n_levels: int, shape: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Level statistics ``(J,), (J, *shape), (J, *shape)`` of the block sums of each level.
-
-    ``size`` is the base block length ``K0``.
-    """
-    n, mean, m2 = (
-        np.zeros(n_levels, dtype=np.int64),
-        np.zeros((n_levels, *shape)),
-        np.zeros((n_levels, *shape)),
-    )
-    for level, values in sums.items():
-        n[level], mean[level], m2[level] = _level_stats(np.stack(values), size << level)
-    return n, mean, m2
+def _owned(partial: Partial) -> Partial:
+    """A copy of ``partial`` whose arrays and edges :func:`merge_block_partial` may modify."""
+    copied = {key: np.array(value) for key, value in partial.items() if key != "edges"}
+    return {**copied, "max_lag": partial["max_lag"], "base_block": partial["base_block"],
+            "edges": dict(partial["edges"])}  # fmt: skip
 
 
 def combine_block_partials(p: Partial, q: Partial) -> Partial:
     """Merge two partials of :func:`response_block_partial` (associative, commutative).
 
     Level statistics merge by Chan et al.'s update; edge pieces of the same block add up, and a
-    block whose rows are all in is moved to its level's statistics. Inputs are not modified.
+    block whose rows are all in is moved to its level's statistics. Inputs are not modified
+    (:func:`merge_block_partial` merges into a partial in place).
     """
+    return merge_block_partial(_owned(p), q)
+
+
+def merge_block_partial(total: Partial, part: Partial) -> Partial:
+    """Merge ``part`` into ``total`` in place and return ``total``: the result of
+    :func:`combine_block_partials`, without a copy of ``total``'s levels per merge (a running
+    total over a chunk's segments, which the caller owns). ``part`` is not modified; ``total``
+    must not share arrays with it."""
     for key in ("max_lag", "base_block"):
-        if p[key] != q[key]:
-            raise ValueError(f"cannot combine partials with {key} {p[key]} and {q[key]}")
-    k0 = p["base_block"]
-    edges = dict(p["edges"])
+        if total[key] != part[key]:
+            raise ValueError(f"cannot combine partials with {key} {total[key]} and {part[key]}")
+    k0 = total["base_block"]
+    edges = total["edges"]
     promoted: dict[int, list[np.ndarray]] = {}
-    for key, (rows, block_sum) in q["edges"].items():
+    for key, (rows, block_sum) in part["edges"].items():
         if key in edges:
             rows, block_sum = rows + edges[key][0], block_sum + edges[key][1]
         level = key[1]
@@ -337,21 +338,22 @@ def combine_block_partials(p: Partial, q: Partial) -> Partial:
             promoted.setdefault(level, []).append(block_sum)
         else:
             edges[key] = (rows, block_sum)
-    n_levels = max(p["n_blocks"].shape[0], q["n_blocks"].shape[0], *(k + 1 for k in promoted))
-    stats = _merge_stats(*_pad_levels(p, n_levels), *_pad_levels(q, n_levels))
-    if promoted:
-        stats = _merge_stats(*stats, *_promoted_stats(promoted, k0, n_levels, p["sums"].shape))
-    return {
-        "max_lag": p["max_lag"],
-        "base_block": k0,
-        "counts": p["counts"] + q["counts"],
-        "sums": p["sums"] + q["sums"],
-        "squares": p["squares"] + q["squares"],
-        "n_blocks": stats[0].astype(np.int64),
-        "block_mean": stats[1],
-        "block_m2": stats[2],
-        "edges": edges,
-    }
+    levels = part["n_blocks"].shape[0]
+    extra = max([levels, *(k + 1 for k in promoted)]) - total["n_blocks"].shape[0]
+    if extra > 0:  # the levels the part has and the total not yet, empty
+        total["n_blocks"] = np.pad(total["n_blocks"], (0, extra))
+        pad = ((0, extra),) + ((0, 0),) * (total["block_mean"].ndim - 1)
+        for key in ("block_mean", "block_m2"):
+            total[key] = np.pad(total[key], pad)
+    for level in range(levels):
+        n_b = int(part["n_blocks"][level])
+        _merge_level(total, level, n_b, part["block_mean"][level], part["block_m2"][level])
+    for level in sorted(promoted):
+        _merge_level(total, level, *_level_stats(np.stack(promoted[level]), k0 << level))
+    total["counts"] = total["counts"] + part["counts"]
+    np.add(total["sums"], part["sums"], out=total["sums"])
+    np.add(total["squares"], part["squares"], out=total["squares"])
+    return total
 
 
 @dataclass(frozen=True)

@@ -52,13 +52,18 @@ def _column_groups(q: int, d: int, length: int) -> list[slice]:
     return [slice(lo, min(lo + width, d)) for lo in range(0, max(d, 1), width)]
 
 
-def default_block_rows(max_lag: int) -> int:
-    """Sub-block length of :func:`lagged_sums`: a power of two >= ``4 max(S, 1024)``.
+def default_block_rows(max_lag: int, rows: int | None = None) -> int:
+    """Sub-block length of :func:`lagged_sums`: a power of two >= ``4 max(S, 256)``, and no
+    longer than the power of two >= ``rows`` (the rows of ``b``, when given).
 
     With ``K >= 4 S`` the transform length ``next_fast_len(K + S)`` wastes at most a quarter
-    of each transform on the look-ahead rows.
+    of each transform on the look-ahead rows. Longer sub-blocks save little on the forward
+    transforms, while each of the ``q d`` inverse transforms has their length: with many
+    columns on both sides those dominate, and a segment of a thousand rows transformed at
+    four thousand would pay them four times over.
     """
-    return 1 << int(np.ceil(np.log2(4 * max(max_lag, 1024))))
+    block = 1 << int(np.ceil(np.log2(4 * max(max_lag, 256))))
+    return block if rows is None else min(block, 1 << int(np.ceil(np.log2(max(rows, 1)))))
 
 
 def check_lagged_pair(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +205,9 @@ def lagged_sums(
     ``(S+1, q, d)`` float64.
     """
     a, b = check_lagged_pair(a, b, max_lag)
-    block = default_block_rows(max_lag) if block_rows is None else _check_block(block_rows)
+    block = (
+        default_block_rows(max_lag, b.shape[0]) if block_rows is None else _check_block(block_rows)
+    )
     _check_ones(ones, b)
     if b.shape[0] == 0:
         return np.zeros((max_lag + 1, a.shape[1], b.shape[1]))

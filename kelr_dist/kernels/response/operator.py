@@ -49,6 +49,7 @@ from kelr_dist.kernels.response.blocking import (
     combine_block_partials,
     default_base_block,
     lagged_means,
+    merge_block_partial,
     response_block_partial,
     segment_length,
 )
@@ -509,7 +510,7 @@ class _ResponseKernel:
             else:  # the last segments' halo runs into the chunk's halo
                 x_ext = np.concatenate([x[rows.start :], halo[: rows.stop - x.shape[0]]])
             part = self._segment(x_ext, piece)
-            total = part if total is None else _combine(total, part)
+            total = part if total is None else _combine(total, part, merge_block_partial)
         assert total is not None
         return total
 
@@ -643,19 +644,18 @@ class _ResponseKernel:
             target = stein_target(
                 self.observable, self.forcing, x_p, a_p, DIFFERENCE_STEP * self.scales
             )
-            # a_i b_j - target_ij column by column (q and d are small: whole-row products
-            # would run numpy's loops over them), score-major like the lagged sums' columns;
-            # the target itself last, whose mean a corrected estimate's k(0) reduces to
+            # a_i b_j - target_ij with the rows last (numpy's inner loop runs along them, not
+            # over the few components), score-major like the lagged sums' columns; the target
+            # itself last, whose mean a corrected estimate's k(0) reduces to
             residuals = np.empty((len(conjugates) + 1, *target.shape[1:], piece.length))
-            for k, b in enumerate(conjugates):
-                b_p = b[rows]
-                for i, j in np.ndindex(target.shape[1:]):
-                    np.subtract(a_p[:, i] * b_p[:, j], target[:, i, j], out=residuals[k, i, j])
             residuals[-1] = np.moveaxis(target, 0, -1)
+            for k, b in enumerate(conjugates):
+                np.multiply(a_p.T[:, None, :], b[rows].T[None, :, :], out=residuals[k])
+                residuals[k] -= residuals[-1]
             part = response_block_partial(
                 residuals.reshape(-1, piece.length).T, np.ones((piece.length, 1)), 0, piece
             )
-            total = part if total is None else combine_block_partials(total, part)
+            total = part if total is None else merge_block_partial(total, part)
         assert total is not None  # a segment has at least one row
         return total
 
@@ -752,17 +752,24 @@ def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.nda
     return out
 
 
-def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def _combine(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    blocks: Callable[[Partial, Partial], Partial] = combine_block_partials,
+) -> dict[str, Any]:
+    """Two chunks' partials merged; ``blocks`` merges their blocking partials
+    (:func:`~kelr_dist.kernels.response.blocking.merge_block_partial` into ``a``'s own, for a
+    running total over a chunk's segments)."""
     parts = {
         name: {key: value + b["parts"][name][key] for key, value in part.items()}
         for name, part in a["parts"].items()
     }
     shifts = a["shifts"]
     return {
-        "blocks": combine_block_partials(a["blocks"], b["blocks"]),
+        "blocks": blocks(a["blocks"], b["blocks"]),
         "shifts": None if shifts is None else shifts + b["shifts"],
         "replicate_counts": a["replicate_counts"] + b["replicate_counts"],
-        "stein": combine_block_partials(a["stein"], b["stein"]),
+        "stein": blocks(a["stein"], b["stein"]),
         "parts": parts,
     }
 
