@@ -38,7 +38,7 @@ _EXPORTS = {
     "TensorBasis": "kernels.bases.families",
     "ClusterError": "engine.cluster",
     "close_embedded_cluster": "engine.cluster",
-    "get_client": "engine.cluster",
+    "get_client": "pipeline.client",
     "WorkerTuning": "engine.cluster",
     "KernelDensity": "kernels.scores.kernel_embedding",
     "density_from_result": "pipeline.result",

@@ -126,13 +126,15 @@ def test_a_memory_limit_below_the_floor_is_refused(no_address: None) -> None:
         ({"memory_limit": "lots"}, "memory_limit: expected a memory size"),
     ],
 )
-def test_get_client_checks_its_arguments_by_the_options_model(
+def test_the_public_get_client_checks_its_arguments_by_the_options_model(
     no_address: None, given: dict, message: str
 ) -> None:
     """The public function refuses what ``estimate_response`` refuses, in the same words,
     before any cluster is started."""
+    import kelr_dist
+
     with pytest.raises(ValueError, match=re.escape(message)):
-        get_client(**given)
+        kelr_dist.get_client(**given)
 
 
 def test_embedded_cluster_is_started_once_and_sized(no_address: None) -> None:
