@@ -808,12 +808,17 @@ def test_tls_config_keys_exist_in_distributed():
 # --------------------------------------------------------------------------------------------
 
 
-def wait_for(path: Path, process: subprocess.Popen, seconds: float = 60.0) -> None:
+def read_scheduler_file(path: Path, process: subprocess.Popen, seconds: float = 60.0) -> dict:
+    """The scheduler file's contents once the scheduler has written it whole: the file appears
+    before its JSON is written, so an empty or partial file is waited on, not read."""
     deadline = time.monotonic() + seconds
-    while not path.exists():
+    while True:
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.2)
+        assert time.monotonic() < deadline, f"{path} was not written within {seconds} s"
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            time.sleep(0.2)
 
 
 def test_tls_cluster_runs_with_generated_certificates(tmp_path):
@@ -852,8 +857,7 @@ def test_tls_cluster_runs_with_generated_certificates(tmp_path):
     )  # fmt: skip
     worker = None
     try:
-        wait_for(scheduler_file, scheduler)
-        address = json.loads(scheduler_file.read_text())["address"]
+        address = read_scheduler_file(scheduler_file, scheduler)["address"]
         assert address.startswith("tls://")
         worker = subprocess.Popen(
             [dask_cli, "worker", address, "--nthreads", "1", "--memory-limit", "1GiB",
