@@ -96,7 +96,7 @@ def conclude(
     raised: list[str] = list(setting.warnings)  # read 1's (EdgeWarning); decisions: attrs["pilot"]
     entries = Entries(
         tuple(setting.observable.names),
-        tuple(inputs.forcing.names),
+        inputs.forcing.columns,
         float(traj.attrs["dt"]),
         traj.attrs.get("time_units"),
     )

@@ -7,13 +7,17 @@ A field enters the estimate stacked into components (:mod:`kelr_dist.data.fields
   amplitudes of the ``k`` leading EOFs, settled from the survey's covariance by
   :func:`survey_eof`; :mod:`kelr_dist.kernels.observables.field`);
 - :func:`forcing_pattern`: a forcing ``c(x) = f`` that is a pattern ``f`` over the grid (a
-  ``DataArray`` over the field's spatial dims). The conjugate variable of eq. 5 is then
-  ``B_j = -f_j ∂_j log p``: column ``j`` of the constant forcing's response times ``f_j``, so the
-  estimate runs with the constant forcing and :func:`field_result` scales its columns;
+  ``DataArray`` over the field's spatial dims). Its conjugate variable (eq. 5) is
+  ``B_f = Σ_j f_j B_j = -f · ∇ log p``, the sum of the constant forcing's columns
+  ``B_j = -∂_j log p`` times ``f_j``. The estimate runs with the constant forcing and ``B_f`` as
+  one more column of ``B``, :data:`PATTERN`
+  (:func:`~kelr_dist.kernels.response.operator.constant_forcing`): its lagged sums, standard
+  errors (block averaging, the fitted score's jackknife), Stein correction and lag-0 Stein
+  residual are its own, so the correlations between the points' columns are in them;
 - :func:`field_result`: the result's ``i`` and ``j`` unstacked into ``i_<dim>``/``j_<dim>``
-  (NaN at masked points), the response to the whole pattern ``pattern_response(lag, i)``
-  (the sum over ``j``; its standard error the sum of the columns' total standard errors, an
-  upper bound for any correlation between them), the EOFs' loadings and explained variance.
+  (NaN at masked points), each point's column scaled by ``f_j`` (the share of the response
+  its forcing makes), the pattern's column as ``pattern_<variable>`` (``pattern_response(lag,
+  i)``, ``pattern_response_stderr``, ...), the EOFs' loadings and explained variance.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from kelr_dist.pipeline.steps import Passes, Survey, survey_data
 
 #: variables with these endings are not scaled by the pattern (block sizes, flags)
 UNSCALED = ("_block_size", "_converged")
+
+#: the ``j`` label of a forcing pattern's own column of the response, before
+#: :func:`field_result` takes it out as the ``pattern_`` variables
+PATTERN = "pattern"
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,20 +189,23 @@ def field_result(
 
 
 def _scaled(result: xr.Dataset, pattern: np.ndarray) -> xr.Dataset:
-    """Every ``j`` column of the constant forcing's result times ``f_j`` (standard errors times
-    ``|f_j|``), and the response to the whole pattern with its bound on the standard error."""
-    f = xr.DataArray(pattern, dims=("j",), coords={"j": result["j"].values})
-    scaled = {}
+    """The pattern's column (the last ``j``, :data:`PATTERN`) of every variable over ``j`` as
+    ``pattern_<variable>``, and the components' columns of the constant forcing times ``f_j``
+    (standard errors times ``|f_j|``): column ``j`` is the share of the pattern's response that
+    the forcing at point ``j`` makes (they sum to ``pattern_response``)."""
+    labels = [str(label) for label in result["j"].values]
+    assert labels[-1] == PATTERN and len(labels) == pattern.size + 1
+    columns = result.isel(j=slice(None, -1))
+    f = xr.DataArray(pattern, dims=("j",), coords={"j": columns["j"].values})
+    out = {}
     for key, var in result.data_vars.items():
-        if "j" not in var.dims or str(key).endswith(UNSCALED):
+        if "j" not in var.dims:
+            out[key] = var
             continue
-        scaled[key] = var * (abs(f) if "stderr" in str(key) else f)
-    out = result.assign(scaled)
-    stderr = "response_total_stderr" if "response_total_stderr" in out else "response_stderr"
-    out["pattern_response"] = out["response"].sum("j")
-    out["pattern_response_stderr"] = out[stderr].sum("j")
-    out["pattern_response_stderr"].attrs["bound"] = (
-        "sum of the columns' standard errors: an upper bound for any correlation between them"
-    )
-    out.attrs["forcing"] = "pattern"
-    return out
+        out[f"pattern_{key}"] = var.isel(j=-1, drop=True)
+        column = columns[key]
+        unscaled = str(key).endswith(UNSCALED)
+        out[key] = column if unscaled else column * (abs(f) if "stderr" in str(key) else f)
+    scaled = xr.Dataset(out, coords=columns.coords, attrs=result.attrs)
+    scaled.attrs["forcing"] = PATTERN
+    return scaled

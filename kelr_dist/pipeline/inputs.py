@@ -32,6 +32,7 @@ from kelr_dist.kernels.observables.field import FieldSpec
 from kelr_dist.kernels.response.operator import (
     Forcing,
     Observable,
+    constant_forcing,
 )
 from kelr_dist.kernels.scores.folds import Folds
 from kelr_dist.kernels.scores.local import (
@@ -40,7 +41,7 @@ from kelr_dist.kernels.scores.local import (
     declared_neighbourhoods,
 )
 from kelr_dist.kernels.scores.score_matching import feature_count
-from kelr_dist.pipeline.fields import PendingEOF, field_observable, forcing_pattern
+from kelr_dist.pipeline.fields import PATTERN, PendingEOF, field_observable, forcing_pattern
 from kelr_dist.pipeline.options import EstimateOptions, Name, eof_modes, is_pattern
 from kelr_dist.pipeline.steps import (
     kernel_embedding_max_order,
@@ -281,7 +282,8 @@ class Inputs:
     #: a distribution's grid and a field's EOFs come from the data
     observable: Observable | PendingDistribution | PendingEOF
     forcing: Forcing
-    #: a forcing pattern ``f (d,)`` over a field's grid points (:mod:`kelr_dist.pipeline.fields`)
+    #: a forcing pattern ``f (d,)`` over a field's grid points (:mod:`kelr_dist.pipeline.fields`),
+    #: also the last column :data:`~kelr_dist.pipeline.fields.PATTERN` of ``forcing``
     pattern: np.ndarray | None = None
     #: score matching is the local model (:mod:`kelr_dist.kernels.scores.local`), on these
     #: declared neighbourhoods (None: from the data's partial correlations)
@@ -345,6 +347,8 @@ def check_inputs(trajectory: Any, options: EstimateOptions, name: Name = str) ->
     if len(forcing.names) != d:
         raise ValueError(f"forcing has {len(forcing.names)} components, the trajectory {d}")
     pattern = forcing_pattern(options.forcing, traj, name) if is_pattern(options.forcing) else None
+    if pattern is not None:  # the pattern's own column of B (eq. 5): its real standard errors
+        forcing = constant_forcing(components, {PATTERN: pattern})
     return Inputs(
         traj, lag, fitted, chosen, sm_degree, fold_plan, exact_fn, observable, forcing, pattern,
         local, neighbours,

@@ -92,7 +92,7 @@ def assemble_result(
         "time": ("lag", lags * attrs["dt"]),
         # variable-length strings: zarr 3 has no stable spec for fixed-width unicode
         "i": _names(observable.names),
-        "j": _names(forcing.names),
+        "j": _names(forcing.columns),
         "component": _names(trajectory["component"].values),
     }
     if checks:

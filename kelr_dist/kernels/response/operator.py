@@ -241,16 +241,64 @@ class Observable:
         return a
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Forcing:
     """Forcing profile ``c(x)`` per component and its derivative ``∂_i c_i(x)``, both ``(n, d)``.
 
     ``function=None`` is the constant forcing ``c = 1`` of every component (so ``B = -∇ log p``).
     ``function`` returns ``(c, ∂c)`` for a user-supplied forcing.
+
+    A constant forcing may also carry ``patterns`` ``f (m, d)`` named ``pattern_names``: the
+    constant forcing ``c = f`` of all components at once, whose conjugate variable is
+    ``B_f = Σ_j f_j B_j = -f · ∇ log p`` (eq. 5). Each is one more column of ``B`` after the
+    components' (:attr:`columns`), so its lagged sums, standard errors, Stein correction and
+    lag-0 Stein residual are its own, not combined from the components' columns afterwards
+    (which would lose the correlations between them).
     """
 
     names: tuple[str, ...]
     function: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    patterns: np.ndarray | None = None
+    pattern_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.patterns is None:
+            if self.pattern_names:
+                raise ValueError(f"pattern_names {self.pattern_names} given without patterns")
+            return
+        patterns = np.asarray(self.patterns, dtype=np.float64)
+        if self.function is not None:
+            raise ValueError(
+                "patterns combine the columns of the constant forcing; a forcing function "
+                f"{function_reference(self.function)} gives its own profile instead"
+            )
+        shape = (len(self.pattern_names), len(self.names))
+        if patterns.shape != shape or not np.isfinite(patterns).all():
+            raise ValueError(
+                f"patterns must be finite, of shape {shape} (one row per pattern name, one "
+                f"column per component), got shape {patterns.shape}"
+            )
+        object.__setattr__(self, "patterns", patterns)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Names of the columns of ``B`` (the result's ``j``): the components, then the
+        patterns."""
+        return self.names + self.pattern_names
+
+    @property
+    def width(self) -> int:
+        """Number of columns of ``B``: ``d + m``."""
+        return len(self.columns)
+
+    def extended(self, values: np.ndarray, axis: int = -1) -> np.ndarray:
+        """``values`` with an axis over the components (``d`` long, ``axis``) extended to the
+        columns of ``B``: each pattern's combination ``Σ_j f_j values_j`` appended, ``d + m``
+        long; ``values`` itself without patterns."""
+        if self.patterns is None:
+            return values
+        combined = np.moveaxis(np.moveaxis(values, axis, -1) @ self.patterns.T, -1, axis)
+        return np.concatenate([values, combined], axis=axis)
 
     def profile(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``c`` and ``∂_i c_i`` at ``x (n, d)``, each ``(n, d)``."""
@@ -279,9 +327,10 @@ class Forcing:
     def conjugate(self, x: np.ndarray, score: np.ndarray, kept: np.ndarray) -> np.ndarray:
         """``B_i = -∂_i c_i - c_i ∂_i log p`` (eq. 5) with the score set to 0 on rows not kept
         (eq. 46: ``B̂ = 0`` there for a constant forcing; ``-∂_i c_i``, which needs no density,
-        is kept for a varying one)."""
+        is kept for a varying one), then the patterns' ``B_f = Σ_j f_j B_j``: ``(n, d + m)``."""
         if self.function is None:  # -score where kept, 0 elsewhere, in one pass
-            return np.negative(score, out=np.zeros_like(score), where=kept[:, None])
+            b = np.negative(score, out=np.zeros_like(score), where=kept[:, None])
+            return self.extended(b)
         score = np.where(kept[:, None], score, 0.0)
         c, dc = self.profile(x)
         return -dc - c * score
@@ -415,9 +464,10 @@ def stein_target(
 ) -> np.ndarray:
     """``∂_j(c_j (A_i - Ā_i)) = c_j ∂_j A_i + (A_i - Ā_i) ∂_j c_j`` at ``x (n, d)``, ``(n, q, d)``;
     ``a (n, q)`` is the centred observable on the same rows (for a constant forcing, ``c = 1``,
-    the target is ``∂_j A_i``, as the Jacobian gives it: a broadcast view for the identity)."""
+    the target is ``∂_j A_i``, as the Jacobian gives it: a broadcast view for the identity; a
+    pattern ``f`` adds its column ``Σ_j f_j ∂_j A_i``, ``(n, q, d + m)``)."""
     if forcing.function is None:
-        return observable.jacobian(x, steps)
+        return forcing.extended(observable.jacobian(x, steps))
     c, dc = forcing.profile(x)
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
@@ -516,14 +566,15 @@ class _ResponseKernel:
 
     @property
     def columns(self) -> int:
-        """Columns of ``B`` with block-averaging error bars: every score's ``d``, then the
-        correction's (``d + 1``, or ``d (d + 1)`` for a varying forcing). The jackknife
-        replicates' columns need their lagged sums alone (their means), not their block averages."""
+        """Columns of ``B`` with block-averaging error bars: every score's ``d + m`` (the
+        components', then the patterns'), then the correction's (``d + 1``, or ``d (d + 1)``
+        for a varying forcing). The jackknife replicates' columns need their lagged sums alone
+        (their means), not their block averages."""
         d = len(self.forcing.names)
         periodic = 0 if self.periods is None else int((self.periods > 0).sum())
         constant = self.forcing.function is None
         correction = correction_width(d, constant, periodic) if self.corrected else 0
-        return len(self.scores) * d + correction
+        return len(self.scores) * self.forcing.width + correction
 
     def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
         """Every score's ``B`` side by side (then the correction's columns), so one transform
@@ -572,8 +623,9 @@ class _ResponseKernel:
             columns.append(self._conjugate(name, score, x, s, kept, info, parts))
             if z is not None and name in self.corrected:
                 # of the score where kept, 0 elsewhere: of -B itself for the constant forcing
+                # (its components' columns)
                 parts[name]["moment"] = (
-                    -(columns[-1].T @ z) if self.forcing.function is None
+                    -(columns[-1][:, : x.shape[1]].T @ z) if self.forcing.function is None
                     else np.where(kept[:, None], s, 0.0).T @ z
                 )  # fmt: skip
         unrefitted = [
@@ -581,7 +633,7 @@ class _ResponseKernel:
         ]
         stein = self._stein(x, a, columns + unrefitted, info)
         names = list(self.scores)
-        d = len(self.forcing.names)
+        d = self.forcing.width
         shifts = np.empty((x_replicas.shape[0], len(others) * d)) if others else None
         for k, ((key, name, score), (s, kept)) in enumerate(
             zip(others, replicate_values, strict=True)
@@ -636,7 +688,7 @@ class _ResponseKernel:
         ``q d`` columns of a whole segment would take gigabytes; with a few components a
         segment is one piece); the pieces merge like separate chunks."""
         k0 = default_base_block(0)
-        width = (len(conjugates) + 1) * a.shape[1] * len(self.forcing.names)
+        width = (len(conjugates) + 1) * a.shape[1] * self.forcing.width
         total = None
         pieces = k0 << max(int(STEIN_PIECE_BYTES // (8 * width * k0)).bit_length() - 1, 0)
         for piece, rows in aligned_segments(info, pieces, 0):
@@ -775,20 +827,22 @@ def _combine(
 
 
 def _finalize(
-    width: int,
+    forcing: Forcing,
     names: tuple[str, ...],
     replicates: dict[str, int],
     neighbours: dict[str, int],
     unrefitted: tuple[str, ...],
     partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
-    """Each score's ``width`` columns of the shared lagged sums (in the chunk's order: the
+    """Each score's columns of ``B`` (:attr:`Forcing.width`) of the shared lagged sums (in the
+    chunk's order: the
     scores ``names``, then the correction's); a score with ``replicates[name]`` refits gets
     their jackknife standard error, and a score with ``neighbours[name]`` neighbouring models
     its :attr:`~ResponseResult.model_shift`, from the means of their columns (the plain lagged
     sums: the refits in the order of ``replicates``, then the neighbours). A score named in
     ``unrefitted`` gets the lag-0 Stein residual before its refit on the observable's functions
     as its uncorrected one (the residual columns after the scores')."""
+    width = forcing.width
     blocks = block_standard_error(partials["blocks"])
     stein = block_standard_error(partials["stein"])
     parts = partials["parts"]
@@ -815,7 +869,7 @@ def _finalize(
             shared["moment"] / shared["n"],
             divergence=shared["divergence"] / shared["n"],
         )
-        return _corrected(result, weights, lagged)
+        return _corrected(result, weights, lagged, forcing)
 
     def own_moment(key: str) -> np.ndarray | None:
         p = parts[key]
@@ -897,17 +951,25 @@ def _lag0_with_its_target(result: ResponseResult, target_stderr: np.ndarray) -> 
     return replace(result, blocking=replace(result.blocking, stderr=stderr))
 
 
-def _corrected(raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult) -> ResponseResult:
+def _corrected(
+    raw: ResponseResult, weights: np.ndarray, lagged: BlockingResult, forcing: Forcing
+) -> ResponseResult:
     """``raw`` with the affine Stein correction ``V`` applied to its response and its lag-0
-    Stein residual (:func:`kelr_dist.kernels.response.stein_correction.corrected_response`)."""
+    Stein residual (:func:`kelr_dist.kernels.response.stein_correction.corrected_response`);
+    a pattern's column ``B_f = Σ_j f_j B_j`` by ``Σ_j f_j V_j`` (:meth:`Forcing.extended`)."""
+    on_columns = forcing.extended(weights, axis=0)
     shape = raw.mean.shape + (weights.shape[1],)
     l_mean, l_stderr = (
         np.broadcast_to(v.reshape(shape[:2] + (-1, shape[-1])), shape)
         for v in (lagged.mean, lagged.stderr)
     )
-    mean, stderr = corrected_response(raw.mean, raw.stderr, l_mean, l_stderr, weights)
+    mean, stderr = corrected_response(raw.mean, raw.stderr, l_mean, l_stderr, on_columns)
     stein_mean, stein_stderr = corrected_response(
-        raw.stein_residual[None], raw.stein_residual_stderr[None], l_mean[:1], l_stderr[:1], weights
+        raw.stein_residual[None],
+        raw.stein_residual_stderr[None],
+        l_mean[:1],
+        l_stderr[:1],
+        on_columns,
     )
     stein_shape = raw.stein.mean.shape
     return replace(
@@ -1010,7 +1072,7 @@ def response_reduction(
         combine=_combine,
         finalize=partial(
             _finalize,
-            d,
+            forcing,
             tuple(scores),
             counts,
             {n: len(m) for n, m in neighbours.items()},
@@ -1049,6 +1111,15 @@ def identity_observable(components: Sequence[str]) -> Observable:
     return Observable(tuple(components))
 
 
-def constant_forcing(components: Sequence[str]) -> Forcing:
-    """``c = 1`` on every component, so ``B = -∇ log p``."""
-    return Forcing(tuple(components))
+def constant_forcing(
+    components: Sequence[str], patterns: Mapping[str, np.ndarray] | None = None
+) -> Forcing:
+    """``c = 1`` on every component, so ``B = -∇ log p``; each of ``patterns`` (name: ``f``
+    ``(d,)``) adds the column ``B_f = -f · ∇ log p`` of the forcing ``c = f`` (eq. 5)."""
+    if not patterns:
+        return Forcing(tuple(components))
+    return Forcing(
+        tuple(components),
+        patterns=np.array([np.asarray(f, dtype=np.float64) for f in patterns.values()]),
+        pattern_names=tuple(patterns),
+    )
