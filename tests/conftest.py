@@ -1,6 +1,7 @@
 """Shared test set-up: one BLAS thread (tests share two cores; multithreaded BLAS on a busy
-machine is several times slower for the small matrix products the kernels do), and real
-``dask scheduler`` / ``dask worker`` processes for the tests that need them."""
+machine is several times slower for the small matrix products the kernels do), real
+``dask scheduler`` / ``dask worker`` processes for the tests that need them, and the frame
+along a forcing pattern."""
 
 import os
 import socket
@@ -10,10 +11,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+
+def frame_along(f: np.ndarray) -> np.ndarray:
+    """An orthonormal frame ``R (d, d)`` whose first row is ``f / |f|``: in the coordinates
+    ``y = R x`` the constant forcing of ``y_1`` is the forcing along the pattern ``f``."""
+    frame = np.linalg.qr(np.column_stack([f, np.eye(f.size)[:, 1:]]))[0].T
+    return frame * np.sign(frame[0] @ f)
 
 
 def free_port() -> int:

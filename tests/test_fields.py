@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 import scipy.linalg
 import xarray as xr
+from conftest import frame_along
 
 import kelr_dist
 import kelr_dist.edges.analysis  # noqa: F401  (registers the Dataset.kelr accessor)
 from kelr_dist import estimate_response
 from kelr_dist.data.fields import FieldLayout
+from kelr_dist.kernels.response.operator import Observable
 
 KELR = [sys.executable, "-m", "kelr_dist.edges.cli"]
 LAT = np.array([-40.0, 0.0, 40.0])
@@ -206,9 +208,67 @@ def test_a_forcing_pattern_scales_the_columns_and_sums_to_the_pattern_response(n
     sea = forced["response"].isel(j_lat=1, j_lon=1).notnull()
     total = forced["response"].sum(("j_lat", "j_lon")).where(sea)
     assert forced["pattern_response"].dims == ("lag", "i_lat", "i_lon")
-    np.testing.assert_allclose(forced["pattern_response"].values, total.values, rtol=1e-12)
-    bound = forced["response_total_stderr"].sum(("j_lat", "j_lon")).where(sea)
-    np.testing.assert_allclose(forced["pattern_response_stderr"].values, bound.values)
+    np.testing.assert_allclose(
+        forced["pattern_response"].values, total.values, rtol=1e-9, atol=1e-14, equal_nan=True
+    )
+
+
+def _precision(field: xr.DataArray) -> np.ndarray:
+    """``C⁻¹`` of the sea points' stationary law (the AR(1) of :func:`_samples`, Gaussian): the
+    exact score of their samples is ``-C⁻¹ x``."""
+    d = LAT.size * LON.size
+    generator = np.eye(d)
+    for a in range(LAT.size):
+        for b in range(LON.size):
+            p, q = a * LON.size + b, a * LON.size + (b + 1) % LON.size
+            generator[[p, q], [q, p]] -= 0.3
+            generator[[p, q], [p, q]] += 0.3
+    step = scipy.linalg.expm(-generator * DT)
+    cov = scipy.linalg.solve_discrete_lyapunov(step, DT * np.eye(d))
+    kept = np.isfinite(field.isel(time=0).values.reshape(-1))
+    return np.linalg.inv(cov[np.ix_(kept, kept)])
+
+
+def test_the_pattern_response_has_the_standard_errors_of_its_own_column(netcdf, field):
+    """With the exact score, the pattern's response and its standard error equal those of the
+    forcing along ``f`` estimated as a component of its own (the sea points in an orthonormal
+    frame whose first axis is ``f / |f|``), and for a pattern of mixed signs they are well
+    below the sum of the points' standard errors (the bound the result gave before)."""
+    values = np.outer(np.cos(np.deg2rad(LAT)), np.sin(np.deg2rad(LON)) + 0.3)
+    pattern = xr.DataArray(values, dims=("lat", "lon"), coords={"lat": LAT, "lon": LON})
+    precision = _precision(field)
+    with xr.open_dataset(netcdf) as ds:
+        forced = _quiet(ds, variable="tas", forcing=pattern, score=lambda x: -x @ precision, **FAST)
+    assert "bound" not in forced["pattern_response_stderr"].attrs
+    kept = np.isfinite(field.isel(time=0).values.reshape(-1))
+    f = values.reshape(-1)[kept]
+    assert (f > 0).any() and (f < 0).any()
+    frame = frame_along(f)
+    names = tuple(map(str, range(f.size)))
+    direct = _quiet(
+        field.stack(point=("lat", "lon")).dropna("point", how="all").values @ frame.T,
+        dt=DT,
+        observable=Observable(
+            names, lambda y: y @ frame, lambda y: np.broadcast_to(frame.T, (len(y), f.size, f.size))
+        ),
+        score=lambda y: -(y @ frame) @ precision @ frame.T,
+        **FAST,
+    )
+    norm = np.linalg.norm(f)
+
+    def on_points(name: str) -> np.ndarray:
+        return forced[name].values.reshape(forced.sizes["lag"], -1)[:, kept]
+
+    for suffix in ("", "_stderr"):
+        np.testing.assert_allclose(
+            on_points(f"pattern_response_exact{suffix}"),
+            norm * direct[f"response_exact{suffix}"].isel(j=0).values,
+            rtol=1e-9,
+            atol=1e-12,
+        )
+    for name in ("response_exact_stderr", "response_total_stderr"):
+        bound = forced[name].sum(("j_lat", "j_lon")).values.reshape(forced.sizes["lag"], -1)
+        assert np.all(on_points(f"pattern_{name}")[1:] < 0.9 * bound[1:, kept])
 
 
 def test_eof_amplitudes_are_the_loadings_times_the_field_response(netcdf, from_netcdf, field):

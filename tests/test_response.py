@@ -4,6 +4,7 @@ for B and the lagged means, user forcings, and the 2-D Ornstein-Uhlenbeck oracle
 import numpy as np
 import pytest
 import scipy.linalg
+from conftest import frame_along
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,8 +249,7 @@ def rotated(model, x: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, dict, Obse
     """The samples ``y = R x`` in an orthonormal frame whose first axis is ``f / |f|``, their
     exact score ``R s(Rᵀ y)`` and the observable ``A(y) = Rᵀ y = x``: the constant forcing of
     ``y_1`` is the forcing along ``f``, computed as a component of its own."""
-    frame = np.linalg.qr(np.column_stack([f, np.eye(f.size)[:, 1:]]))[0].T
-    frame *= np.sign(frame[0] @ f)  # first row +f / |f|
+    frame = frame_along(f)
     observable = Observable(
         NAMES,
         lambda y: y @ frame,
