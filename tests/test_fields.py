@@ -269,6 +269,16 @@ def test_the_pattern_response_has_the_standard_errors_of_its_own_column(netcdf, 
     for name in ("response_exact_stderr", "response_total_stderr"):
         bound = forced[name].sum(("j_lat", "j_lon")).values.reshape(forced.sizes["lag"], -1)
         assert np.all(on_points(f"pattern_{name}")[1:] < 0.9 * bound[1:, kept])
+    # a history of the pattern's amplitude is predicted from its column, with its errors
+    times = forced["time"].values
+    predicted = forced.kelr.predict(kelr_dist.step(0.5, times), variable="response_exact")
+    reference = direct.kelr.predict(
+        kelr_dist.step(0.5 * norm, times, j="x1"), variable="response_exact"
+    )
+    for got, want in [(predicted, reference), (predicted.stderr, reference.stderr)]:
+        np.testing.assert_allclose(
+            got.values.reshape(times.size, -1)[:, kept], want.values, rtol=1e-9, atol=1e-12
+        )
 
 
 def test_eof_amplitudes_are_the_loadings_times_the_field_response(netcdf, from_netcdf, field):

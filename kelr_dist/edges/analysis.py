@@ -566,10 +566,9 @@ class KelrAccessor:
         layout = self._layout()
         return values if layout is None else layout.on_components(values)
 
-    def _field_forcing(self, forcing: xr.DataArray, response: xr.DataArray) -> xr.DataArray:
-        """A field result's forcing history as ``(time, j)``: a history over the grid
-        ``(time, <spatial dims>)`` stacked into its points, or, for a result estimated with a
-        forcing pattern, the pattern's amplitude ``(time,)`` given to every point."""
+    def _field_forcing(self, forcing: xr.DataArray) -> xr.DataArray:
+        """A field result's forcing history over the grid ``(time, <spatial dims>)`` stacked
+        into its points, ``(time, j)``; any other as it is."""
         layout = self._layout()
         if layout is None or not isinstance(forcing, xr.DataArray):
             return forcing
@@ -580,10 +579,16 @@ class KelrAccessor:
                     f"{tuple(map(str, forcing.dims))}"
                 )
             return layout.stack(forcing, "", "j").transpose("time", "j")
-        if forcing.dims == ("time",) and self._dataset.attrs.get("forcing") == "pattern":
-            labels = response["j"].values
-            return forcing.expand_dims(j=labels, axis=1).assign_coords(j=labels)
         return forcing
+
+    def _pattern_amplitude(self, forcing: xr.DataArray) -> bool:
+        """Whether ``forcing`` is the amplitude ``(time,)`` of the pattern a field's result was
+        estimated with: it forces the pattern's own column (``pattern_<variable>``)."""
+        return (
+            isinstance(forcing, xr.DataArray)
+            and forcing.dims == ("time",)
+            and self._dataset.attrs.get("forcing") == "pattern"
+        )
 
     def _on_grid(self, values: xr.DataArray, prefixes: dict[str, str]) -> xr.DataArray:
         """A field result's output with its ``i``/``j`` over the grid's points spread back over
@@ -612,14 +617,24 @@ class KelrAccessor:
 
         For a field's result the forcing may be a history over the grid ``(time, lat, lon)``
         (or, for a result estimated with a forcing pattern, the pattern's amplitude
-        ``(time,)``), and a prediction of the field itself is a field ``(time, lat, lon)``."""
+        ``(time,)``: the prediction is then that of the pattern's own column,
+        ``pattern_<variable>``, with its standard errors), and a prediction of the field itself
+        is a field ``(time, lat, lon)``."""
+        if self._pattern_amplitude(forcing):
+            variable, forcing = f"pattern_{variable}", forcing.assign_coords(j="pattern")
         response, stderr = self._variable(variable)
+        converged = self._converged(variable)
+        if "j" not in response.dims:  # a pattern's column
+            response = response.expand_dims(j=["pattern"], axis=-1)
+            stderr = None if stderr is None else stderr.expand_dims(j=["pattern"], axis=-1)
+            if converged is not None:
+                converged = converged.expand_dims(j=["pattern"], axis=-1)
         prediction = predict_response(
             response,
-            self._field_forcing(forcing, response),
+            self._field_forcing(forcing),
             stderr=stderr,
             errors=errors,
-            converged=self._converged(variable),
+            converged=converged,
         )
         return self._on_grid(prediction, {"i": ""})
 
