@@ -97,7 +97,8 @@ if __name__ == "__main__":
 # %%
 # Left: the pattern. Middle and right: the response of the area-weighted mean to the
 # forcing at each sea point at three lags (white: land), and to the whole pattern with
-# ±2 standard errors (an upper bound: the sum of the points' error bars).
+# ±2 total standard errors (the pattern's forcing is a column of its own in the estimate, so
+# its error bars count the correlations between the points).
 if __name__ == "__main__":
     lags = [0.0, 0.5, 2.0]
     fig, axes = plt.subplots(1, len(lags) + 2, figsize=(15, 3.4), layout="constrained")
@@ -114,7 +115,7 @@ if __name__ == "__main__":
     for ax in axes[: len(lags) + 1]:
         ax.set_xlabel("lon")
     axes[0].set_ylabel("lat")
-    whole, band = ds["pattern_response"].isel(i=0), ds["pattern_response_stderr"].isel(i=0)
+    whole, band = ds["pattern_response"].isel(i=0), ds["pattern_response_total_stderr"].isel(i=0)
     ax = axes[-1]
     ax.fill_between(ds.time, whole - 2 * band, whole + 2 * band, alpha=0.3, lw=0)
     ax.plot(ds.time, whole)

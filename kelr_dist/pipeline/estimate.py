@@ -164,6 +164,8 @@ def estimate_response(
         A field's observables: ``"mean"``, ``"mean(weights=cos(lat))"`` (a coordinate over the
         grid, or its cosine in degrees) and ``"eof(k)"`` (leading EOF amplitudes); a field's
         forcing may be a pattern, a ``DataArray`` over its grid dims (``pattern_response``).
+        A :class:`~kelr_dist.Forcing` with ``patterns`` adds the constant forcing along each
+        pattern as a column of its own (``j`` = its name).
         The distribution observables ``"pdf"``, ``"moments"``, ``"exceedance"`` (with
         parameters, ``kelr_dist.kernels.observables.distribution``) take their grid from the
         data; :func:`~kelr_dist.distribution_response` labels their responses.
@@ -203,9 +205,10 @@ def estimate_response(
         corrected estimate also ``..._uncorrected``: the size of the correction); the
         held-out candidates on ``candidate``; the kernel embedding's criteria on ``order`` and
         coefficients on ``basis_function``; the run's choices in ``attrs``. For a field, ``i``
-        and ``j`` as ``i_<dim>``/``j_<dim>`` over the grid; with a forcing pattern also
-        ``pattern_response(lag, i)`` and its ``_stderr`` (a bound); with ``eof(k)``
-        ``eof_loading`` and ``eof_explained_variance``.
+        and ``j`` as ``i_<dim>``/``j_<dim>`` over the grid; with a forcing pattern the points'
+        columns times the pattern and the pattern's own column as ``pattern_<variable>``:
+        ``pattern_response(lag, i)``, its ``_stderr`` and ``_total_stderr``, ...; with
+        ``eof(k)`` ``eof_loading`` and ``eof_explained_variance``.
 
     Warns
     -----

@@ -772,7 +772,8 @@ class EstimateOptions(_Options):
 
     def forcing_for(self, components: Sequence[str]) -> Forcing:
         """The forcing ``c`` for a store with these ``components`` (a pattern runs as the
-        constant forcing, its columns scaled afterwards: :mod:`kelr_dist.pipeline.fields`)."""
+        constant forcing, with the pattern's own column added once the field's grid is known:
+        :mod:`kelr_dist.pipeline.fields`)."""
         spec = self.forcing
         if is_pattern(spec):
             return constant_forcing(components)
