@@ -240,6 +240,12 @@ def test_bad_callbacks_and_lags_are_rejected():
         FunctionScore(lambda z: z[:, 0])(x)
     with pytest.raises(ValueError, match="max_lag must be a non-negative integer, got -1"):
         response_reduction({}, identity_observable(NAMES), constant_forcing(NAMES), -1)
+    with pytest.raises(ValueError, match=r"patterns must be finite, of shape \(1, 2\)"):
+        constant_forcing(NAMES, {"f": np.ones(3)})
+    with pytest.raises(ValueError, match="must differ from each other and from the components"):
+        constant_forcing(NAMES, {"x1": np.ones(2)})
+    with pytest.raises(ValueError, match="patterns combine the columns of the constant forcing"):
+        Forcing(NAMES, forcing_profile, np.ones((1, 2)), ("f",))
 
 
 # --------------------------------------------------------------------------- patterns

@@ -278,6 +278,11 @@ class Forcing:
                 f"patterns must be finite, of shape {shape} (one row per pattern name, one "
                 f"column per component), got shape {patterns.shape}"
             )
+        if len(set(self.columns)) != len(self.columns):
+            raise ValueError(
+                f"pattern_names {self.pattern_names} must differ from each other and from the "
+                "components' names"
+            )
         object.__setattr__(self, "patterns", patterns)
 
     @property
@@ -835,11 +840,11 @@ def _finalize(
     partials: dict[str, Any],
 ) -> dict[str, ResponseResult]:
     """Each score's columns of ``B`` (:attr:`Forcing.width`) of the shared lagged sums (in the
-    chunk's order: the
-    scores ``names``, then the correction's); a score with ``replicates[name]`` refits gets
-    their jackknife standard error, and a score with ``neighbours[name]`` neighbouring models
-    its :attr:`~ResponseResult.model_shift`, from the means of their columns (the plain lagged
-    sums: the refits in the order of ``replicates``, then the neighbours). A score named in
+    chunk's order: the scores ``names``, then the correction's); a score with
+    ``replicates[name]`` refits gets their jackknife standard error, and a score with
+    ``neighbours[name]`` neighbouring models its :attr:`~ResponseResult.model_shift`, from the
+    means of their columns (the plain lagged sums: the refits in the order of ``replicates``,
+    then the neighbours). A score named in
     ``unrefitted`` gets the lag-0 Stein residual before its refit on the observable's functions
     as its uncorrected one (the residual columns after the scores')."""
     width = forcing.width
