@@ -251,7 +251,7 @@ class Forcing:
     A constant forcing may also carry ``patterns`` ``f (m, d)`` named ``pattern_names``: the
     constant forcing ``c = f`` of all components at once, whose conjugate variable is
     ``B_f = Σ_j f_j B_j = -f · ∇ log p`` (eq. 5). Each is one more column of ``B`` after the
-    components' (:attr:`columns`), so its lagged sums, standard errors, Stein correction and
+    components' (``columns``), so its lagged sums, standard errors, Stein correction and
     lag-0 Stein residual are its own, not combined from the components' columns afterwards
     (which would lose the correlations between them).
     """
