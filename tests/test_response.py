@@ -18,6 +18,7 @@ from kelr_dist.kernels.response.operator import (
     Observable,
     constant_forcing,
     identity_observable,
+    jackknife_stderr,
     relative_to_lag0,
     response_reduction,
 )
@@ -269,18 +270,22 @@ def test_a_pattern_is_one_more_column_with_its_own_standard_errors():
     """A pattern ``f`` adds the column ``B_f = -f · ∇ log p`` (eq. 5): its response is the sum of
     the components' columns times ``f_j`` (corrected estimate, lag-0 Stein residual and all),
     its standard error that of ``B_f`` computed as a component of its own (a rotated frame),
-    below the sum of the columns' standard errors for a pattern of mixed signs; the
+    below the sum of the columns' standard errors for a pattern of mixed signs, and its
+    estimator's standard error the jackknife of the refits' own pattern responses; the
     components' columns are those of the plain constant forcing."""
     model, x = ou_samples(20_000, 4)
     f = np.array([1.0, -2.0])
     density = small_density(x)
     scores = {"kme": DensityScore(density, 5, 0.02), "exact": FunctionScore(model.score)}
+    # stand-ins for the fold refits of the exact score: the jackknife only reads their responses
+    shifts = 0.1 * np.random.default_rng(0).standard_normal((4, 2, 2))
+    refits = [FunctionScore(lambda v, e=e: model.score(v) + v @ e) for e in shifts]
     centre = x.mean(axis=0)
 
     def reduce(forcing):
         reduction = response_reduction(
             scores, identity_observable(NAMES), forcing, 20, centre=centre,
-            corrected=("kme",), origin=centre, base_block=64,
+            corrected=("kme",), origin=centre, base_block=64, replicates={"exact": refits},
         )  # fmt: skip
         return reduce_in_memory(reduction, x, 7000)
 
@@ -301,6 +306,24 @@ def test_a_pattern_is_one_more_column_with_its_own_standard_errors():
         bound = p.stderr @ np.abs(f)
         assert np.all(w.stderr[1:, :, 2] < 0.9 * bound[1:])
     np.testing.assert_allclose(forced["kme"].correction, plain["kme"].correction, rtol=1e-9)
+    assert plain["exact"].estimator_stderr is not None
+    np.testing.assert_allclose(
+        forced["exact"].estimator_stderr[..., :2], plain["exact"].estimator_stderr, rtol=1e-9
+    )
+    each = [
+        reduce_in_memory(
+            response_reduction(
+                {"r": r}, identity_observable(NAMES), constant_forcing(NAMES), 20, centre=centre
+            ),
+            x,
+        )["r"].mean
+        @ f
+        for r in refits
+    ]
+    jackknife = forced["exact"].estimator_stderr[..., 2]
+    np.testing.assert_allclose(jackknife, jackknife_stderr(np.stack(each)), rtol=1e-9)
+    bound = plain["exact"].estimator_stderr @ np.abs(f)  # Minkowski: never below the jackknife
+    assert np.all(jackknife <= bound * (1 + 1e-12)) and np.any(jackknife < 0.5 * bound)
 
     y, score, observable = rotated(model, x, f)
     direct = reduce_in_memory(
