@@ -21,10 +21,12 @@ Three ways:
    ``K`` sites with the local score model (``index_set="local"``, ``neighbours="ring"``,
    ``symmetry="translation"``: one fit of every site's score on its neighbourhood, the sites'
    Gram sums added), with the observables ``(1/K) Σ_k x_k``, ``(1/K) Σ_k (x_k - m)²`` and each
-   ``(x_k - m)²`` (``m``: the trajectory's site mean), read directly: the site mean's response
-   to a forcing on site ``j`` is ``k_{mean, j}`` (averaged over ``j``), to ``F`` ``Σ_j
-   k_{mean, j}``; the variance of site ``j`` forced on site ``j`` is ``k_{(x_j - m)², j}``
-   (averaged over ``j``), a site's variance under ``F`` ``Σ_j k_{mean square, j}``. With
+   ``(x_k - m)²`` (``m``: the trajectory's site mean), and besides the sites' forcings the
+   uniform one (a change of ``F``) as a forcing pattern of its own (``kelr_dist.Forcing`` with
+   ``patterns``: its standard errors hold the correlations between the sites), read directly:
+   the site mean's response to ``F`` is ``k_{mean, F}``, to a forcing on one site ``k_{mean,
+   F} / K``; the variance of site ``j`` forced on site ``j`` is ``k_{(x_j - m)², j}``
+   (averaged over ``j``), a site's variance under ``F`` ``k_{mean square, F}``. With
    ``--window m`` the estimate runs on the ``m`` neighbouring sites centred on site 1 instead
    (observables ``x_1`` and ``x_1²``), read with the ring's translation symmetry: the site
    mean's response to a forcing on site 1 is ``(1/K) Σ_b k_{x_1, b}``, its response to ``F``
@@ -280,11 +282,12 @@ def row_weights(route: str, shape: tuple[int, int], sites: int, site_mean: float
         out[("mean", "F")][0] = 1.0
         out[("variance", "site")][:, d // 2] = (-2.0 * site_mean, 1.0)
         out[("variance", "F")][:] = np.array([[-2.0 * site_mean], [1.0]])
-    elif route == "ring":
-        out[("mean", "site")][0] = 1.0 / d
-        out[("mean", "F")][0] = 1.0
-        out[("variance", "site")][2 + np.arange(d), np.arange(d)] = 1.0 / d
-        out[("variance", "F")][1] = 1.0
+    elif route == "ring":  # columns: the sites, then the uniform pattern "F" (the last)
+        ring = d - 1
+        out[("mean", "site")][0, -1] = 1.0 / ring
+        out[("mean", "F")][0, -1] = 1.0
+        out[("variance", "site")][2 + np.arange(ring), np.arange(ring)] = 1.0 / ring
+        out[("variance", "F")][1, -1] = 1.0
     else:
         out[("mean", "site")][:, 0] = 1.0 / q
         out[("mean", "F")][:] = 1.0 / q
@@ -316,6 +319,11 @@ def package(
         labels = ("site mean", "mean square", *(f"{c}^2" for c in model.components))
         options["observable"] = kelr_dist.Observable(labels, moments, moments.derivative)
         options.update(index_set="local", neighbours="ring", symmetry=args.symmetry)
+        # the uniform forcing (a change of F) as a column of its own: its standard errors
+        # then hold the correlations between the sites' columns
+        options["forcing"] = kelr_dist.Forcing(
+            tuple(model.components), patterns=np.ones((1, k)), pattern_names=("F",)
+        )
     names = [model.components[s] for s in sites]
     array = xr.DataArray(x[:, sites], dims=("time", "component"), coords={"component": names},
                          attrs={"dt": dt})  # fmt: skip
