@@ -338,7 +338,8 @@ class LocalFeatures:
 
     @cached_property
     def support(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each site's :attr:`PolynomialFeatures.support`, its entries as components of ``x``:
+        """Each site's :attr:`~kelr_dist.kernels.scores.score_matching.PolynomialFeatures.support`
+        with its entries as components of ``x``:
         components and degrees, each ``(d, W, s)`` (padding, of the absent features too: the
         site's own component at degree 0, whose polynomial is 1)."""
         slots = max(f.support[0].shape[1] for f in self.sites)
@@ -560,7 +561,7 @@ def _polynomial_tables(
     """The polynomials of each ``(component, coordinate)`` of ``columns`` at ``x (n, d)`` up to
     its degree in ``top``, ``(len(columns), max(top) + 1, n)`` (zero above it; rows last: a
     polynomial's values are contiguous)."""
-    out = np.zeros((len(columns), max(top) + 1, x.shape[0]))
+    out = np.zeros((len(columns), max(top, default=0) + 1, x.shape[0]))
     for j, ((k, coordinate), degree) in enumerate(zip(columns, top, strict=True)):
         values, _ = polynomials(coordinate.family, coordinate.mapped(x[:, k]), degree)
         out[j, : degree + 1] = values.T
