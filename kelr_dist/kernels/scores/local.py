@@ -339,9 +339,9 @@ class LocalFeatures:
     @cached_property
     def support(self) -> tuple[np.ndarray, np.ndarray]:
         """Each site's :attr:`~kelr_dist.kernels.scores.score_matching.PolynomialFeatures.support`
-        with its entries as components of ``x``:
-        components and degrees, each ``(d, W, s)`` (padding, of the absent features too: the
-        site's own component at degree 0, whose polynomial is 1)."""
+        with its entries as components of ``x``: components and degrees, each ``(d, W, s)``
+        (padding, of the absent features too: the site's own component at degree 0, whose
+        polynomial is 1). A component's polynomials are those of its coordinate at every site."""
         slots = max(f.support[0].shape[1] for f in self.sites)
         component = np.zeros((self.dim, self.width, slots), dtype=np.int64)
         degree = np.zeros_like(component)
