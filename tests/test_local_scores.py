@@ -163,8 +163,104 @@ def test_a_local_score_is_evaluated_on_the_chosen_features_alone() -> None:
             for members, f, w in zip(hoods.members, features.sites, model.weights, strict=True)
         ]
     )
-    assert sum(f.size for f, _ in model.active) < features.size
+    assert model.keep.sum() < features.size
     np.testing.assert_allclose(model(x)[0], full, rtol=1e-10, atol=1e-12)
+
+
+def _site_by_site(model: Any, x: np.ndarray) -> np.ndarray:
+    """A local model's scores at ``x (n, d)`` one site at a time, each on its used features (a
+    site of the constant alone: its weight, the constant feature being 1)."""
+    columns = []
+    for members, f, w in zip(
+        model.features.neighbourhoods.members, model.features.sites, model.weights, strict=True
+    ):
+        keep = w[: f.size] != 0
+        keep[0] = True
+        if keep.sum() == 1:
+            columns.append(np.full(x.shape[0], w[0]))
+        else:
+            columns.append(f.subset(keep).values(x[:, members]) @ w[: f.size][keep])
+    return np.column_stack(columns)
+
+
+def _local_models(d: int, seed: int = 0) -> list[Any]:
+    """Local models of ``d`` components with random weights on various active sets: a ring and
+    a declared grid, tied and untied, and on other coordinates (Fourier among them): each
+    chosen radius and degree, one with a sparser set, one whose first site is its constant
+    alone."""
+    from kelr_dist.kernels.bases.families import Fourier
+    from kelr_dist.kernels.scores.local import (
+        LocalFeatures,
+        LocalScoreModel,
+        declared_neighbourhoods,
+        lattice,
+    )
+
+    rng = np.random.default_rng(seed)
+    hermite = tuple(Coordinate(Hermite(), 0.1 * k, 1.0 + 0.05 * k) for k in range(d))
+    mixed = tuple(
+        Coordinate(Fourier(), 0.0, 1.0) if k % 3 == 0 else Coordinate(Hermite(), -0.2, 1.5)
+        for k in range(d)
+    )
+    grid = declared_neighbourhoods(f"grid({d // 4},4)", [str(k) for k in range(d)], "grid")
+    models = []
+    for hoods, coords, tied in (
+        (lattice((d,)), hermite, False),
+        (lattice((d,)), hermite, True),
+        (grid, hermite, True),
+        (grid, mixed, False),
+    ):
+        features = LocalFeatures(hoods, coords, (4, 3, 2), tied)
+        for radius, degree in ((0, 4), (1, 3), (1, 3), (2, 2), (1, 1)):
+            mask = features.mask(radius, degree)
+            weights = rng.standard_normal((d, features.width))
+            weights = np.where(mask, weights[:1] if tied else weights, 0.0)
+            models.append(LocalScoreModel(features, weights))
+        sparse = models[-2].weights * (rng.random(models[-2].weights.shape) < 0.5)
+        sparse[0] = 0.0
+        sparse[0, 0] = 0.7
+        models.append(LocalScoreModel(features, sparse))
+    return models
+
+
+def test_local_models_evaluated_together_are_each_evaluated_alone() -> None:
+    """Many local models at once (tables shared, the same features' values shared) give each
+    model's scores site by site; a site whose weights are its constant alone is that constant."""
+    from kelr_dist.kernels.scores.local import LocalScoreModel
+
+    models = _local_models(16)
+    x = np.random.default_rng(1).standard_normal((5000, 16)) * 2.0
+    together = LocalScoreModel.many(models, x)
+    assert len({(id(m.features), m.keep.tobytes()) for m in models}) < len(models)
+    for model, (s, kept) in zip(models, together, strict=True):
+        expected = _site_by_site(model, x)
+        assert kept.all() and s.shape == x.shape
+        tolerance = {"rtol": 1e-12, "atol": 1e-12 * np.abs(expected).max()}
+        np.testing.assert_allclose(s, expected, **tolerance)
+        np.testing.assert_allclose(model(x)[0], expected, **tolerance)
+    assert np.all(together[-1][0][:, 0] == 0.7)
+    assert LocalScoreModel.many([], x) == []
+
+
+def test_evaluate_scores_with_local_models_among_others() -> None:
+    """The response pass's evaluation of local models mixed with a tensor score-matching model
+    and a plain score gives each score's own values."""
+    from kelr_dist.kernels.response.operator import evaluate_scores
+    from kelr_dist.kernels.scores.score_matching import ScoreModel
+
+    models = _local_models(8, seed=2)
+    x = np.random.default_rng(3).standard_normal((3000, 8))
+    features = PolynomialFeatures(tuple(Coordinate(Hermite(), 0.0, 1.2) for _ in range(8)), 2)
+    tensor = ScoreModel(features, np.random.default_rng(4).standard_normal((8, features.size)))
+
+    def gaussian(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return -y, np.ones(y.shape[0], dtype=bool)
+
+    scores = [models[1], tensor, *models[2:], gaussian, models[0]]
+    for score, (s, kept) in zip(scores, evaluate_scores(scores, x), strict=True):
+        alone, kept_alone = score(x)
+        np.testing.assert_array_equal(kept, kept_alone)
+        np.testing.assert_allclose(s, alone, rtol=1e-12, atol=1e-12 * np.abs(alone).max())
 
 
 def test_a_local_model_held_by_its_budget_reports_the_truncation() -> None:

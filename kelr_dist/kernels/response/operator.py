@@ -64,6 +64,7 @@ from kelr_dist.kernels.response.stein_correction import (
     divergence_sums,
 )
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, Order, evaluate_on_basis
+from kelr_dist.kernels.scores.local import LocalScoreModel
 from kelr_dist.kernels.scores.score_matching import ScoreModel
 
 
@@ -776,8 +777,9 @@ def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.nda
     (:class:`~kelr_dist.kernels.response.stein_correction.ExtendedScore`) starts from its base's
     values, every base once, and the refits on one feature set share its values; the
     kernel-embedding scores together (:meth:`DensityScore.many`: an estimate and its refits share
-    the basis tables), and the score-matching models together (:meth:`ScoreModel.many`: they share
-    the feature values)."""
+    the basis tables), the score-matching models together (:meth:`ScoreModel.many`: they share
+    the feature values), and the local ones (:meth:`LocalScoreModel.many`: they share the
+    polynomial tables, and the feature values of the same features)."""
     roots = [score.base if isinstance(score, ExtendedScore) else score for score in scores]
     index: dict[int, int] = {}
     unique: list[Score] = []
@@ -786,7 +788,11 @@ def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.nda
             index[id(root)] = len(unique)
             unique.append(root)
     values: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(unique)
-    for kind, many in ((DensityScore, DensityScore.many), (ScoreModel, ScoreModel.many)):
+    for kind, many in (
+        (DensityScore, DensityScore.many),
+        (ScoreModel, ScoreModel.many),
+        (LocalScoreModel, LocalScoreModel.many),
+    ):
         members = [k for k, root in enumerate(unique) if isinstance(root, kind)]
         if members:
             group: list[Any] = [unique[k] for k in members]

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from kelr_dist.kernels.bases.families import Coordinate, multi_indices
+from kelr_dist.kernels.bases.families import Coordinate, multi_indices, polynomials
+from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, fold_stderr, sums_by_fold
 from kelr_dist.kernels.scores.kernel_embedding import row_blocks
@@ -335,6 +336,22 @@ class LocalFeatures:
             out[i, : f.size] = (m[:, sizes[radius] :].sum(axis=1) == 0) & (m.sum(axis=1) <= degree)
         return out
 
+    @cached_property
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each site's :attr:`~kelr_dist.kernels.scores.score_matching.PolynomialFeatures.support`
+        with its entries as components of ``x``: components and degrees, each ``(d, W, s)``
+        (padding, of the absent features too: the site's own component at degree 0, whose
+        polynomial is 1). A component's polynomials are those of its coordinate at every site."""
+        slots = max(f.support[0].shape[1] for f in self.sites)
+        component = np.zeros((self.dim, self.width, slots), dtype=np.int64)
+        degree = np.zeros_like(component)
+        for i, (members, f) in enumerate(zip(self.neighbourhoods.members, self.sites, strict=True)):
+            coordinate, m = f.support
+            component[i] = i
+            component[i, : f.size, : coordinate.shape[1]] = np.asarray(members)[coordinate]
+            degree[i, : f.size, : coordinate.shape[1]] = m
+        return component, degree
+
 
 def local_gram_sums(
     features: LocalFeatures, x: np.ndarray, start: int = 0, stride: int = 1
@@ -467,26 +484,106 @@ class LocalScoreModel:
     weights: np.ndarray  # (d, W)
 
     @cached_property
-    def active(self) -> tuple[tuple[PolynomialFeatures, np.ndarray], ...]:
-        """Per site, the features its weights use and those weights: the chosen radius and
-        degree's (the weights of the Gram pass's other features are zero), so a score costs
-        what the chosen model holds, not what the pass summed."""
-        out = []
-        for f, w in zip(self.features.sites, self.weights, strict=True):
-            keep = w[: f.size] != 0
-            keep[0] = True  # the constant: never an empty set
-            out.append((f.subset(keep), w[: f.size][keep]))
-        return tuple(out)
+    def keep(self) -> np.ndarray:
+        """``(d, W)`` bool: per site the features its weights use, those of the chosen radius
+        and degree (the weights of the Gram pass's other features are zero) and the constant,
+        so a score costs what the chosen model holds, not what the pass summed."""
+        keep = self.weights != 0
+        keep[:, 0] = True  # the constant: never an empty set
+        return keep
+
+    @cached_property
+    def max_degrees(self) -> np.ndarray:
+        """Highest degree per component over the features :attr:`keep`, ``(d,)``."""
+        component, degree = self.features.support
+        top = np.zeros(self.features.dim, dtype=np.int64)
+        np.maximum.at(top, component[self.keep], degree[self.keep])
+        return top
+
+    @cached_property
+    def gathered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The entries of the features :attr:`keep`, site after site: components and degrees,
+        each ``(P, s)`` (``s``: the most any of them has), and where each site's begin and
+        end, ``(d + 1,)``."""
+        component, degree = self.features.support
+        slots = max(int((degree[self.keep] > 0).sum(axis=1).max()), 1)
+        bounds = np.concatenate([[0], np.cumsum(self.keep.sum(axis=1))])
+        return component[self.keep][:, :slots], degree[self.keep][:, :slots], bounds
 
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return LocalScoreModel.many([self], x)[0]
+
+    @staticmethod
+    def many(
+        models: Sequence[LocalScoreModel], x: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each model at ``x (n, d)``, as its call gives it, sharing work: each component's
+        polynomials once per row block, to the highest degree any model needs there (per
+        component and coordinate: models on other coordinates have tables of their own), and
+        the models that use the same features (an estimate and its refits without each fold)
+        their values, each site's dotted with their weights side by side."""
         x = np.asarray(x, dtype=np.float64)
-        out = np.empty(x.shape)
-        for i, (members, (f, w)) in enumerate(
-            zip(self.features.neighbourhoods.members, self.active, strict=True)
-        ):
-            for rows in row_blocks(x.shape[0], FEATURE_ROWS):
-                out[rows, i] = f.values(x[rows][:, members]) @ w
-        return out, np.ones(x.shape[0], dtype=bool)
+        tables: dict[tuple[int, Coordinate], int] = {}  # (component, coordinate) -> its column
+        top: list[int] = []
+        columns: dict[LocalFeatures, np.ndarray] = {}
+        for model in models:
+            if model.features not in columns:
+                coordinates = model.features.coordinates
+                columns[model.features] = np.array(
+                    [tables.setdefault((k, c), len(tables)) for k, c in enumerate(coordinates)]
+                )
+                top += [0] * (len(tables) - len(top))
+            for column, need in zip(columns[model.features], model.max_degrees, strict=True):
+                top[column] = max(top[column], int(need))
+        groups: dict[tuple[LocalFeatures, bytes], list[int]] = {}
+        for k, model in enumerate(models):
+            groups.setdefault((model.features, model.keep.tobytes()), []).append(k)
+        plans = []
+        for (features, _), group in groups.items():
+            component, degree, bounds = models[group[0]].gathered
+            weights = np.stack([models[k].weights[models[k].keep] for k in group])  # (M, P)
+            plans.append((group, columns[features][component], degree, bounds, weights))
+        values = np.empty((len(models), x.shape[0], x.shape[1]))
+        for rows in row_blocks(x.shape[0], FEATURE_ROWS):
+            table = _polynomial_tables(x[rows], list(tables), top)
+            for group, component, degree, bounds, weights in plans:
+                for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+                    phi = np.empty((b - a, table.shape[2]))
+                    _feature_products(table, component[a:b], degree[a:b], phi)
+                    values[group, rows, i] = weights[:, a:b] @ phi
+        kept = np.ones(x.shape[0], dtype=bool)
+        return [(values[k], kept) for k in range(len(models))]
+
+
+def _polynomial_tables(
+    x: np.ndarray, columns: list[tuple[int, Coordinate]], top: list[int]
+) -> np.ndarray:
+    """The polynomials of each ``(component, coordinate)`` of ``columns`` at ``x (n, d)`` up to
+    its degree in ``top``, ``(len(columns), max(top) + 1, n)`` (zero above it; rows last: a
+    polynomial's values are contiguous)."""
+    out = np.zeros((len(columns), max(top, default=0) + 1, x.shape[0]))
+    for j, ((k, coordinate), degree) in enumerate(zip(columns, top, strict=True)):
+        values, _ = polynomials(coordinate.family, coordinate.mapped(x[:, k]), degree)
+        out[j, : degree + 1] = values.T
+    return out
+
+
+@compiled
+def _feature_products(
+    table: np.ndarray, component: np.ndarray, degree: np.ndarray, phi: np.ndarray
+) -> None:
+    """``phi[a] = Π_j table[component[a, j], degree[a, j]]`` ``(P, n)``, over each feature's
+    entries up to its first of degree 0 (the padding; the constant: its first), row after row
+    along the contiguous rows of ``table (T, D + 1, n)``."""
+    for a in range(component.shape[0]):
+        out = phi[a]
+        out[:] = table[component[a, 0], degree[a, 0]]
+        for j in range(1, component.shape[1]):
+            if degree[a, j] == 0:
+                break
+            factor = table[component[a, j], degree[a, j]]
+            for r in range(out.shape[0]):
+                out[r] *= factor[r]
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class PolynomialFeatures:
         """The size of the Gram matrix the pass sums per row (its work: ``2 P²`` flops)."""
         return self.size
 
-    @property
+    @cached_property
     def max_degrees(self) -> tuple[int, ...]:
         """Highest degree per coordinate, ``(d,)``."""
         return tuple(int(m) for m in self.indices.max(axis=0))
