@@ -121,17 +121,12 @@ class _Spectra:
 
     def summed_cross(self) -> np.ndarray:
         """The cross spectra summed over the sub-blocks, ``sum_k a[i, k, f] conj(b[j, k, f])``,
-        ``(q, d, F//2+1)`` (``b`` is conjugated in place)."""
-        b = np.conjugate(self.b, out=self.b)
-        n_freq, period = self.a.shape[-1], b.shape[-1]
-        if period == n_freq:
-            return np.einsum("ikf,jkf->ijf", self.a, b)
-        # f = u P + v with P the period: b's repeated spectrum meets a's in pieces of length P
-        repeats = -(-n_freq // period)
-        a = np.zeros((*self.a.shape[:2], repeats * period), dtype=self.a.dtype)
-        a[..., :n_freq] = self.a
-        cross = np.einsum("ikuv,jkv->ijuv", a.reshape(*a.shape[:2], repeats, period), b)
-        return cross.reshape(*cross.shape[:2], -1)[..., :n_freq]
+        ``(F//2+1, q, d)``: one matrix product over the sub-blocks per frequency."""
+        n_freq, period = self.a.shape[-1], self.b.shape[-1]
+        # f = u P + v with P the period: b's spectrum repeats along the frequencies
+        b = self.b if period == n_freq else self.b[..., np.arange(n_freq) % period]
+        a = np.ascontiguousarray(self.a.transpose(2, 0, 1))  # (F//2+1, q, k)
+        return a @ np.ascontiguousarray(b.transpose(2, 1, 0)).conj()  # (F//2+1, k, d)
 
 
 def _transform_length(rows: int, stride: int) -> int:
@@ -143,7 +138,13 @@ def _transform_length(rows: int, stride: int) -> int:
 
 
 def _spectra(
-    a: np.ndarray, b: np.ndarray, block: int, max_lag: int, offset: int, stride: int = 1
+    a: np.ndarray,
+    b: np.ndarray,
+    block: int,
+    max_lag: int,
+    offset: int,
+    stride: int = 1,
+    summed: bool = False,
 ) -> Iterator[_Spectra]:
     """Real FFTs of the sub-blocks of ``b`` and of their ``a`` windows, in groups.
 
@@ -155,10 +156,14 @@ def _spectra(
     ``0, m, 2m, ...`` (zeros between). The transform of such a block is the transform of its
     ``K / m`` rows, of length ``F / m``, repeated ``m`` times along the frequencies: ``m`` times
     less work than the transform of the spread rows, kept unrepeated.
+
+    A group's spectra and the cross spectra of its sub-blocks stay within
+    :data:`_SPECTRUM_BUDGET`; ``summed``: the caller sums the cross spectra over the sub-blocks
+    (:meth:`_Spectra.summed_cross`), so only the spectra count and a group holds more of them.
     """
     n_blocks = -(-(offset + stride * b.shape[0]) // block)
     length = _transform_length(block + max_lag, stride)
-    columns = a.shape[1] + b.shape[1] + a.shape[1] * b.shape[1]  # spectra and cross spectra
+    columns = a.shape[1] + b.shape[1] + (0 if summed else a.shape[1] * b.shape[1])
     per_group = max(1, _SPECTRUM_BUDGET // (columns * (length // 2 + 1)))
     for first in range(0, n_blocks, per_group):
         count = min(per_group, n_blocks - first)
@@ -275,11 +280,11 @@ def _summed_spectra(
         parts = [_summed_spectra(a, b[:, g], block, max_lag, stride) for g in groups]
         return np.concatenate(parts, axis=-1)
     total: np.ndarray | None = None
-    for spec in _spectra(a, b, block, max_lag, offset=0, stride=stride):
+    for spec in _spectra(a, b, block, max_lag, offset=0, stride=stride, summed=True):
         term = spec.summed_cross()
-        total = term if total is None else total + term
+        total = term if total is None else np.add(total, term, out=total)
     assert total is not None  # b has rows, so there is at least one sub-block
-    return _to_lags(total, spec.length, max_lag)
+    return _to_lags(np.ascontiguousarray(total.transpose(1, 2, 0)), spec.length, max_lag)
 
 
 def blockwise_lagged_sums(
