@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import scipy.fft
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.signal import lfilter
@@ -99,6 +100,40 @@ def test_segments_of_a_long_chunk_give_the_same_partial():
     assert split["edges"].keys() == whole["edges"].keys()
     for key, value in _flatten(whole).items():
         np.testing.assert_allclose(split[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
+
+
+class InverseTransforms:
+    """A scipy.fft backend that counts the inverse real transforms and leaves the work to
+    scipy's own (``NotImplemented``)."""
+
+    __ua_domain__ = "numpy.scipy.fft"
+
+    def __init__(self):
+        self.count = 0
+
+    def __ua_function__(self, method, args, kwargs):
+        if method.__name__ == "irfft":
+            x = np.asarray(args[0])
+            self.count += x.size // x.shape[kwargs.get("axis", -1)]
+        return NotImplemented
+
+
+def test_the_summed_quantities_pay_their_inverse_transforms_once_whatever_the_segments():
+    """The squares and the rows outside the blocks are lagged sums of the whole input, ``q d``
+    inverse transforms each; only the block sums, one transform per base block, go by
+    segments: the count is the same for segments of one base block and one segment."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(600, 5))
+    info = BlockInfo(0, 13, 590, 600)  # base blocks 0..73 of 8 rows are valid (S = 7)
+    a_ext, b = x[13:597, :2], x[13:590, 2:]
+    counts = []
+    for segment_rows in (8, 10**6):
+        counter = InverseTransforms()
+        with scipy.fft.set_backend(counter):
+            response_block_partial(a_ext, b, 7, info, base_block=8, segment_rows=segment_rows)
+        counts.append(counter.count)
+    q, d, base_blocks = 2, 3, 73 - 13 // 8  # blocks 1..73 touched by the rows [13, 584)
+    assert counts == [(base_blocks + 2) * q * d] * 2
 
 
 def _flatten(partial):

@@ -80,6 +80,25 @@ def test_strided_lagged_sums_are_the_sums_of_b_spread_on_its_origins(
     assert_close(out, brute_lagged_sums(a, spread, max_lag))
 
 
+@pytest.mark.parametrize("products", [True, False], ids=["by-products", "element-wise"])
+@pytest.mark.parametrize("origins", [slice(0, None, 1), slice(2, None, 3)])
+def test_summed_cross_spectra_by_matrix_products_or_element_wise(monkeypatch, products, origins):
+    """The cross spectra summed over the sub-blocks, as one matrix product per frequency or
+    element by element, give the brute-force sums; on strided origins too, whose spectrum
+    repeats along the frequencies."""
+    monkeypatch.setattr(lagged, "MATMUL_COLUMNS", 1 if products else 10**9)
+    monkeypatch.setattr(lagged, "STRIDED_LAGS", 0)  # by transforms
+    rng = np.random.default_rng(3)
+    length, max_lag = 3000, 40
+    rows = range(length)[origins]
+    a, b = rng.normal(size=(length + max_lag, 3)), rng.normal(size=(len(rows), 2))
+    spread = np.zeros((length, 2))
+    spread[origins] = b
+    out = strided_lagged_sums(a, b, max_lag, origins, length)
+    assert_close(out, brute_lagged_sums(a, spread, max_lag))
+    assert_close(lagged_sums(a, spread, max_lag, block_rows=256), out)
+
+
 @pytest.mark.parametrize("max_lag", [6, 0])  # S = 0: block sums of products, no transform
 @pytest.mark.parametrize("offset", [0, 1, 9])
 def test_blockwise_lagged_sums_are_the_sums_of_each_block(offset, max_lag):

@@ -135,6 +135,48 @@ def test_chunks_by_segments_equal_one_segment(monkeypatch, forcing):
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("forcing", ["constant", "varying"])
+def test_spans_of_one_segment_equal_one_span_per_chunk(monkeypatch, forcing):
+    """A chunk goes by spans of whole segments, whose summed lagged sums (the squares, the
+    replicates' and the neighbours' shifts) are transformed once per span: spans of one segment
+    of one base block give the partials of one span per chunk, replicates, neighbours, corrected
+    scores and Stein residuals and all."""
+    model, x = ou_samples(3000, 12)
+    density = small_density(x)
+    scores = {"kme": DensityScore(density, 5, 0.02), "exact": FunctionScore(model.score)}
+    # stand-ins for the fold refits and a neighbouring model: only their responses are read
+    shifts = 0.1 * np.random.default_rng(1).standard_normal((4, 2, 2))
+    others = [FunctionScore(lambda v, e=e: model.score(v) + v @ e) for e in shifts]
+    reduction = response_reduction(
+        scores, identity_observable(NAMES),
+        Forcing(NAMES, None if forcing == "constant" else forcing_profile), 37,
+        centre=x.mean(axis=0), base_block=64, corrected=("kme", "exact"), origin=x.mean(axis=0),
+        replicates={"exact": others[:3]}, neighbours={"kme": others[3:]}, replicate_stride=2,
+    )  # fmt: skip
+    monkeypatch.setattr("kelr_dist.kernels.response.blocking.SEGMENT_BYTES", 1)
+    whole = reduce_in_memory(reduction, x, [1400, 1600])  # one span per chunk
+    monkeypatch.setattr("kelr_dist.kernels.response.operator.SPAN_BYTES", 1)  # a segment each
+    split = reduce_in_memory(reduction, x, [1400, 1600])
+    for name in scores:
+        w, s = whole[name], split[name]
+        assert (s.kept, s.n) == (w.kept, w.n)
+        for got, want in [
+            (s.mean, w.mean),
+            (s.stderr, w.stderr),
+            (s.stein_residual, w.stein_residual),
+            (s.stein_residual_stderr, w.stein_residual_stderr),
+            (s.correction, w.correction),
+            (s.estimator_stderr, w.estimator_stderr),
+            (s.model_shift, w.model_shift),
+        ]:
+            if want is None:  # the scores with neither replicates nor neighbours
+                assert got is None
+                continue
+            # quantities of order one; the corrected Stein residual is zero up to rounding
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert whole["exact"].estimator_stderr is not None and whole["kme"].model_shift is not None
+
+
 def test_response_mean_equals_brute_force_and_never_crosses_chains():
     model, x = ou_samples(700, 3, chains=3)
     density = small_density(x)

@@ -204,10 +204,11 @@ def response_block_partial(
     info : where the chunk sits (:class:`kelr_dist.kernels.reduction.BlockInfo`).
     base_block : ``K0`` (default :func:`default_base_block`); must be the same for all chunks.
     max_levels : cap on the number of block levels ``K0 2^j`` (default: all with a block).
-    segment_rows : a long chunk is processed in aligned segments of about this many rows
-        (rounded to a multiple of ``K0``), merged like separate chunks: memory stays at
-        ``(segment_rows / K0) x (S+1) x q x d`` block sums plus the FFT work space. Default:
-        :func:`segment_length`.
+    segment_rows : the block sums of a long chunk are processed in aligned segments of about
+        this many rows (rounded to a multiple of ``K0``), merged like separate chunks: memory
+        stays at ``(segment_rows / K0) x (S+1) x q x d`` block sums plus the FFT work space.
+        Default: :func:`segment_length`. The squares and the rows outside the blocks are summed
+        over the whole input, whatever the segments: their ``q d`` inverse transforms once.
     ones : the last ``ones`` columns of ``b`` are 1 on every row (the constant feature of the
         Stein correction): their lagged sums are window sums of ``a``, with no transform
         (:func:`kelr_dist.kernels.response.lagged.window_sums`).
@@ -233,44 +234,21 @@ def response_block_partial(
     n_levels = 0
     while k0 << n_levels <= valid_rows and (max_levels is None or n_levels < max_levels):
         n_levels += 1
-    # long chunks go by aligned segments, merged as separate chunks would be: bounded memory
-    if segment_rows is None:
-        segment_rows = segment_length(max_lag, a_ext.shape[1] * b.shape[1], k0)
-    partial = None
-    for piece, rows in aligned_segments(info, k0 * max(1, segment_rows // k0), max_lag):
-        part = _segment_partial(
-            a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels, ones
-        )
-        partial = part if partial is None else merge_block_partial(partial, part)
-    assert partial is not None  # a block has at least one row
-    return partial
-
-
-def _segment_partial(
-    a_ext: np.ndarray,
-    b: np.ndarray,
-    max_lag: int,
-    info: BlockInfo,
-    k0: int,
-    n_levels: int,
-    ones: int,
-) -> Partial:
-    """:func:`response_block_partial` of one segment (validated input, ``n_levels`` levels)."""
-    start, stop, n_chain = info.start, info.stop, info.chain_length
-    valid_rows = max(n_chain - max_lag, 0)
-    squares = lagged_sums(a_ext**2, b**2, max_lag, ones=ones)
-    # base blocks touched by the chunk that are valid: ids [first, last)
-    first = start // k0
-    last = min(-(-stop // k0), valid_rows // k0)
-    in_blocks = max(min(stop, last * k0) - start, 0)
-    sums = lagged_sums(a_ext[in_blocks:], b[in_blocks:], max_lag, ones=ones)  # outside the blocks
+    # the chunk's rows in valid base blocks, [start, blocked): the rest is outside the levels
+    blocked = max(min(info.stop, valid_rows // k0 * k0), info.start)
+    in_blocks = blocked - info.start
     shape = (max_lag + 1, a_ext.shape[1], b.shape[1])
+    # summed over the whole input: their q d inverse transforms once, not once per segment
     partial = {
         "max_lag": max_lag,
         "base_block": k0,
-        "counts": np.clip(np.minimum(stop, n_chain - np.arange(max_lag + 1)) - start, 0, None),
-        "sums": sums,
-        "squares": squares,
+        "counts": np.clip(
+            np.minimum(info.stop, info.chain_length - np.arange(max_lag + 1)) - info.start,
+            0,
+            None,
+        ),
+        "sums": lagged_sums(a_ext[in_blocks:], b[in_blocks:], max_lag, ones=ones),
+        "squares": lagged_sums(a_ext**2, b**2, max_lag, ones=ones),
         "n_blocks": np.zeros(n_levels, dtype=np.int64),
         "block_mean": np.zeros((n_levels, *shape)),
         "block_m2": np.zeros((n_levels, *shape)),
@@ -278,15 +256,50 @@ def _segment_partial(
     }
     if in_blocks == 0:
         return partial
-    block_sums = blockwise_lagged_sums(a_ext, b[:in_blocks], max_lag, k0, start - first * k0, ones)
-    partial["sums"] = sums + block_sums.sum(axis=0)
-    ids = np.arange(first, last)
-    rows = np.minimum(stop, (ids + 1) * k0) - np.maximum(start, ids * k0)
-    for level in range(n_levels):
+    # the block sums go by aligned segments, merged as separate chunks' would be: bounded memory
+    if segment_rows is None:
+        segment_rows = segment_length(max_lag, a_ext.shape[1] * b.shape[1], k0)
+    size = k0 * max(1, segment_rows // k0)
+    within = BlockInfo(info.chain, info.start, blocked, info.chain_length)
+    for piece, rows in aligned_segments(within, size, max_lag):
+        part = _segment_levels(
+            a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels, ones
+        )
+        _merge_levels(partial, part)
+        np.add(partial["sums"], part["sums"], out=partial["sums"])
+    return partial
+
+
+def _segment_levels(
+    a_ext: np.ndarray,
+    b: np.ndarray,
+    max_lag: int,
+    info: BlockInfo,
+    k0: int,
+    levels: int,
+    ones: int,
+) -> Partial:
+    """The ``levels`` block levels of one segment whose rows all lie in valid base blocks:
+    ``"sums"`` (the total of its block sums), ``"n_blocks"``, ``"block_mean"``, ``"block_m2"``
+    and ``"edges"`` as in :func:`response_block_partial`."""
+    valid_rows = max(info.chain_length - max_lag, 0)
+    first = info.start // k0
+    block_sums = blockwise_lagged_sums(a_ext, b, max_lag, k0, info.start - first * k0, ones)
+    ids = np.arange(first, -(-info.stop // k0))
+    rows = np.minimum(info.stop, (ids + 1) * k0) - np.maximum(info.start, ids * k0)
+    shape = block_sums.shape[1:]
+    partial: Partial = {
+        "sums": block_sums.sum(axis=0),
+        "n_blocks": np.zeros(levels, dtype=np.int64),
+        "block_mean": np.zeros((levels, *shape)),
+        "block_m2": np.zeros((levels, *shape)),
+        "edges": {},
+    }
+    for level in range(levels):
         size = k0 << level
         if level:
             ids, rows, block_sums = _pair_up(ids, rows, block_sums)
-        # only the first and the last block can be cut by the chunk's edges
+        # only the first and the last block can be cut by the segment's edges
         lo, hi = int(rows[0] < size), ids.shape[0] - int(rows[-1] < size)
         if hi > lo:
             (
@@ -326,6 +339,16 @@ def merge_block_partial(total: Partial, part: Partial) -> Partial:
     for key in ("max_lag", "base_block"):
         if total[key] != part[key]:
             raise ValueError(f"cannot combine partials with {key} {total[key]} and {part[key]}")
+    _merge_levels(total, part)
+    total["counts"] = total["counts"] + part["counts"]
+    np.add(total["sums"], part["sums"], out=total["sums"])
+    np.add(total["squares"], part["squares"], out=total["squares"])
+    return total
+
+
+def _merge_levels(total: Partial, part: Partial) -> None:
+    """The block levels and edges of ``part`` merged into ``total``'s, in place (the rest of
+    :func:`merge_block_partial`)."""
     k0 = total["base_block"]
     edges = total["edges"]
     promoted: dict[int, list[np.ndarray]] = {}
@@ -350,10 +373,6 @@ def merge_block_partial(total: Partial, part: Partial) -> Partial:
         _merge_level(total, level, n_b, part["block_mean"][level], part["block_m2"][level])
     for level in sorted(promoted):
         _merge_level(total, level, *_level_stats(np.stack(promoted[level]), k0 << level))
-    total["counts"] = total["counts"] + part["counts"]
-    np.add(total["sums"], part["sums"], out=total["sums"])
-    np.add(total["squares"], part["squares"], out=total["squares"])
-    return total
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,19 @@ from kelr_dist.kernels.compiled import compiled
 _SPECTRUM_BUDGET = 1 << 20
 
 
+#: the summed cross spectra of :func:`lagged_sums` are one matrix product over the sub-blocks
+#: per frequency when ``a`` and ``b`` both have at least this many columns, else an element-wise
+#: sum by groups of fewer sub-blocks: with fewer columns the per-frequency products are too
+#: small for BLAS (see docs/benchmarks.md, section 'Tuning constants')
+MATMUL_COLUMNS = 16
+
+
+def _by_products(q: int, d: int) -> bool:
+    """Whether the summed cross spectra of ``q`` and ``d`` columns are matrix products (their
+    groups then hold as many sub-blocks as their spectra alone allow)."""
+    return min(q, d) >= MATMUL_COLUMNS
+
+
 #: bytes the cross spectra of one call may take, ``q d (F/2 + 1)`` complex numbers (and their
 #: inverse transforms): with hundreds of components both ``q`` and ``d`` are large, and the
 #: columns of ``b`` are then transformed in groups that fit
@@ -121,12 +134,20 @@ class _Spectra:
 
     def summed_cross(self) -> np.ndarray:
         """The cross spectra summed over the sub-blocks, ``sum_k a[i, k, f] conj(b[j, k, f])``,
-        ``(q, d, F//2+1)`` (``b`` is conjugated in place)."""
+        ``(q, d, F//2+1)`` (perhaps a transposed view; ``b`` is conjugated in place): one matrix
+        product over the sub-blocks per frequency when both sides have at least
+        :data:`MATMUL_COLUMNS` columns, else element-wise."""
         b = np.conjugate(self.b, out=self.b)
         n_freq, period = self.a.shape[-1], b.shape[-1]
+        if _by_products(self.a.shape[0], b.shape[0]):
+            # f = u P + v with P the period: b's spectrum repeats along the frequencies
+            b = b if period == n_freq else b[..., np.arange(n_freq) % period]
+            a = np.ascontiguousarray(self.a.transpose(2, 0, 1))  # (F//2+1, q, k)
+            cross = a @ np.ascontiguousarray(b.transpose(2, 1, 0))  # (F//2+1, k, d)
+            return cross.transpose(1, 2, 0)
         if period == n_freq:
             return np.einsum("ikf,jkf->ijf", self.a, b)
-        # f = u P + v with P the period: b's repeated spectrum meets a's in pieces of length P
+        # b's repeated spectrum meets a's in pieces of length P
         repeats = -(-n_freq // period)
         a = np.zeros((*self.a.shape[:2], repeats * period), dtype=self.a.dtype)
         a[..., :n_freq] = self.a
@@ -143,7 +164,13 @@ def _transform_length(rows: int, stride: int) -> int:
 
 
 def _spectra(
-    a: np.ndarray, b: np.ndarray, block: int, max_lag: int, offset: int, stride: int = 1
+    a: np.ndarray,
+    b: np.ndarray,
+    block: int,
+    max_lag: int,
+    offset: int,
+    stride: int = 1,
+    summed: bool = False,
 ) -> Iterator[_Spectra]:
     """Real FFTs of the sub-blocks of ``b`` and of their ``a`` windows, in groups.
 
@@ -155,10 +182,15 @@ def _spectra(
     ``0, m, 2m, ...`` (zeros between). The transform of such a block is the transform of its
     ``K / m`` rows, of length ``F / m``, repeated ``m`` times along the frequencies: ``m`` times
     less work than the transform of the spread rows, kept unrepeated.
+
+    A group's spectra and the cross spectra of its sub-blocks stay within
+    :data:`_SPECTRUM_BUDGET`; ``summed``: the caller sums the cross spectra over the sub-blocks
+    by matrix products (:meth:`_Spectra.summed_cross`), so only the spectra count and a group
+    holds more of them, the products' inner dimension.
     """
     n_blocks = -(-(offset + stride * b.shape[0]) // block)
     length = _transform_length(block + max_lag, stride)
-    columns = a.shape[1] + b.shape[1] + a.shape[1] * b.shape[1]  # spectra and cross spectra
+    columns = a.shape[1] + b.shape[1] + (0 if summed else a.shape[1] * b.shape[1])
     per_group = max(1, _SPECTRUM_BUDGET // (columns * (length // 2 + 1)))
     for first in range(0, n_blocks, per_group):
         count = min(per_group, n_blocks - first)
@@ -275,9 +307,10 @@ def _summed_spectra(
         parts = [_summed_spectra(a, b[:, g], block, max_lag, stride) for g in groups]
         return np.concatenate(parts, axis=-1)
     total: np.ndarray | None = None
-    for spec in _spectra(a, b, block, max_lag, offset=0, stride=stride):
+    summed = _by_products(a.shape[1], b.shape[1])
+    for spec in _spectra(a, b, block, max_lag, offset=0, stride=stride, summed=summed):
         term = spec.summed_cross()
-        total = term if total is None else total + term
+        total = np.ascontiguousarray(term) if total is None else np.add(total, term, out=total)
     assert total is not None  # b has rows, so there is at least one sub-block
     return _to_lags(total, spec.length, max_lag)
 

@@ -478,7 +478,22 @@ def stein_target(
     return observable.jacobian(x, steps) * c[:, None, :] + a[:, :, None] * dc[:, None, :]
 
 
-#: bytes of the lag-0 Stein residual products of one piece of a segment (rows in whole base
+#: bytes of a span's arrays (:meth:`_ResponseKernel.row_bytes` per row): a chunk's response
+#: partial goes by spans of as many whole segments of the blocking as fit, at least one. Each
+#: span pays the ``q d`` inverse transforms of its summed lagged sums (squares, shifts) once, so
+#: with hundreds of columns, where a segment holds a few base blocks, the spans save most of
+#: them; their arrays above the workers' mmap threshold take fresh pages once per span, a small
+#: cost against the transforms saved (see docs/benchmarks.md, section 'Tuning constants')
+SPAN_BYTES = 128 * 2**20
+
+
+def span_length(segment: int, row_bytes: int) -> int:
+    """Rows per span of a chunk: the most whole segments of ``segment`` rows whose arrays,
+    ``row_bytes`` per row, fit in :data:`SPAN_BYTES` (at least one segment)."""
+    return segment * max(1, SPAN_BYTES // (segment * max(row_bytes, 1)))
+
+
+#: bytes of the lag-0 Stein residual products of one piece of a span (rows in whole base
 #: blocks, at least one)
 STEIN_PIECE_BYTES = 64 * 2**20
 
@@ -550,25 +565,42 @@ class _ResponseKernel:
     replicate_stride: int = 1
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
-        """The chunk's partial, by the blocking's segments
-        (:func:`~kelr_dist.kernels.response.blocking.segment_length`, aligned to the base blocks;
-        each with the next ``S`` rows as its halo), merged like separate chunks: every array of a
-        segment stays under the workers' mmap threshold and is reused from the heap, where
-        whole-chunk arrays would take fresh pages on every task (see docs/benchmarks.md,
-        section 'Tuning constants')."""
+        """The chunk's partial, by spans of whole segments of the blocking
+        (:func:`~kelr_dist.kernels.response.blocking.segment_length`, aligned to the time index;
+        each with the next ``S`` rows as its halo), merged like separate chunks: a span is
+        :func:`span_length` rows, its arrays within :data:`SPAN_BYTES`. Its scores are evaluated
+        once, and its lagged sums that only add up (the squares, the replicates' and the
+        neighbours' shifts) pay their ``q d`` inverse transforms once per span; its block sums
+        go by segments, whose arrays stay under the workers' mmap threshold and are reused from
+        the heap (see docs/benchmarks.md, section 'Tuning constants')."""
         halo = np.empty((0, x.shape[1])) if halo is None else halo
         k0 = default_base_block(self.max_lag) if self.base_block is None else self.base_block
-        size = segment_length(self.max_lag, len(self.observable.names) * self.columns, k0)
+        segment = segment_length(self.max_lag, len(self.observable.names) * self.columns, k0)
         total = None
-        for piece, rows in aligned_segments(info, size, self.max_lag):
+        for piece, rows in aligned_segments(
+            info, span_length(segment, self.row_bytes), self.max_lag
+        ):
             if rows.stop <= x.shape[0]:
                 x_ext = x[rows]
-            else:  # the last segments' halo runs into the chunk's halo
+            else:  # the last spans' halo runs into the chunk's halo
                 x_ext = np.concatenate([x[rows.start :], halo[: rows.stop - x.shape[0]]])
-            part = self._segment(x_ext, piece)
+            part = self._span(x_ext, piece, segment)
             total = part if total is None else _combine(total, part, merge_block_partial)
         assert total is not None
         return total
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes per row of a span's arrays (:func:`span_length`): ``x``, ``A`` and its
+        square, ``B`` and its square, the scores' values and, on the replicates' origins, the
+        replicates' and the neighbours' values and shifts, all float64."""
+        others = sum(len(v) for v in self.replicates.values()) + sum(
+            len(v) for v in self.neighbours.values()
+        )
+        own = len(self.scores) + len(self.unrefitted)
+        q, components = len(self.observable.names), len(self.forcing.names)
+        floats = components + 2 * q + 2 * self.columns + own * components
+        return 8 * (floats + -(-2 * others * self.forcing.width // self.replicate_stride))
 
     @property
     def columns(self) -> int:
@@ -582,14 +614,14 @@ class _ResponseKernel:
         correction = correction_width(d, constant, periodic) if self.corrected else 0
         return len(self.scores) * self.forcing.width + correction
 
-    def _segment(self, x_ext: np.ndarray, info: BlockInfo) -> dict[str, Any]:
+    def _span(self, x_ext: np.ndarray, info: BlockInfo, segment: int) -> dict[str, Any]:
         """Every score's ``B`` side by side (then the correction's columns), so one transform
         of ``A`` serves them all: ``blocks`` holds their lagged sums with the block-averaging
         partials, ``shifts`` the plain lagged sums of the jackknife replicates' and the
         neighbouring models' differences from their score's ``B`` on the origins of
         :func:`replicate_origins` (only their means are used), ``stein`` every score's lag-0
         residual products, ``parts`` per score (and refit) what is not lagged; ``x_ext`` holds
-        the segment's rows followed by its halo."""
+        the span's rows followed by its halo, whose block sums go by ``segment`` rows."""
         x = x_ext[: info.length]
         # column-major: every transform and product below reads one column at a time
         a_ext = np.subtract(self.observable(x_ext), self.centre, order="F")
@@ -671,6 +703,7 @@ class _ResponseKernel:
                 self.max_lag,
                 info,
                 self.base_block,
+                segment_rows=segment,
                 # z̃ ends with its constant feature: its sums need no transform
                 ones=int(z is not None and self.forcing.function is None),
             ),
@@ -691,8 +724,8 @@ class _ResponseKernel:
         variable ``b (n, d)``, then the target ``∂_j(c_j A_i)`` itself, and their block-averaging
         partial, by aligned row pieces whose
         ``k q d`` products stay within :data:`STEIN_PIECE_BYTES` (with d in the hundreds,
-        ``q d`` columns of a whole segment would take gigabytes; with a few components a
-        segment is one piece); the pieces merge like separate chunks."""
+        ``q d`` columns of a whole span would take gigabytes; with a few components a
+        span is one piece); the pieces merge like separate chunks."""
         k0 = default_base_block(0)
         width = (len(conjugates) + 1) * a.shape[1] * self.forcing.width
         total = None
@@ -714,7 +747,7 @@ class _ResponseKernel:
                 residuals.reshape(-1, piece.length).T, np.ones((piece.length, 1)), 0, piece
             )
             total = part if total is None else merge_block_partial(total, part)
-        assert total is not None  # a segment has at least one row
+        assert total is not None  # a span has at least one row
         return total
 
     def _conjugate(
@@ -728,7 +761,7 @@ class _ResponseKernel:
         parts: dict[str, Any],
         rows: slice = slice(None),
     ) -> np.ndarray:
-        """``B`` of score ``key`` from its values ``s``, ``kept`` at ``x``, the segment's
+        """``B`` of score ``key`` from its values ``s``, ``kept`` at ``x``, the span's
         ``rows``: an estimated score must be finite where it is used; its counts go to
         ``parts[key]``."""
         finite = np.logical_and.reduce([np.isfinite(column) for column in s.T])
@@ -822,7 +855,7 @@ def _combine(
 ) -> dict[str, Any]:
     """Two chunks' partials merged; ``blocks`` merges their blocking partials
     (:func:`~kelr_dist.kernels.response.blocking.merge_block_partial` into ``a``'s own, for a
-    running total over a chunk's segments)."""
+    running total over a chunk's spans)."""
     parts = {
         name: {key: value + b["parts"][name][key] for key, value in part.items()}
         for name, part in a["parts"].items()
