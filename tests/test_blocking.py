@@ -9,12 +9,14 @@ from scipy.signal import lfilter
 
 from kelr_dist.kernels.reduction import BlockInfo, Reduction, reduce_in_memory
 from kelr_dist.kernels.response.blocking import (
+    MIN_BLOCKS,
     block_standard_error,
     combine_block_partials,
     default_base_block,
     fitted_base_block,
     merge_block_partial,
     response_block_partial,
+    useful_levels,
 )
 from kelr_dist.kernels.response.lagged import lagged_sums
 from kelr_dist.testing import lag_counts
@@ -223,6 +225,26 @@ def test_standard_error_of_an_ar1_mean_matches_the_analytic_value(rho):
     else:  # correlated: naive error far too small, chosen block well past the correlation time
         assert res.sigma[0, 0, 0, 0] < 0.3 * expected
         assert res.block_size[0, 0, 0] >= 256
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.99])
+def test_the_levels_past_the_useful_ones_change_nothing(rho):
+    """A partial cut to :func:`useful_levels` (the levels with at least MIN_BLOCKS blocks over
+    the chains) gives the standard errors, block sizes and flags of one with every level, and
+    holds fewer: the longer levels are never chosen."""
+    n, chains, max_lag, k0 = 40_000, 3, 20, 64
+    x = ar1(n, rho, seed=7, chains=chains)
+    traj = np.stack([x, np.roll(x, 3, axis=1)], axis=-1)
+    levels = useful_levels(k0, chains, n, max_lag)
+    assert chains * ((n - max_lag) // (k0 << (levels - 1))) >= MIN_BLOCKS
+    assert chains * ((n - max_lag) // (k0 << levels)) < MIN_BLOCKS
+    every = reduce_in_memory(blocking_reduction(1, max_lag, k0), traj, chunks=7_000)
+    cut = reduce_in_memory(blocking_reduction(1, max_lag, k0, levels), traj, chunks=7_000)
+    assert cut.sigma.shape[0] == levels + 1 < every.sigma.shape[0]
+    np.testing.assert_array_equal(cut.stderr, every.stderr)
+    np.testing.assert_array_equal(cut.block_size, every.block_size)
+    np.testing.assert_array_equal(cut.converged, every.converged)
+    assert useful_levels(k0, 1, 10 * k0, max_lag) == 1  # never none
 
 
 def test_too_few_blocks_is_flagged_not_converged():

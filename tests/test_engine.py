@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -24,6 +25,7 @@ from distributed.comm import CommClosedError
 
 from kelr_dist.engine.cluster import ClusterError, WorkerTuning, close_embedded_cluster, get_client
 from kelr_dist.engine.failures import PassContext
+from kelr_dist.engine.graph import COMBINE_BYTES, combine_fan_in
 from kelr_dist.engine.passes import (
     build_graph,
     keep_in_memory,
@@ -221,6 +223,26 @@ def test_building_the_graph_computes_nothing(tmp_path) -> None:
         with pytest.raises(RuntimeError, match="computed"):
             data.sum().compute()  # the guard itself works
     assert len(graph.blocks) == 2 * 17
+
+
+def test_large_partials_narrow_the_combine_tree(tmp_path) -> None:
+    """Reductions that declare large partials get a combine tree of a smaller fan-in (down to
+    2), so that a combine task holds at most COMBINE_BYTES of them; small ones keep
+    ``split_every``."""
+    x = make_trajectory(np.random.default_rng(5), chains=2, n=50)
+    data = write_zarr(tmp_path / "t.zarr", x, time_chunk=3)
+    big = dataclasses.replace(LAGGED, partial_bytes=COMBINE_BYTES // 3)
+    huge = dataclasses.replace(LAGGED, partial_bytes=COMBINE_BYTES)
+    assert combine_fan_in(8, 0) == 8 and combine_fan_in(8, COMBINE_BYTES // 3) == 3
+    assert combine_fan_in(8, 10 * COMBINE_BYTES) == 2
+    for reductions, fan_in in (([LAGGED], 8), ([big], 3), ([big, huge], 2)):
+        graph = build_graph(data, reductions, split_every=8)
+        blocks = len(graph.blocks)
+        expected, parts = 0, blocks
+        while parts > 1:
+            expected += parts // fan_in + (parts % fan_in > 1)
+            parts = -(-parts // fan_in)
+        assert len(graph.combines) == expected, (reductions, fan_in)
 
 
 LOADED_BLOCKS: list[int] = []

@@ -426,7 +426,8 @@ def build_graph(
                     dask_key_name=key,
                 )
             blocks.append(task)
-    root, combines = combine_tree(blocks, shared, split_every, f"{prefix}-combine")
+    fan_in = combine_fan_in(split_every, sum(int(r.partial_bytes) for r in reductions))
+    root, combines = combine_tree(blocks, shared, fan_in, f"{prefix}-combine")
     total = dask.delayed(_stitched, pure=False)(root, dask_key_name=f"{prefix}-total")
     return ReductionGraph(
         tuple(blocks),
@@ -435,6 +436,20 @@ def build_graph(
         tuple(edges[k0] for k0, _ in groups) + (n,),
         tuple(combines),
     )
+
+
+#: bytes of partials one combine task may hold at once: where the reductions' partials are
+#: large (the response pass's block statistics with hundreds of components) the tree's fan-in
+#: shrinks to fit, down to 2, so a worker holds a few partials, not ``split_every`` of them
+COMBINE_BYTES = 1 << 30
+
+
+def combine_fan_in(split_every: int, partial_bytes: int) -> int:
+    """The combine tree's fan-in: ``split_every``, or fewer (at least 2) so that a combine
+    task's partials, ``partial_bytes`` each, fit in :data:`COMBINE_BYTES`."""
+    if partial_bytes <= 0:
+        return split_every
+    return max(2, min(split_every, COMBINE_BYTES // partial_bytes))
 
 
 def combine_tree(

@@ -74,6 +74,9 @@ class Reduction:
     combine : associative, commutative merge of two partials.
     finalize : turns the fully combined partial into the pass result.
     halo : rows of look-ahead the chunk kernel needs (the maximum lag ``S`` for lagged sums).
+    partial_bytes : the size of one partial, about (0: small or not known); the engine narrows
+        the combine tree where the partials are large, so that a combine task holds a bounded
+        amount of them.
     """
 
     name: str
@@ -81,6 +84,7 @@ class Reduction:
     combine: Callable[[Partial, Partial], Partial] = add_partials
     finalize: Callable[[Partial], Any] = _finalize_identity
     halo: int = 0
+    partial_bytes: int = 0
 
 
 def block_bounds(n: int, chunk_lengths: Sequence[int] | int) -> list[tuple[int, int]]:

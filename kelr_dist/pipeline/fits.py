@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from kelr_dist.kernels.reduction import Reduction
-from kelr_dist.kernels.response.blocking import fitted_base_block
+from kelr_dist.kernels.response.blocking import fitted_base_block, useful_levels
 from kelr_dist.kernels.response.operator import (
     DIFFERENCE_STEP,
     Score,
@@ -98,6 +98,8 @@ def response_read(
     fold refits and neighbouring models for the fit's own variance."""
     scores, replicates, neighbours, unrefitted = found
     n_samples = math.prod(inputs.trajectory.shape[:2])
+    chains, length = inputs.trajectory.shape[:2]
+    base_block = fitted_base_block(inputs.max_lag, chains, length)
     return response_reduction(
         scores,
         setting.observable,
@@ -110,9 +112,10 @@ def response_read(
         replicates=replicates,
         periods=setting.periods,
         neighbours=neighbours,
-        base_block=fitted_base_block(inputs.max_lag, *inputs.trajectory.shape[:2]),
+        base_block=base_block,
         unrefitted=unrefitted,
         replicate_stride=replicate_stride(n_samples),
+        max_levels=useful_levels(base_block, chains, length, inputs.max_lag),
     )
 
 

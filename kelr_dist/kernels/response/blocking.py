@@ -108,6 +108,27 @@ BASE_BLOCKS = 256
 CHAIN_BLOCKS = 4
 
 
+#: fewest blocks (pooled over the chains) a level needs to be chosen by
+#: :func:`block_standard_error`: its standard error then has a relative error of at most
+#: ``1 / sqrt(2 (n_b - 1))``, 12.7%
+MIN_BLOCKS = 32
+
+
+def useful_levels(
+    base_block: int, chains: int, chain_length: int, max_lag: int, min_blocks: int = MIN_BLOCKS
+) -> int:
+    """The block levels ``K0 2^j`` that can be chosen: those with at least ``min_blocks``
+    whole blocks pooled over ``chains`` chains of ``chain_length`` rows (at least 1). A longer
+    level is never read by :func:`block_standard_error`, so a partial need not hold it: its
+    statistics are ``(S+1) q d`` numbers per level, the largest part of a partial with many
+    components."""
+    valid = max(chain_length - max_lag, 0)  # rows n with n + S < N_c
+    levels = 0
+    while chains * (valid // (base_block << levels)) >= min_blocks:
+        levels += 1
+    return max(levels, 1)
+
+
 def fitted_base_block(max_lag: int, chains: int, chain_length: int) -> int:
     """Base block ``K0`` fitted to the lags and to the data: the smallest power of two
     ``>= BASE_BLOCK_LAGS S`` (and ``>= 256``), halved while fewer than :data:`BASE_BLOCKS`
@@ -432,7 +453,7 @@ def lagged_means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.divide(sums, n1, out=np.full(sums.shape, np.nan), where=n1 > 0)
 
 
-def block_standard_error(partial: Partial, min_blocks: int = 32) -> BlockingResult:
+def block_standard_error(partial: Partial, min_blocks: int = MIN_BLOCKS) -> BlockingResult:
     """Standard errors of the lagged means by reblocking (see the module docstring).
 
     Parameters

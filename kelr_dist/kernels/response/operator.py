@@ -563,6 +563,9 @@ class _ResponseKernel:
     #: the replicates and the neighbours are read on every ``replicate_stride``-th origin
     #: (:func:`replicate_stride`)
     replicate_stride: int = 1
+    #: block levels the partials hold (:func:`~kelr_dist.kernels.response.blocking.
+    #: useful_levels`; ``None``: every level with a block)
+    max_levels: int | None = None
 
     def chunk(self, x: np.ndarray, info: BlockInfo, halo: np.ndarray | None) -> dict[str, Any]:
         """The chunk's partial, by spans of whole segments of the blocking
@@ -588,6 +591,16 @@ class _ResponseKernel:
             total = part if total is None else _combine(total, part, merge_block_partial)
         assert total is not None
         return total
+
+    def partial_bytes(self, levels: int) -> int:
+        """Bytes of one partial, about: the block statistics (mean and sum of squares per
+        level, the sums and the squares), ``(2 levels + 2) (S + 1) q`` :attr:`columns`, and
+        the replicates' and neighbours' lagged sums, float64."""
+        q, d = len(self.observable.names), self.forcing.width
+        others = sum(len(v) for v in self.replicates.values()) + sum(
+            len(v) for v in self.neighbours.values()
+        )
+        return 8 * (self.max_lag + 1) * q * ((2 * levels + 2) * self.columns + others * d)
 
     @property
     def row_bytes(self) -> int:
@@ -703,6 +716,7 @@ class _ResponseKernel:
                 self.max_lag,
                 info,
                 self.base_block,
+                max_levels=self.max_levels,
                 segment_rows=segment,
                 # z̃ ends with its constant feature: its sums need no transform
                 ones=int(z is not None and self.forcing.function is None),
@@ -1044,6 +1058,7 @@ def response_reduction(
     neighbours: Mapping[str, Sequence[Score]] | None = None,
     unrefitted: Mapping[str, Score] | None = None,
     replicate_stride: int = 1,
+    max_levels: int | None = None,
 ) -> Reduction:
     """The response pass: ``k(s) = (1/N_s) Σ_n (A(X_{n+s}) - Ā) ⊗ B(X_n)`` (eq. 6, in
     covariance form) for every score in ``scores``, with block-averaging standard errors and the
@@ -1065,8 +1080,10 @@ def response_reduction(
     (:func:`~kelr_dist.kernels.scores.refit.refit_reduction`): its lag-0 Stein residual becomes the
     score's uncorrected one. The replicates' and the neighbours' responses are the score's plus
     their difference from it, read on every ``replicate_stride``-th origin
-    (:func:`replicate_stride`; 1, the default, reads them on every row). Finalizes to
-    ``{name: ResponseResult}``.
+    (:func:`replicate_stride`; 1, the default, reads them on every row). ``max_levels`` caps the
+    block levels a partial holds (:func:`~kelr_dist.kernels.response.blocking.useful_levels`:
+    the longer ones are never chosen); it also sizes the partials for the engine's combine tree.
+    Finalizes to ``{name: ResponseResult}``.
     """
     if int(max_lag) != max_lag or max_lag < 0:
         raise ValueError(f"max_lag must be a non-negative integer, got {max_lag!r}")
@@ -1108,6 +1125,7 @@ def response_reduction(
         neighbours,
         unrefitted,
         int(replicate_stride),
+        None if max_levels is None else int(max_levels),
     )
     counts = {name: len(refits) for name, refits in replicates.items()}
     return Reduction(
@@ -1123,6 +1141,7 @@ def response_reduction(
             tuple(unrefitted),
         ),
         halo=int(max_lag),
+        partial_bytes=0 if max_levels is None else kernel.partial_bytes(max_levels),
     )
 
 
