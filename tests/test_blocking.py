@@ -339,3 +339,21 @@ def test_columns_of_a_wide_result_are_the_result_of_those_columns_alone():
         part = wide.columns(cols)
         for field in ("mean", "stderr", "block_size", "converged", "sigma", "sigma_error"):
             np.testing.assert_allclose(getattr(part, field), getattr(alone, field), rtol=1e-12)
+
+
+def test_a_wide_result_by_groups_of_columns_is_the_result_at_once(monkeypatch):
+    """With hundreds of columns the standard errors go by groups of columns
+    (STANDARD_ERROR_BYTES); each entry's statistics are its own, so the result is the same."""
+    from kelr_dist.kernels.response import blocking
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4000, 9))
+    info = BlockInfo(0, 0, 4000, 4000)
+    partial = response_block_partial(x[:, :2], x[:, 2:], 8, info, 16)
+    whole = block_standard_error(partial)
+    level_bytes = 8 * (partial["n_blocks"].shape[0] + 1) * 9 * 2  # one column of every level
+    monkeypatch.setattr(blocking, "STANDARD_ERROR_BYTES", 3 * level_bytes)  # groups of 3 of 7
+    grouped = block_standard_error(partial)
+    for field in ("mean", "stderr", "block_size", "converged", "sigma", "sigma_error"):
+        np.testing.assert_array_equal(getattr(grouped, field), getattr(whole, field))
+    np.testing.assert_array_equal(grouped.n_blocks, whole.n_blocks)

@@ -453,6 +453,12 @@ def lagged_means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.divide(sums, n1, out=np.full(sums.shape, np.nan), where=n1 > 0)
 
 
+#: bytes of one ``(levels, S+1, q, columns)`` array :func:`block_standard_error` works on at a
+#: time: a result with hundreds of components on both sides is computed by groups of its
+#: columns (each entry's statistics are its own), so its temporaries stay within a few times this
+STANDARD_ERROR_BYTES = 64 * 2**20
+
+
 def block_standard_error(partial: Partial, min_blocks: int = MIN_BLOCKS) -> BlockingResult:
     """Standard errors of the lagged means by reblocking (see the module docstring).
 
@@ -464,10 +470,34 @@ def block_standard_error(partial: Partial, min_blocks: int = MIN_BLOCKS) -> Bloc
 
     Returns
     -------
-    :class:`BlockingResult`.
+    :class:`BlockingResult`, computed by groups of the last axis' entries that keep each
+    level's array within :data:`STANDARD_ERROR_BYTES`.
     """
     if min_blocks < 2:
         raise ValueError(f"min_blocks must be at least 2, got {min_blocks}")
+    sums = partial["sums"]
+    levels = partial["n_blocks"].shape[0] + 1
+    width = max(1, STANDARD_ERROR_BYTES // (8 * levels * max(sums[..., :1].size, 1)))
+    if width >= sums.shape[-1]:
+        return _standard_errors(partial, min_blocks)
+    out: dict[str, np.ndarray] = {}
+    for lo in range(0, sums.shape[-1], width):
+        columns = slice(lo, lo + width)
+        piece = {
+            **partial,
+            **{key: partial[key][..., columns] for key in ("sums", "squares", "block_m2")},
+        }
+        part = _standard_errors(piece, min_blocks)
+        for name in ("mean", "stderr", "block_size", "converged", "sigma", "sigma_error"):
+            value = getattr(part, name)
+            if name not in out:  # the whole result's arrays, filled group by group
+                out[name] = np.empty((*value.shape[:-1], sums.shape[-1]), dtype=value.dtype)
+            out[name][..., columns] = value
+    return replace(part, **out)
+
+
+def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
+    """:func:`block_standard_error` of all the partial's entries at once."""
     counts = np.asarray(partial["counts"])
     lag_shape = (-1,) + (1,) * (partial["sums"].ndim - 1)
     n1 = counts.reshape(lag_shape).astype(np.float64)
