@@ -255,9 +255,9 @@ def response_block_partial(
     n_levels = 0
     while k0 << n_levels <= valid_rows and (max_levels is None or n_levels < max_levels):
         n_levels += 1
-    # the chunk's rows in valid base blocks, [start, blocked): the rest is outside the levels
-    blocked = max(min(info.stop, valid_rows // k0 * k0), info.start)
-    in_blocks = blocked - info.start
+    # the chunk's rows in valid base blocks, [start, block_end): the rest is outside the levels
+    block_end = max(min(info.stop, valid_rows // k0 * k0), info.start)
+    in_blocks = block_end - info.start
     shape = (max_lag + 1, a_ext.shape[1], b.shape[1])
     # summed over the whole input: their q d inverse transforms once, not once per segment
     partial = {
@@ -281,7 +281,7 @@ def response_block_partial(
     if segment_rows is None:
         segment_rows = segment_length(max_lag, a_ext.shape[1] * b.shape[1], k0)
     size = k0 * max(1, segment_rows // k0)
-    within = BlockInfo(info.chain, info.start, blocked, info.chain_length)
+    within = BlockInfo(info.chain, info.start, block_end, info.chain_length)
     for piece, rows in aligned_segments(within, size, max_lag):
         part = _segment_levels(
             a_ext[rows], b[rows][: piece.length], max_lag, piece, k0, n_levels, ones
