@@ -173,9 +173,9 @@ def test_deeply_nested_yaml_is_one_line_naming_the_depth(levels, tmp_path) -> No
     assert not (tmp_path / "s.zarr").exists()
 
 
-def test_a_50_mb_store_path_is_quoted_in_120_characters(tmp_path) -> None:
+def test_a_5_mb_store_path_is_quoted_in_120_characters(tmp_path) -> None:
     job = tmp_path / "long.yaml"
-    job.write_text(f"input: {{store: {'s' * 50 * 2**20}}}\noutputs: {{result: r.zarr}}\n")
+    job.write_text(f"input: {{store: {'s' * 5 * 2**20}}}\noutputs: {{result: r.zarr}}\n")
     line = one_error_line(kelr("run", job), "run")
     assert "long.yaml:" in line and "sss..." in line
     assert max(map(len, line.split())) <= 120 and len(line) < 300, len(line)

@@ -42,17 +42,25 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return paths
 
 
+@pytest.fixture(scope="module")
+def auto(stores: dict[str, Path]) -> xr.Dataset:
+    """The automatic estimate of coupled-3d in this process (its pilot skips the kernel
+    embedding)."""
+    return quiet_estimate(stores["coupled-3d"])
+
+
 def quiet_estimate(path: Path, **options: object) -> xr.Dataset:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return estimate_response(path, **{**FAST, **options})  # type: ignore[arg-type]
 
 
-def test_a_family_that_cannot_win_goes_no_further(stores: dict[str, Path]) -> None:
+def test_a_family_that_cannot_win_goes_no_further(
+    stores: dict[str, Path], auto: xr.Dataset
+) -> None:
     """Coupled 3-D wells: the kernel embedding's held-out loss is far behind score matching's
     on the pilot rows, so it goes no further; the result records why, and its score-matching
     response is the one ``estimator="score-matching"`` gives."""
-    auto = quiet_estimate(stores["coupled-3d"])
     alone = quiet_estimate(stores["coupled-3d"], estimator="score-matching")
     assert auto.attrs["pilot_skipped"] == "kernel-embedding"
     assert auto.attrs["pilot_stride"] == steps.PILOT_MIN_STRIDE
@@ -107,12 +115,12 @@ def test_the_pilot_subsample_is_every_kth_row_in_any_chunking(chunks: object) ->
 
 
 def test_the_pilot_on_worker_processes_decides_as_in_this_process(
-    stores: dict[str, Path],
+    stores: dict[str, Path], auto: xr.Dataset
 ) -> None:
     """A real cluster of two worker processes: the gathered subsample is scattered to the
     workers, and the pilot's losses, decision and the response are those of the synchronous
     run."""
-    here = quiet_estimate(stores["coupled-3d"])
+    here = auto
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster,
         Client(cluster) as client,
