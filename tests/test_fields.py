@@ -37,9 +37,8 @@ FAST_CLI = ["--estimator", "score-matching", "--degree", "1", "--max-lag", "8",
             "--scheduler", "synchronous", "-q"]  # fmt: skip
 
 
-def _samples() -> np.ndarray:
-    """``(N, 3, 4)`` samples of a damped field diffusing along longitude, land set to NaN."""
-    rng = np.random.default_rng(45)
+def _step() -> np.ndarray:
+    """The AR(1) step ``expm(-G dt)`` of the field: damped, diffusing along longitude."""
     d = LAT.size * LON.size
     generator = np.eye(d)
     for a in range(LAT.size):
@@ -47,7 +46,14 @@ def _samples() -> np.ndarray:
             p, q = a * LON.size + b, a * LON.size + (b + 1) % LON.size
             generator[[p, q], [q, p]] -= 0.3
             generator[[p, q], [p, q]] += 0.3
-    step = scipy.linalg.expm(-generator * DT)
+    return scipy.linalg.expm(-generator * DT)
+
+
+def _samples() -> np.ndarray:
+    """``(N, 3, 4)`` samples of a damped field diffusing along longitude, land set to NaN."""
+    rng = np.random.default_rng(45)
+    d = LAT.size * LON.size
+    step = _step()
     x = np.zeros((N, d))
     noise = rng.standard_normal((N, d)) * np.sqrt(DT)
     for t in range(1, N):
@@ -217,13 +223,7 @@ def _precision(field: xr.DataArray) -> np.ndarray:
     """``C⁻¹`` of the sea points' stationary law (the AR(1) of :func:`_samples`, Gaussian): the
     exact score of their samples is ``-C⁻¹ x``."""
     d = LAT.size * LON.size
-    generator = np.eye(d)
-    for a in range(LAT.size):
-        for b in range(LON.size):
-            p, q = a * LON.size + b, a * LON.size + (b + 1) % LON.size
-            generator[[p, q], [q, p]] -= 0.3
-            generator[[p, q], [p, q]] += 0.3
-    step = scipy.linalg.expm(-generator * DT)
+    step = _step()
     cov = scipy.linalg.solve_discrete_lyapunov(step, DT * np.eye(d))
     kept = np.isfinite(field.isel(time=0).values.reshape(-1))
     return np.linalg.inv(cov[np.ix_(kept, kept)])

@@ -97,6 +97,30 @@ def test_response_pass_over_any_chunking_equals_one_chunk(seed, cuts, max_lag):
     assert whole["kme"].kept < 3000  # the threshold rejects some rows
 
 
+def assert_same_results(whole: dict, split: dict, rtol: float) -> None:
+    """Every score's results of two runs agree: counts exactly, the responses, standard errors,
+    Stein residuals, corrections, jackknife errors and model shifts to ``rtol`` (a result one
+    run lacks, the other lacks too)."""
+    assert whole.keys() == split.keys()
+    for name, w in whole.items():
+        s = split[name]
+        assert (s.kept, s.n) == (w.kept, w.n)
+        for got, want in [
+            (s.mean, w.mean),
+            (s.stderr, w.stderr),
+            (s.stein_residual, w.stein_residual),
+            (s.stein_residual_stderr, w.stein_residual_stderr),
+            (s.correction, w.correction),
+            (s.estimator_stderr, w.estimator_stderr),
+            (s.model_shift, w.model_shift),
+        ]:
+            if want is None:  # a score with neither replicates nor neighbours
+                assert got is None
+                continue
+            # quantities of order one; the corrected Stein residual is zero up to rounding
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-12)
+
+
 @pytest.mark.parametrize("forcing", ["constant", "varying"])
 def test_chunks_by_segments_equal_one_segment(monkeypatch, forcing):
     """A chunk goes by the blocking's segments, each with its own halo (the last ones running
@@ -121,18 +145,7 @@ def test_chunks_by_segments_equal_one_segment(monkeypatch, forcing):
         "kelr_dist.kernels.response.blocking.SEGMENT_BYTES", 1
     )  # one base block each
     split = reduce_in_memory(reduction, x, [1400, 1600])
-    for name in scores:
-        w, s = whole[name], split[name]
-        assert (s.kept, s.n) == (w.kept, w.n)
-        for got, want in [
-            (s.mean, w.mean),
-            (s.stderr, w.stderr),
-            (s.stein_residual, w.stein_residual),
-            (s.stein_residual_stderr, w.stein_residual_stderr),
-            (s.correction, w.correction),
-        ]:
-            # quantities of order one; the corrected Stein residual is zero up to rounding
-            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    assert_same_results(whole, split, rtol=1e-9)
 
 
 @pytest.mark.parametrize("forcing", ["constant", "varying"])
@@ -157,23 +170,7 @@ def test_spans_of_one_segment_equal_one_span_per_chunk(monkeypatch, forcing):
     whole = reduce_in_memory(reduction, x, [1400, 1600])  # one span per chunk
     monkeypatch.setattr("kelr_dist.kernels.response.operator.SPAN_BYTES", 1)  # a segment each
     split = reduce_in_memory(reduction, x, [1400, 1600])
-    for name in scores:
-        w, s = whole[name], split[name]
-        assert (s.kept, s.n) == (w.kept, w.n)
-        for got, want in [
-            (s.mean, w.mean),
-            (s.stderr, w.stderr),
-            (s.stein_residual, w.stein_residual),
-            (s.stein_residual_stderr, w.stein_residual_stderr),
-            (s.correction, w.correction),
-            (s.estimator_stderr, w.estimator_stderr),
-            (s.model_shift, w.model_shift),
-        ]:
-            if want is None:  # the scores with neither replicates nor neighbours
-                assert got is None
-                continue
-            # quantities of order one; the corrected Stein residual is zero up to rounding
-            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert_same_results(whole, split, rtol=1e-10)
     assert whole["exact"].estimator_stderr is not None and whole["kme"].model_shift is not None
 
 
