@@ -597,23 +597,22 @@ class _ResponseKernel:
         level, the sums and the squares), ``(2 levels + 2) (S + 1) q`` :attr:`columns`, and
         the replicates' and neighbours' lagged sums, float64."""
         q, d = len(self.observable.names), self.forcing.width
-        others = sum(len(v) for v in self.replicates.values()) + sum(
-            len(v) for v in self.neighbours.values()
-        )
-        return 8 * (self.max_lag + 1) * q * ((2 * levels + 2) * self.columns + others * d)
+        return 8 * (self.max_lag + 1) * q * ((2 * levels + 2) * self.columns + self.others * d)
 
     @property
     def row_bytes(self) -> int:
         """Bytes per row of a span's arrays (:func:`span_length`): ``x``, ``A`` and its
         square, ``B`` and its square, the scores' values and, on the replicates' origins, the
         replicates' and the neighbours' values and shifts, all float64."""
-        others = sum(len(v) for v in self.replicates.values()) + sum(
-            len(v) for v in self.neighbours.values()
-        )
         own = len(self.scores) + len(self.unrefitted)
         q, components = len(self.observable.names), len(self.forcing.names)
         floats = components + 2 * q + 2 * self.columns + own * components
-        return 8 * (floats + -(-2 * others * self.forcing.width // self.replicate_stride))
+        return 8 * (floats + -(-2 * self.others * self.forcing.width // self.replicate_stride))
+
+    @property
+    def others(self) -> int:
+        """The jackknife replicates and the neighbouring models, all scores'."""
+        return sum(map(len, self.replicates.values())) + sum(map(len, self.neighbours.values()))
 
     @property
     def columns(self) -> int:
