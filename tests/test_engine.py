@@ -560,6 +560,54 @@ def test_numpy_input_runs_on_worker_processes(process_client: Client) -> None:
     assert_partials_close(result, reduce_in_memory(LAGGED, x), 1e-12)
 
 
+def finalized_where(partial: dict) -> tuple[int, float]:
+    """The process that finalizes, and a number of the partial."""
+    return os.getpid(), float(partial["sum"].sum())
+
+
+def finalize_fails(partial: dict) -> None:
+    raise ArithmeticError(f"finalize failed on {partial['count']} rows")
+
+
+def test_the_workers_finalize_and_the_caller_receives_the_results(process_client: Client) -> None:
+    """The combined partials are finalized on the worker that holds them (a large partial never
+    reaches the caller); an exception a finalize raises reaches the caller as it is."""
+    x = make_trajectory(np.random.default_rng(15), chains=2, n=3000)
+    trajectory = xr.DataArray(da.from_array(x, chunks=(1, 500, 3)), dims=DIMS)
+    where = Reduction("where", moments_kernel, finalize=finalized_where)
+    pid, total = run_reduction(trajectory, where, process_client, progress=False)
+    assert pid in process_client.run(os.getpid).values()
+    assert pid != os.getpid()
+    assert total == pytest.approx(x.sum())
+    assert run_reduction(trajectory, where, "synchronous")[1] == pytest.approx(x.sum())
+    fails = Reduction("fails", moments_kernel, finalize=finalize_fails)
+    for client in (process_client, "synchronous"):
+        with pytest.raises(ArithmeticError, match="^finalize failed on 6000 rows$"):
+            run_reductions(trajectory, [where, fails], client, progress=False)
+
+
+def axis_sums(partial: dict) -> np.ndarray:
+    return partial["a"].sum(axis=0)
+
+
+def test_the_root_is_finalized_alike_where_it_was_combined_and_where_it_arrives() -> None:
+    """A strided array in the root partial (as a combine may leave it) is finalized as the
+    C-ordered copy another worker receives: a sum along an axis rounds by the layout, and a
+    pass must give the same bits wherever its last task runs (a lost worker moves it)."""
+    from kelr_dist.engine.graph import Stitched, _finish
+
+    strided = np.moveaxis(np.random.default_rng(16).standard_normal((2, 4400, 11)), 2, 0)
+    received = pickle.loads(pickle.dumps(strided))
+    assert not strided.flags.c_contiguous and received.flags.c_contiguous
+    assert not np.array_equal(strided.sum(axis=0), received.sum(axis=0))  # the hazard
+    reductions = (Reduction("sums", moments_kernel, finalize=axis_sums),)
+    here, there = (
+        _finish(Stitched(({"a": a},), {}, {}, 4400), reductions).results()[0]
+        for a in (strided, received)
+    )
+    np.testing.assert_array_equal(here, there)
+
+
 def blas_threads(x: np.ndarray, info: BlockInfo, halo: None) -> np.ndarray:
     from threadpoolctl import threadpool_info
 

@@ -20,7 +20,8 @@ workers). The rule that keeps a pass small in any chunking: **a task reads what 
   first rows of the chunks after it; each chunk is computed once per pass.
 
 Then a ``split_every``-ary tree of ``combine`` tasks over the blocks in (chain, time) order;
-its root (every cut stitched) goes to the client for ``finalize``. Any split of a chain into
+its root (every cut stitched) is finalized by a last task on the worker that holds it
+(:class:`Finished`): the caller receives the results, never the partials. Any split of a chain into
 pieces gives the same partials up to rounding (the reductions' contract,
 :mod:`kelr_dist.kernels.reduction`). The tree's shape depends only on the blocks, so a
 task recomputed after a lost worker gives the identical result. The graph is built with
@@ -77,7 +78,8 @@ class ReductionGraph:
     ----------
     blocks : one ``Delayed`` per task (a run of consecutive store chunks of one chain),
         giving its :class:`Stitched` partials, in (chain, time) order.
-    total : ``Delayed`` of the tuple of fully combined partials (one per reduction).
+    total : ``Delayed`` of the :class:`Finished` results (one per reduction, finalized where
+        the combined partials are).
     reductions : the reductions, in the order of the partials.
     task_edges : row boundaries of the tasks within a chain (the same for every chain):
         task ``g`` of chain ``c`` reduces rows ``task_edges[g]:task_edges[g + 1]``.
@@ -291,12 +293,52 @@ def _stitch(part: Stitched, reductions: tuple[Reduction, ...]) -> Stitched:
     return Stitched(tuple(partials), tails, heads, n)
 
 
-def _stitched(part: Stitched) -> tuple[Partial, ...]:
-    """The partials of the whole trajectory: no rows may be left before a cut."""
+@dataclass(frozen=True)
+class Finished:
+    """What the root of a pass sends back: each reduction's finalized result, or the exception
+    a ``finalize`` raised (re-raised as it is where the pass was sent, :meth:`results`)."""
+
+    values: tuple[Any, ...] | None
+    error: Exception | None = None
+
+    def results(self) -> list[Any]:
+        """The reductions' results; raises the exception of a ``finalize`` that failed."""
+        if self.error is not None:
+            raise self.error
+        assert self.values is not None
+        return list(self.values)
+
+
+def _in_c_order(partial: Partial) -> Partial:
+    """``partial`` with every array C-ordered, as a partial sent between processes arrives (a
+    strided array is pickled as a C-ordered copy): a ``finalize`` that sums along an axis
+    rounds by the array's layout, so the root partial held where it was combined and the
+    same partial received from another worker must look alike to give the same bits."""
+    if isinstance(partial, np.ndarray):
+        return np.ascontiguousarray(partial)
+    if isinstance(partial, dict):
+        return {key: _in_c_order(value) for key, value in partial.items()}
+    if isinstance(partial, list | tuple):
+        return type(partial)(_in_c_order(value) for value in partial)
+    return partial
+
+
+@naming_the_worker
+def _finish(part: Stitched, reductions: tuple[Reduction, ...]) -> Finished:
+    """The root task: every reduction's ``finalize`` on the partials of the whole trajectory
+    (no rows may be left before a cut), on the worker that holds them. The caller receives
+    the results alone, a few arrays the size of the estimate, not the partials (which can be
+    much larger: block statistics of every lag and pair of columns)."""
     if part.tails or part.heads:
         left = ", ".join(f"chain {c} row {b}" for c, b in sorted({**part.tails, **part.heads}))
         raise RuntimeError(f"the cuts at {left} were never stitched")
-    return part.partials
+    partials = _in_c_order(part.partials)
+    del part  # a finalize may hold its temporaries beside the partials, not a second copy
+    try:
+        values = tuple(r.finalize(p) for r, p in zip(reductions, partials, strict=True))
+    except Exception as err:  # noqa: BLE001 - the caller raises it as the pass's own error
+        return Finished(None, err)
+    return Finished(values)
 
 
 # --- on the client ----------------------------------------------------------------------------
@@ -428,7 +470,7 @@ def build_graph(
             blocks.append(task)
     fan_in = combine_fan_in(split_every, sum(int(r.partial_bytes) for r in reductions))
     root, combines = combine_tree(blocks, shared, fan_in, f"{prefix}-combine")
-    total = dask.delayed(_stitched, pure=False)(root, dask_key_name=f"{prefix}-total")
+    total = dask.delayed(_finish, pure=False)(root, shared, dask_key_name=f"{prefix}-total")
     return ReductionGraph(
         tuple(blocks),
         total,

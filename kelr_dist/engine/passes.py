@@ -2,8 +2,9 @@
 
 Every pass of the estimate is a :class:`kelr_dist.kernels.reduction.Reduction`.
 :func:`run_reductions` maps their ``chunk`` kernels over the blocks of a lazily loaded
-trajectory, tree-combines the partials on the workers and finalizes on the client, so that only
-partial sums travel, never samples (apart from the few halo rows a lagged kernel needs).
+trajectory, tree-combines the partials on the workers and finalizes them there, so that only
+partial sums travel between workers, never samples (apart from the few halo rows a lagged
+kernel needs), and only the results reach the caller.
 Several reductions in one call share each block's read.
 
 The engine's jobs, one module each:
@@ -136,8 +137,10 @@ def run_reductions(
 
     Returns
     -------
-    ``[reduction.finalize(combined partial) for reduction in reductions]``; the same as
-    :func:`kelr_dist.kernels.reduction.reduce_in_memory` on the whole array, up to rounding.
+    ``[reduction.finalize(combined partial) for reduction in reductions]``, computed by the
+    worker that holds the combined partials (only the results are sent to this process); the
+    same as :func:`kelr_dist.kernels.reduction.reduce_in_memory` on the whole array, up to
+    rounding. An exception raised by a ``finalize`` is raised here as it is.
 
     Raises
     ------
@@ -173,9 +176,9 @@ def run_reductions(
     for observer in tuple(_GRAPH_OBSERVERS):
         observer(graph)
     if isinstance(client, str):  # SYNCHRONOUS
-        (partials,) = dask.compute(graph.total, scheduler="synchronous")
+        (outcome,) = dask.compute(graph.total, scheduler="synchronous")
         check_unchanged(opened)
-        return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
+        return outcome.results()
     where = PassContext.of(trajectory, graph, client)
     where.require_connection(client)
     check_store_on_workers(trajectory, client, where)
@@ -222,7 +225,7 @@ def run_reductions(
                 if future.key in blocks:
                     bar.update()
         try:
-            partials = total.result()
+            outcome = total.result()
         except (CancelledError, KilledWorker):
             raise where.failure(client, total) from None
     except BaseException:
@@ -232,7 +235,7 @@ def run_reductions(
             client.cancel([total, *pending.values()])
         raise
     check_unchanged(opened)
-    return [r.finalize(p) for r, p in zip(graph.reductions, partials, strict=True)]
+    return outcome.results()
 
 
 def _blamed(future: Any, pending: dict[Any, Any], blocks: set[Any]) -> Any:

@@ -409,7 +409,6 @@ class BlockingResult:
     block_sizes : ``(levels,)`` ``K`` of each level: ``1, K0, 2 K0, ...``.
     n_blocks : ``(levels, S+1)`` blocks per level and lag.
     sigma : ``(levels, S+1, q, d)`` standard-error estimate of each level (NaN with < 2 blocks).
-    sigma_error : ``(levels, S+1, q, d)`` its own error ``sigma / sqrt(2 (n_b - 1))``.
     """
 
     mean: np.ndarray
@@ -419,7 +418,13 @@ class BlockingResult:
     block_sizes: np.ndarray
     n_blocks: np.ndarray
     sigma: np.ndarray
-    sigma_error: np.ndarray
+
+    @property
+    def sigma_error(self) -> np.ndarray:
+        """``(levels, S+1, q, d)`` the error of each level's ``sigma``:
+        ``sigma / sqrt(2 (n_b - 1))`` (NaN with fewer than 2 blocks)."""
+        nb = self.n_blocks.reshape(self.n_blocks.shape + (1,) * (self.sigma.ndim - 2))
+        return self.sigma / np.sqrt(np.where(nb >= 2, 2.0 * (nb - 1), np.nan))
 
     def columns(self, index: slice, axis: int = -1) -> BlockingResult:
         """The result of the entries ``index`` along ``axis`` of ``(S+1, q, d)`` (-1: ``j``,
@@ -434,7 +439,6 @@ class BlockingResult:
             block_size=self.block_size[entries],
             converged=self.converged[entries],
             sigma=self.sigma[levels],
-            sigma_error=self.sigma_error[levels],
         )
 
 
@@ -488,7 +492,7 @@ def block_standard_error(partial: Partial, min_blocks: int = MIN_BLOCKS) -> Bloc
             **{key: partial[key][..., columns] for key in ("sums", "squares", "block_m2")},
         }
         part = _standard_errors(piece, min_blocks)
-        for name in ("mean", "stderr", "block_size", "converged", "sigma", "sigma_error"):
+        for name in ("mean", "stderr", "block_size", "converged", "sigma"):
             value = getattr(part, name)
             if name not in out:  # the whole result's arrays, filled group by group
                 out[name] = np.empty((*value.shape[:-1], sums.shape[-1]), dtype=value.dtype)
@@ -510,7 +514,6 @@ def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
     )
     block_sizes = np.r_[1, partial["base_block"] << np.arange(partial["n_blocks"].shape[0])]
     nb = n_blocks.reshape(n_blocks.shape + (1,) * (sigma.ndim - 2)).astype(np.float64)
-    sigma_error = sigma / np.sqrt(np.where(nb >= 2, 2 * (nb - 1), np.nan))
 
     enough = (nb >= min_blocks) & np.isfinite(sigma)
     ratio = np.divide(sigma, sigma[:1], out=np.ones(sigma.shape), where=sigma[:1] > 0)
@@ -534,5 +537,4 @@ def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
         block_sizes=block_sizes,
         n_blocks=n_blocks,
         sigma=sigma,
-        sigma_error=sigma_error,
     )
