@@ -79,7 +79,9 @@ from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS, MAX_FOLDS
 from kelr_dist.kernels.scores.heldout import ESTIMATORS
 from kelr_dist.kernels.scores.local import LOCAL_DIMENSION, SYMMETRIES
 
-INDEX_SETS = ("auto", "total", "box", "adaptive", "local")
+#: the index sets of the local score model
+LOCAL_INDEX_SETS = ("local", "local-adaptive")
+INDEX_SETS = ("auto", "total", "box", "adaptive", *LOCAL_INDEX_SETS)
 DELTA_RULES = ("auto", "paper")
 OBSERVABLES = ("identity", "square", "angles", *KINDS)
 FORCINGS = ("constant", "linear")
@@ -715,7 +717,7 @@ class EstimateOptions(_Options):
                 f"a per-coordinate {name('order')} {self.order} needs "
                 f"{name('index_set')}='box', got 'total'"
             )
-        if self.neighbours is not None and self.index_set not in ("auto", "local"):
+        if self.neighbours is not None and self.index_set not in ("auto", *LOCAL_INDEX_SETS):
             raise _invalid(
                 f"{name('neighbours')} is for the local score model: leave "
                 f"{name('index_set')}='auto' or give 'local', got {self.index_set!r}"
