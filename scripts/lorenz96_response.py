@@ -20,7 +20,8 @@ Three ways:
 2. *This package*, on one equilibrium trajectory of ``--samples`` samples. By default on all
    ``K`` sites with the local score model (``index_set="local"``, ``neighbours="ring"``,
    ``symmetry="translation"``: one fit of every site's score on its neighbourhood, the sites'
-   Gram sums added), with the observables ``(1/K) Σ_k x_k``, ``(1/K) Σ_k (x_k - m)²`` and each
+   Gram sums added; ``--index-set local-adaptive``: its index set grown by held-out loss), with
+   the observables ``(1/K) Σ_k x_k``, ``(1/K) Σ_k (x_k - m)²`` and each
    ``(x_k - m)²`` (``m``: the trajectory's site mean), and besides the sites' forcings the
    uniform one (a change of ``F``) as a forcing pattern of its own (``kelr_dist.Forcing`` with
    ``patterns``: its standard errors hold the correlations between the sites), read directly:

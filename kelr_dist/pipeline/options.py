@@ -644,7 +644,8 @@ class EstimateOptions(_Options):
         "its total degree, budget by the number of samples, local from "
         f"{LOCAL_DIMENSION} components on), total (fixed total degree for both), box "
         "m_k <= M_k, adaptive (auto, with no degree given), local: score matching per "
-        "component on its neighbourhood",
+        "component on its neighbourhood, local-adaptive: local with its index set grown by "
+        "held-out loss",
     )
     neighbours: Annotated[Any, BeforeValidator(_neighbours)] = option(
         None,

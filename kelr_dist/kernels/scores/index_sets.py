@@ -21,6 +21,10 @@ coefficients are matrix products with the held-out fold's ``G`` and ``b``. ``A``
 by the block inverse. Nothing is read again from the data. Candidates collinear with the set
 (``s`` below :data:`SCHUR_FLOOR` of ``G[a, a]``) are not added.
 
+Several independent fits may share one set (:func:`grow_blocks`: the sites of a local model,
+:mod:`~kelr_dist.kernels.scores.local`): their changes of the held-out loss are added, and the
+arithmetic of every fold and fit is done side by side, on stacked matrices.
+
 References: T. Gerstner and M. Griebel, "Dimension-adaptive tensor-product quadrature",
 Computing 71 (2003) 65–87 (the reduced margin of a downward-closed set); G. Blatman and
 B. Sudret, "Adaptive sparse polynomial chaos expansion based on least angle regression",

@@ -25,6 +25,12 @@ features); one Gram pass at the largest radius and degree holds every candidate'
 With ``symmetry="translation"`` (a ring or a periodic grid) every site uses the same weights:
 the loss is then that of one fit whose ``G`` and ``b`` are the sums over sites.
 
+An adaptive index set (:func:`adaptive_features`, :func:`grow_local`) spends the same Gram cost
+unevenly: a dictionary of lower total degrees and of single components and pairs to a higher
+degree, in which a downward-closed set is grown from the chosen radius and degree by held-out
+loss (:func:`~kelr_dist.kernels.scores.index_sets.grow_blocks`), one set for the sites of each
+neighbourhood shape (all of them when tied).
+
 Reference: A. Hyvärinen, "Estimation of non-normalized statistical models by score matching",
 J. Mach. Learn. Res. 6 (2005) 695–709 (the loss); the decoupling over components of a
 pseudo-likelihood-like objective on a graph is that of J. Besag, "Statistical analysis of
