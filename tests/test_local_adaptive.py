@@ -81,3 +81,22 @@ def test_local_adaptive_end_to_end_on_a_ring() -> None:
     assert ds.attrs["score_matching_index_set"] == "local-adaptive"
     np.testing.assert_allclose(ds["response"].isel(lag=0), np.eye(12), atol=1e-8)
     assert np.isfinite(ds["response_total_stderr"]).all()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_local_growth_path_holds_the_refits_held_out_losses(tied: bool) -> None:
+    """Every step's held-out loss per fold, computed in closed form for all sites side by side,
+    is that of the sites refitted on the set of that step (each site alone, or tied)."""
+    from kelr_dist.kernels.scores.local import grow_local
+
+    x = _sextic_sites(6, 12_000, seed=4)
+    features = LocalFeatures(lattice((6,), radius=1), _coordinates(x), (0, 2), tied, reach=5)
+    sums = _local_sums(x, features)
+    growth = grow_local(sums, features.mask(1, 1))
+    path = growth.paths[0]
+    assert growth.groups == ((0, 1, 2, 3, 4, 5),) and len(path.losses) > 3
+    for step in range(len(path.losses)):
+        members = np.zeros((6, features.width), dtype=bool)
+        members[:, : path.order.size] = path.members(step)
+        refits = [sums.loss(sums.fit(members, (0.0,), without=f)[0], f) for f in range(4)]
+        np.testing.assert_allclose(path.fold_losses[step], refits, rtol=1e-6, atol=1e-8)
