@@ -100,3 +100,20 @@ def test_a_local_growth_path_holds_the_refits_held_out_losses(tied: bool) -> Non
         members[:, : path.order.size] = path.members(step)
         refits = [sums.loss(sums.fit(members, (0.0,), without=f)[0], f) for f in range(4)]
         np.testing.assert_allclose(path.fold_losses[step], refits, rtol=1e-6, atol=1e-8)
+
+
+def test_a_local_adaptive_set_stopped_by_its_dictionary_reports_the_truncation() -> None:
+    """Score ``-x_i⁵``, grown from the linear features: a dictionary that reaches degree 3 or 5
+    along the site's own component is used up there with the loss still falling (the
+    TruncationWarning's message says where); one that reaches degree 7 is not."""
+    from kelr_dist.pipeline.steps import score_matching_truncation
+
+    x = _sextic_sites(8, 21_000)
+    coords, hoods = _coordinates(x), lattice((8,), radius=1)
+    for reach, truncated in ((3, True), (5, True), (7, False)):
+        choice = choose_local(_local_sums(x, LocalFeatures(hoods, coords, (0, 1), True, reach)))
+        found = score_matching_truncation(choice, x.shape[0])
+        assert (found is not None) == truncated, (reach, choice.pick)
+        if found is not None:
+            assert choice.degree == reach and found.drop > 5 * found.drop_stderr
+            assert "adaptive index set" in found.message

@@ -295,7 +295,8 @@ def score_matching_truncation(choice: AnyScoreMatching, n_samples: int) -> Trunc
             *found,
             "a site's features grow with the samples, as 5 N^(1/3) (tied sites: 5 (N d)^(1/3)), "
             "up to the Gram pass's cost (local.site_budget): more samples raise it",
-            where=f" at radius {choice.radius} of the local model",
+            where=f" at radius {choice.radius} of the local model"
+            + ("" if choice.growth is None else ", along a component of its adaptive index set"),
         )
     if choice.path is not None:
         return adaptive_truncation(choice, n_samples)
