@@ -721,7 +721,8 @@ class EstimateOptions(_Options):
         if self.neighbours is not None and self.index_set not in ("auto", *LOCAL_INDEX_SETS):
             raise _invalid(
                 f"{name('neighbours')} is for the local score model: leave "
-                f"{name('index_set')}='auto' or give 'local', got {self.index_set!r}"
+                f"{name('index_set')}='auto' or give 'local' or 'local-adaptive', got "
+                f"{self.index_set!r}"
             )
         if self.index_set == "adaptive" and self.degree != "auto":
             raise _invalid(
