@@ -20,7 +20,8 @@ Three ways:
 2. *This package*, on one equilibrium trajectory of ``--samples`` samples. By default on all
    ``K`` sites with the local score model (``index_set="local"``, ``neighbours="ring"``,
    ``symmetry="translation"``: one fit of every site's score on its neighbourhood, the sites'
-   Gram sums added), with the observables ``(1/K) Σ_k x_k``, ``(1/K) Σ_k (x_k - m)²`` and each
+   Gram sums added; ``--index-set local-adaptive``: its index set grown by held-out loss), with
+   the observables ``(1/K) Σ_k x_k``, ``(1/K) Σ_k (x_k - m)²`` and each
    ``(x_k - m)²`` (``m``: the trajectory's site mean), and besides the sites' forcings the
    uniform one (a change of ``F``) as a forcing pattern of its own (``kelr_dist.Forcing`` with
    ``patterns``: its standard errors hold the correlations between the sites), read directly:
@@ -318,7 +319,7 @@ def package(
         moments = RingMoments(site_mean)
         labels = ("site mean", "mean square", *(f"{c}^2" for c in model.components))
         options["observable"] = kelr_dist.Observable(labels, moments, moments.derivative)
-        options.update(index_set="local", neighbours="ring", symmetry=args.symmetry)
+        options.update(index_set=args.index_set, neighbours="ring", symmetry=args.symmetry)
         # the uniform forcing (a change of F) as a column of its own: its standard errors
         # then hold the correlations between the sites' columns
         options["forcing"] = kelr_dist.Forcing(
@@ -465,6 +466,8 @@ def main() -> None:
     routes.add_argument("--reduce", help="estimate on the leading EOFs instead, e.g. 'eof(8)'")
     parser.add_argument("--symmetry", default="translation", choices=("translation", "none"),
                         help="the local score model's symmetry (all-sites route)")  # fmt: skip
+    parser.add_argument("--index-set", default="local", choices=("local", "local-adaptive"),
+                        help="the local score model's index set (all-sites route)")  # fmt: skip
     parser.add_argument("--estimator", default="score-matching", help="estimate_response's")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--output", type=Path, help="write the Markdown table here")
@@ -504,8 +507,14 @@ def main() -> None:
     elif args.window is not None:
         route, fitted = f"a window of {args.window} sites", f"degree {ds.attrs.get('degree')}"
     else:
-        route = f"all {args.K} sites, local score model (ring, symmetry {args.symmetry})"
-        fitted = f"radius {ds.attrs.get('local_radius')}, degree {ds.attrs.get('degree')}"
+        route = (
+            f"all {args.K} sites, local score model (ring, symmetry {args.symmetry}, "
+            f"index set {ds.attrs.get('score_matching_index_set')})"
+        )
+        fitted = (
+            f"radius {ds.attrs.get('local_radius')}, degree {ds.attrs.get('degree')}, "
+            f"{ds.attrs.get('score_matching_features')} features"
+        )
     print(f"package: {ds.attrs['estimator']}, {fitted}, "
           f"{time.perf_counter() - started:.0f} s")  # fmt: skip
     started = time.perf_counter()

@@ -139,7 +139,9 @@ def estimate_response(
         budget (``kelr_dist.pipeline.steps.dictionary_budget``; attributes
         ``score_matching_features``, ``score_matching_max_degrees``). ``"total"``: total degree
         for both, fixed; ``"box"``: ``m_k ≤ M_k``; ``"adaptive"``: ``"auto"`` (no ``degree``
-        may be given).
+        may be given); ``"local"``, ``"local-adaptive"``: the local score model below, the
+        latter with its index set grown by held-out loss
+        (``kelr_dist.kernels.scores.local.grow_local``).
     neighbours, symmetry : the local score model (``kelr_dist.kernels.scores.local``; the
         default from 10 components on, ``index_set="local"`` below): ``neighbours`` ``"ring"``,
         ``"grid(n1,n2)"``, a mapping of component names to their neighbours' names or a list of

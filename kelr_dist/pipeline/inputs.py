@@ -220,11 +220,11 @@ def _local(
     :data:`~kelr_dist.kernels.scores.local.LOCAL_DIMENSION` components on) and its declared
     neighbourhoods, checked against the components; ``symmetry`` needs a lattice."""
     spec, what = options.neighbours, name("neighbours")
-    if spec is None and options.index_set in ("auto", "local"):
+    if spec is None and options.index_set in ("auto", "local", "local-adaptive"):
         spec = traj.attrs.get("neighbours")
         what = f"trajectory {traj.attrs.get('store', IN_MEMORY)!r}: attribute 'neighbours'"
     declared = None if spec is None else declared_neighbourhoods(spec, components, what)
-    local = options.index_set == "local" or declared is not None
+    local = options.index_set in ("local", "local-adaptive") or declared is not None
     local = local or (options.index_set == "auto" and len(components) >= LOCAL_DIMENSION)
     if options.symmetry == "translation" and not (declared is not None and declared.lattice):
         raise ValueError(

@@ -79,7 +79,9 @@ from kelr_dist.kernels.scores.folds import DEFAULT_FOLDS, MAX_FOLDS
 from kelr_dist.kernels.scores.heldout import ESTIMATORS
 from kelr_dist.kernels.scores.local import LOCAL_DIMENSION, SYMMETRIES
 
-INDEX_SETS = ("auto", "total", "box", "adaptive", "local")
+#: the index sets of the local score model
+LOCAL_INDEX_SETS = ("local", "local-adaptive")
+INDEX_SETS = ("auto", "total", "box", "adaptive", *LOCAL_INDEX_SETS)
 DELTA_RULES = ("auto", "paper")
 OBSERVABLES = ("identity", "square", "angles", *KINDS)
 FORCINGS = ("constant", "linear")
@@ -642,7 +644,8 @@ class EstimateOptions(_Options):
         "its total degree, budget by the number of samples, local from "
         f"{LOCAL_DIMENSION} components on), total (fixed total degree for both), box "
         "m_k <= M_k, adaptive (auto, with no degree given), local: score matching per "
-        "component on its neighbourhood",
+        "component on its neighbourhood, local-adaptive: local with its index set grown by "
+        "held-out loss",
     )
     neighbours: Annotated[Any, BeforeValidator(_neighbours)] = option(
         None,
@@ -715,10 +718,11 @@ class EstimateOptions(_Options):
                 f"a per-coordinate {name('order')} {self.order} needs "
                 f"{name('index_set')}='box', got 'total'"
             )
-        if self.neighbours is not None and self.index_set not in ("auto", "local"):
+        if self.neighbours is not None and self.index_set not in ("auto", *LOCAL_INDEX_SETS):
             raise _invalid(
                 f"{name('neighbours')} is for the local score model: leave "
-                f"{name('index_set')}='auto' or give 'local', got {self.index_set!r}"
+                f"{name('index_set')}='auto' or give 'local' or 'local-adaptive', got "
+                f"{self.index_set!r}"
             )
         if self.index_set == "adaptive" and self.degree != "auto":
             raise _invalid(

@@ -30,6 +30,7 @@ from kelr_dist.kernels.response.operator import (
 from kelr_dist.kernels.scores.local import (
     LocalFeatures,
     Neighbourhoods,
+    adaptive_features,
     degree_caps,
     partners_from_covariance,
     site_budget,
@@ -41,6 +42,7 @@ from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import Circle, EstimateOptions
 from kelr_dist.pipeline.steps import (
     SM_GRAM_FLOPS,
+    SM_TOTAL_SHARE,
     AnyScoreMatching,
     Fits,
     KernelEmbeddingChoice,
@@ -183,20 +185,29 @@ class Plan:
 
 
 def local_features(
-    setting: Setting, declared: Neighbourhoods | None, n_samples: int, symmetry: str = "none"
+    setting: Setting,
+    declared: Neighbourhoods | None,
+    n_samples: int,
+    symmetry: str = "none",
+    adaptive: bool = False,
 ) -> LocalFeatures:
     """The local score model's features: on the ``declared`` neighbourhoods, or on each
     component's strongest partial correlations in the survey's covariance
     (:func:`~kelr_dist.kernels.scores.local.partners_from_covariance`); ``symmetry="translation"``
     ties the sites' weights. Each site's degrees are capped by the budget of ``n_samples``
     (:func:`~kelr_dist.kernels.scores.local.site_budget`, the Gram pass's
-    :data:`~kelr_dist.pipeline.steps.SM_GRAM_FLOPS`)."""
+    :data:`~kelr_dist.pipeline.steps.SM_GRAM_FLOPS`); ``adaptive``: the dictionary an adaptive
+    index set grows in, at the same Gram cost
+    (:func:`~kelr_dist.kernels.scores.local.adaptive_features`, :data:`SM_TOTAL_SHARE` of the
+    budget a whole total-degree set)."""
     if declared is None:
         sample = setting.survey.sample
         assert sample is not None  # settle asks for the covariance
         declared = partners_from_covariance(np.atleast_2d(sample.cov))
     tied = symmetry == "translation"
     budget = site_budget(n_samples, len(setting.coordinates), tied, SM_GRAM_FLOPS)
+    if adaptive:
+        return adaptive_features(declared, setting.coordinates, budget, SM_TOTAL_SHARE, tied)
     caps = tuple(degree_caps(declared, budget))
     return LocalFeatures(declared, setting.coordinates, caps, tied=tied)
 
@@ -227,7 +238,10 @@ def plan_estimate(
         basis = TensorBasis(setting.coordinates, inputs.fitted, index_set_for(index_set))
     if fitted:
         if inputs.local:
-            features = local_features(setting, inputs.neighbours, n_samples, options.symmetry)
+            adaptive = options.index_set == "local-adaptive" and inputs.degree is None
+            features = local_features(
+                setting, inputs.neighbours, n_samples, options.symmetry, adaptive
+            )
         else:
             grown_for = n_samples if grown else None
             features = score_matching_features(setting.coordinates, inputs.degree, grown_for)

@@ -70,7 +70,7 @@ from kelr_dist.kernels.scores.heldout import (
     FoldLosses,
     density_loss_reduction,
 )
-from kelr_dist.kernels.scores.index_sets import GrowthPath, dictionary, grow, reached_edge
+from kelr_dist.kernels.scores.index_sets import GrowthPath, dictionary, edge_falls, grow
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity, coefficient_reduction
 from kelr_dist.kernels.scores.local import (
     LocalChoice,
@@ -295,7 +295,8 @@ def score_matching_truncation(choice: AnyScoreMatching, n_samples: int) -> Trunc
             *found,
             "a site's features grow with the samples, as 5 N^(1/3) (tied sites: 5 (N d)^(1/3)), "
             "up to the Gram pass's cost (local.site_budget): more samples raise it",
-            where=f" at radius {choice.radius} of the local model",
+            where=f" at radius {choice.radius} of the local model"
+            + ("" if choice.growth is None else ", along a component of its adaptive index set"),
         )
     if choice.path is not None:
         return adaptive_truncation(choice, n_samples)
@@ -318,19 +319,14 @@ def score_matching_truncation(choice: AnyScoreMatching, n_samples: int) -> Trunc
 
 def adaptive_truncation(choice: ScoreMatchingChoice, n_samples: int) -> Truncation | None:
     """A :class:`Truncation` when the adaptive index set reached the dictionary's highest degree
-    along a coordinate (:func:`kelr_dist.kernels.scores.index_sets.reached_edge`) and the step that
+    along a coordinate (:func:`kelr_dist.kernels.scores.index_sets.edge_falls`) and the step that
     added it lowered the held-out loss (the largest such fall): growth there was stopped by the
     dictionary, not by the data."""
     features, path = choice.sums.features, choice.path
     assert path is not None
     members = choice.pick.keep(features)
     found: Truncation | None = None
-    for k in reached_edge(features, members):
-        top = int(features.indices[:, k].max())
-        step = int(path.order[members & (features.indices[:, k] == top)].min())
-        if step < 1:
-            continue
-        fall = path.fold_losses[step - 1] - path.fold_losses[step]
+    for k, top, fall in edge_falls(features, members, path):
         drop = float(fall @ path.weights)
         if drop > 0 and (found is None or drop > found.drop):
             found = Truncation(

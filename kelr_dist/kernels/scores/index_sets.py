@@ -21,6 +21,10 @@ coefficients are matrix products with the held-out fold's ``G`` and ``b``. ``A``
 by the block inverse. Nothing is read again from the data. Candidates collinear with the set
 (``s`` below :data:`SCHUR_FLOOR` of ``G[a, a]``) are not added.
 
+Several independent fits may share one set (:func:`grow_blocks`: the sites of a local model,
+:mod:`~kelr_dist.kernels.scores.local`): their changes of the held-out loss are added, and the
+arithmetic of every fold and fit is done side by side, on stacked matrices.
+
 References: T. Gerstner and M. Griebel, "Dimension-adaptive tensor-product quadrature",
 Computing 71 (2003) 65–87 (the reduced margin of a downward-closed set); G. Blatman and
 B. Sudret, "Adaptive sparse polynomial chaos expansion based on least angle regression",
@@ -68,7 +72,15 @@ def _order(m: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
 
 
 def _dictionary_rows(d: int, base: int, reach: int) -> set[tuple[int, ...]]:
-    rows = {tuple(int(v) for v in m) for m in multi_indices([base] * d, base)}
+    return {tuple(int(v) for v in m) for m in multi_indices([base] * d, base)} | axes_and_pairs(
+        d, reach
+    )
+
+
+def axes_and_pairs(d: int, reach: int) -> set[tuple[int, ...]]:
+    """The multi-indices in ``d`` dimensions of at most two nonzero entries and total degree
+    ``≤ reach`` (single coordinates and pairs; downward closed)."""
+    rows = set()
     for i in range(d):
         for j in range(i, d):
             for a in range(reach + 1):
@@ -118,88 +130,124 @@ class GrowthPath:
 
 
 @dataclass
-class _Fold:
-    """One held-out fold during growth: the training ``G``, ``b`` and the held-out fold's (all
-    dictionary features, Jacobi-scaled), the inverse of the training ``G`` on the set and the
-    set's training fit ``W (d, |S|)``."""
+class _Fits:
+    """The fits during growth, stacked: for each held-out fold and each block (an independent
+    fit sharing the index set, e.g. a site of a local model), the training ``G (L, P, P)``,
+    ``b (L, c, P)`` and the held-out fold's (all dictionary features, Jacobi-scaled), the
+    inverse of the training ``G`` on the set ``(L, |S|, |S|)`` and the set's training fit
+    ``W (L, c, |S|)``; ``L`` = folds x ``blocks``, fold after fold."""
 
     train: tuple[np.ndarray, np.ndarray]
     test: tuple[np.ndarray, np.ndarray]
     inverse: np.ndarray
     fit: np.ndarray
+    blocks: int
+
+    def by_fold(self, change: np.ndarray) -> np.ndarray:
+        """``(L, M)`` changes summed over each fold's blocks, ``(K, M)``."""
+        return change.reshape(-1, self.blocks, change.shape[-1]).sum(axis=1)
 
     def changes(self, rows: list[int], candidates: np.ndarray) -> tuple[np.ndarray, ...]:
         """For each candidate added alone to the set ``rows``: the change of the held-out loss
-        ``(M,)`` (``inf`` for one collinear with the set), ``v = A g (|S|, M)``, the Schur
-        complements ``(M,)`` and the candidate's weights ``(d, M)`` (module docstring)."""
+        per fold ``(K, M)`` (``inf`` for one collinear with the set in any block),
+        ``v = A g (L, |S|, M)``, the Schur complements ``(L, M)`` and the candidate's weights
+        ``(L, c, M)`` (module docstring)."""
         (g_tr, b_tr), (g_te, b_te), w = self.train, self.test, self.fit
         rows_ = np.asarray(rows, dtype=np.intp)
-        g = g_tr[np.ix_(rows_, candidates)]
+        at = np.ix_(rows_, candidates)
+        g = g_tr[:, at[0], at[1]]
         v = self.inverse @ g
-        diagonal = g_tr[candidates, candidates]
-        schur = diagonal - np.einsum("sm,sm->m", g, v)
+        diagonal = g_tr[:, candidates, candidates]
+        schur = diagonal - np.einsum("lsm,lsm->lm", g, v)
         usable = schur > SCHUR_FLOOR * diagonal
-        w_new = -(b_tr[:, candidates] + w @ g) / np.where(usable, schur, 1.0)
-        g_ss, g_sm = g_te[np.ix_(rows_, rows_)], g_te[np.ix_(rows_, candidates)]
+        w_new = -(b_tr[:, :, candidates] + w @ g) / np.where(usable, schur, 1.0)[:, None, :]
+        g_ss, g_sm = g_te[:, rows_[:, None], rows_[None, :]], g_te[:, at[0], at[1]]
         # held-out loss of W + w_new u, u = (-v, 1): linear term uᵀ G_te Wᵀ + u·b_te, curvature
         # uᵀ G_te u
-        linear = -(w @ g_ss @ v) + w @ g_sm - b_te[:, rows] @ v + b_te[:, candidates]
+        linear = -(w @ g_ss @ v) + w @ g_sm - b_te[:, :, rows_] @ v + b_te[:, :, candidates]
         curvature = (
-            np.einsum("sm,sm->m", v, g_ss @ v)
-            - 2 * np.einsum("sm,sm->m", g_sm, v)
-            + g_te[candidates, candidates]
+            np.einsum("lsm,lsm->lm", v, g_ss @ v)
+            - 2 * np.einsum("lsm,lsm->lm", g_sm, v)
+            + g_te[:, candidates, candidates]
         )
-        change = np.sum(w_new * linear + 0.5 * w_new**2 * curvature, axis=0)
-        return np.where(usable, change, np.inf), v, schur, w_new
+        change = np.sum(w_new * linear + 0.5 * w_new**2 * curvature[:, None, :], axis=1)
+        change = self.by_fold(np.where(usable, change, np.inf))
+        return change, v, schur, w_new
 
-    def added(self, v: np.ndarray, schur: float, w_new: np.ndarray) -> _Fold:
-        """The fold with one candidate added (its column of :meth:`changes`)."""
+    def added(self, v: np.ndarray, schur: np.ndarray, w_new: np.ndarray) -> _Fits:
+        """The fits with one candidate added (its column of :meth:`changes`: ``v (L, |S|)``,
+        ``schur (L,)``, ``w_new (L, c)``)."""
         inverse = _bordered_inverse(self.inverse, v, schur)
-        fit = np.hstack([self.fit - np.outer(w_new, v), w_new[:, None]])
-        return _Fold(self.train, self.test, inverse, fit)
+        fit = np.concatenate([self.fit - w_new[:, :, None] * v[:, None, :], w_new[:, :, None]], 2)
+        return _Fits(self.train, self.test, inverse, fit, self.blocks)
 
 
 def grow(sums: GramSums, start: np.ndarray) -> GrowthPath:
     """Grow a downward-closed set inside ``sums.features`` (the dictionary) from ``start``
-    (``(P,)`` bool, downward closed) by held-out Hyvärinen loss (module docstring), in the
-    standardized coordinates of the features' maps as
-    :func:`~kelr_dist.kernels.scores.score_matching.hyvarinen_loss` scores them.
+    (``(P,)`` bool, downward closed) by held-out Hyvärinen loss (module docstring, and
+    :func:`grow_blocks`), in the standardized coordinates of the features' maps as
+    :func:`~kelr_dist.kernels.scores.score_matching.hyvarinen_loss` scores them."""
+    # the standardized-coordinate factor σ_j of every loss term folded into b
+    sigma = np.array([c.scale for c in sums.features.coordinates])[:, None]
+    train, test = [], []
+    for f in range(len(sums.n)):
+        (g_tr, b_tr), (g_te, b_te) = sums.means(f, left_out=True), sums.means(f)
+        train.append((g_tr[None], sigma * b_tr[None]))
+        test.append((g_te[None], sigma * b_te[None]))
+    stacked = tuple(tuple(np.stack(p) for p in zip(*part, strict=True)) for part in (train, test))
+    return grow_blocks(stacked[0], stacked[1], sums.n, sums.features.indices, start)
+
+
+def grow_blocks(
+    train: tuple[np.ndarray, ...],
+    test: tuple[np.ndarray, ...],
+    n: np.ndarray,
+    indices: np.ndarray,
+    start: np.ndarray,
+) -> GrowthPath:
+    """Grow one downward-closed set of the multi-indices ``indices (P, d)`` (downward closed: the
+    dictionary) from ``start`` (``(P,)`` bool, downward closed) by held-out loss, for ``B``
+    independent least-squares fits that share the set: per held-out fold ``k`` and block ``β``
+    the fit ``W = -b A`` of ``train = (G (K, B, P, P), b (K, B, c, P))`` (fold ``k``'s training
+    rows), scored by the loss ``½ W G Wᵀ + b·W`` of ``test`` (its held-out rows), summed over the
+    blocks; ``n (K,)`` the folds' rows. One block with ``c`` components is a full score model;
+    one block per site (``c = 1``), a local model whose sites share a set.
 
     A step adds the candidate of the reduced margin with the largest fall of the held-out loss,
     or a candidate together with one of the indices it admits (``m + e_k``) when that pair falls
     by more per feature: an index whose own gain is nil can open the one that matters (``x²``
     before ``x³`` for a symmetric double well)."""
-    features = sums.features
-    # one Jacobi scaling for all folds (the fits do not depend on it, the arithmetic does) and
-    # the standardized-coordinate factor σ_j of every loss term folded into b
-    gram_all, _ = sums.means()
-    diagonal = np.diag(gram_all)
-    scale = 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
-    sigma = np.array([c.scale for c in features.coordinates])
+    (g_tr, b_tr), (g_te, b_te) = train, test
+    folds, blocks = g_tr.shape[:2]
+    # one Jacobi scaling per block for all folds (the fits do not depend on it, the arithmetic
+    # does)
+    diagonal = np.diagonal(g_tr, axis1=2, axis2=3).mean(axis=0)
+    scale = 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))[None]
 
     def scaled(g: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return scale[:, None] * g * scale[None, :], sigma[:, None] * b * scale[None, :]
+        g = scale[..., :, None] * g * scale[..., None, :]
+        b = b * scale[..., None, :]
+        return g.reshape(-1, *g.shape[2:]), b.reshape(-1, *b.shape[2:])
 
     member = np.asarray(start, dtype=bool).copy()
     order = np.where(member, 0, -1)
     rows = [int(p) for p in np.flatnonzero(member)]
-    folds = []
-    for f in range(len(sums.n)):
-        train, test = scaled(*sums.means(f, left_out=True)), scaled(*sums.means(f))
-        # the start set's inverse, guarded as score matching's solve (RCOND of the largest)
-        inverse = np.linalg.pinv(train[0][np.ix_(rows, rows)], rcond=RCOND, hermitian=True)
-        folds.append(_Fold(train, test, inverse, -(train[1][:, rows] @ inverse)))
-    losses = [np.array([_loss(fold.fit, fold.test, rows) for fold in folds])]
-    weights = sums.n / sums.n.sum()
-    backward = _backward_neighbours(features.indices)
+    (gs_tr, bs_tr), (gs_te, bs_te) = scaled(g_tr, b_tr), scaled(g_te, b_te)
+    # the start set's inverse, guarded as score matching's solve (RCOND of the largest)
+    at = np.ix_(rows, rows)
+    inverse = np.linalg.pinv(gs_tr[:, at[0], at[1]], rcond=RCOND, hermitian=True)
+    fits = _Fits((gs_tr, bs_tr), (gs_te, bs_te), inverse, -(bs_tr[:, :, rows] @ inverse), blocks)
+    losses = [fits.by_fold(_loss(fits.fit, (gs_te, bs_te), rows)[:, None])[:, 0]]
+    weights = n / n.sum()
+    backward = _backward_neighbours(indices)
     forward = _forward_neighbours(backward)
     best, since = float(losses[0] @ weights), 0
     while since < PATIENCE:
         margin = _margin(member, backward)
         if margin.size == 0:
             break
-        singles = [fold.changes(rows, margin) for fold in folds]
-        gain = weights @ np.array([c[0] for c in singles])
+        singles = fits.changes(rows, margin)
+        gain = weights @ singles[0]
         move, per_feature = [int(np.argmin(gain))], float(np.min(gain))
         for m, a in enumerate(margin):
             member[a] = True
@@ -207,13 +255,9 @@ def grow(sums: GramSums, start: np.ndarray) -> GrowthPath:
             member[a] = False
             if not admitted or not np.isfinite(gain[m]):
                 continue
-            after = [
-                fold.added(v[:, m], float(schur[m]), w_new[:, m])
-                for fold, (_, v, schur, w_new) in zip(folds, singles, strict=True)
-            ]
-            second = weights @ np.array(
-                [fold.changes([*rows, int(a)], np.array(admitted))[0] for fold in after]
-            )
+            _, v, schur, w_new = singles
+            after = fits.added(v[:, :, m], schur[:, m], w_new[:, :, m])
+            second = weights @ after.changes([*rows, int(a)], np.array(admitted))[0]
             k = int(np.argmin(second))
             if (gain[m] + second[k]) / 2 < per_feature:
                 move, per_feature = [m, int(admitted[k])], (gain[m] + second[k]) / 2
@@ -221,12 +265,9 @@ def grow(sums: GramSums, start: np.ndarray) -> GrowthPath:
             break
         for position, target in enumerate(move):
             a = int(margin[target]) if position == 0 else target
-            changes = [fold.changes(rows, np.array([a])) for fold in folds]
-            folds = [
-                fold.added(v[:, 0], float(schur[0]), w_new[:, 0])
-                for fold, (_, v, schur, w_new) in zip(folds, changes, strict=True)
-            ]
-            losses.append(losses[-1] + np.array([c[0][0] for c in changes]))
+            change, v, schur, w_new = fits.changes(rows, np.array([a]))
+            fits = fits.added(v[:, :, 0], schur[:, 0], w_new[:, :, 0])
+            losses.append(losses[-1] + change[:, 0])
             rows.append(a)
             member[a] = True
             order[a] = len(losses) - 1
@@ -235,18 +276,21 @@ def grow(sums: GramSums, start: np.ndarray) -> GrowthPath:
     return GrowthPath(order, np.array(losses), weights, int(np.asarray(start).sum()))
 
 
-def _loss(fit: np.ndarray, test: tuple[np.ndarray, np.ndarray], rows: list[int]) -> float:
-    gram, b = test[0][np.ix_(rows, rows)], test[1][:, rows]
-    return float(0.5 * np.einsum("ja,ab,jb->", fit, gram, fit) + np.sum(fit * b))
+def _loss(fit: np.ndarray, test: tuple[np.ndarray, np.ndarray], rows: list[int]) -> np.ndarray:
+    """``(L,)`` held-out loss of each stacked fit ``(L, c, |S|)``."""
+    at = np.ix_(rows, rows)
+    gram, b = test[0][:, at[0], at[1]], test[1][:, :, rows]
+    return 0.5 * np.einsum("lja,lab,ljb->l", fit, gram, fit) + np.sum(fit * b, axis=(1, 2))
 
 
-def _bordered_inverse(inverse: np.ndarray, v: np.ndarray, schur: float) -> np.ndarray:
-    """Inverse of ``[[G, g], [gᵀ, c]]`` from ``A = G⁻¹``, ``v = A g`` and ``s = c - gᵀ v``."""
-    n = inverse.shape[0]
-    out = np.empty((n + 1, n + 1))
-    out[:n, :n] = inverse + np.outer(v, v) / schur
-    out[:n, n] = out[n, :n] = -v / schur
-    out[n, n] = 1.0 / schur
+def _bordered_inverse(inverse: np.ndarray, v: np.ndarray, schur: np.ndarray) -> np.ndarray:
+    """Inverses of ``[[G, g], [gᵀ, c]]`` from ``A = G⁻¹ (L, n, n)``, ``v = A g (L, n)`` and
+    ``s = c - gᵀ v (L,)``."""
+    count, n = inverse.shape[:2]
+    out = np.empty((count, n + 1, n + 1))
+    out[:, :n, :n] = inverse + v[:, :, None] * v[:, None, :] / schur[:, None, None]
+    out[:, :n, n] = out[:, n, :n] = -v / schur[:, None]
+    out[:, n, n] = 1.0 / schur
     return out
 
 
@@ -289,4 +333,27 @@ def reached_edge(features: PolynomialFeatures, members: np.ndarray) -> list[int]
     return [k for k in range(features.dim) if chosen[k] == top[k] and top[k] > 1]
 
 
-__all__ = ["GrowthPath", "dictionary", "grow", "reached_edge"]
+def edge_falls(
+    features: PolynomialFeatures, members: np.ndarray, path: GrowthPath
+) -> list[tuple[int, int, np.ndarray]]:
+    """Per coordinate of :func:`reached_edge` whose highest degree the growth added (not the start
+    set): the coordinate, that degree and the per-fold fall ``(K,)`` of the held-out loss at the
+    step that first added an index of it."""
+    out = []
+    for k in reached_edge(features, members):
+        top = int(features.indices[:, k].max())
+        step = int(path.order[members & (features.indices[:, k] == top)].min())
+        if step >= 1:
+            out.append((k, top, path.fold_losses[step - 1] - path.fold_losses[step]))
+    return out
+
+
+__all__ = [
+    "GrowthPath",
+    "axes_and_pairs",
+    "dictionary",
+    "edge_falls",
+    "grow",
+    "grow_blocks",
+    "reached_edge",
+]

@@ -25,6 +25,12 @@ features); one Gram pass at the largest radius and degree holds every candidate'
 With ``symmetry="translation"`` (a ring or a periodic grid) every site uses the same weights:
 the loss is then that of one fit whose ``G`` and ``b`` are the sums over sites.
 
+An adaptive index set (:func:`adaptive_features`, :func:`grow_local`) spends the same Gram cost
+unevenly: a dictionary of lower total degrees and of single components and pairs to a higher
+degree, in which a downward-closed set is grown from the chosen radius and degree by held-out
+loss (:func:`~kelr_dist.kernels.scores.index_sets.grow_blocks`), one set for the sites of each
+neighbourhood shape (all of them when tied).
+
 Reference: A. Hyvärinen, "Estimation of non-normalized statistical models by score matching",
 J. Mach. Learn. Res. 6 (2005) 695–709 (the loss); the decoupling over components of a
 pseudo-likelihood-like objective on a graph is that of J. Besag, "Statistical analysis of
@@ -48,6 +54,7 @@ from kelr_dist.kernels.bases.families import Coordinate, multi_indices, polynomi
 from kelr_dist.kernels.compiled import compiled
 from kelr_dist.kernels.reduction import BlockInfo, Reduction
 from kelr_dist.kernels.scores.folds import Folds, combine_by_fold, fold_stderr, sums_by_fold
+from kelr_dist.kernels.scores.index_sets import GrowthPath, axes_and_pairs, edge_falls, grow_blocks
 from kelr_dist.kernels.scores.kernel_embedding import row_blocks
 from kelr_dist.kernels.scores.score_matching import (
     FEATURE_ROWS,
@@ -73,6 +80,8 @@ DECLARED_RADIUS = 2
 DATA_PARTNERS = 4
 #: the highest degree tried at any radius
 LOCAL_MAX_DEGREE = 8
+#: the highest degree the adaptive index set's single components and pairs reach
+LOCAL_MAX_REACH = 2 * LOCAL_MAX_DEGREE
 SYMMETRIES = ("none", "translation")
 #: from this many components on, score matching is local unless an index set is given: the full
 #: tensor model's feature budget (``SM_MAX_FEATURES``) then reaches only total degree 2 (a
@@ -266,16 +275,67 @@ def degree_caps(
     return caps
 
 
+def _site_indices(
+    sizes: tuple[int, ...], width: int, caps: tuple[int, ...], reach: int
+) -> np.ndarray:
+    """A site's multi-indices over its ``width`` members (:class:`LocalFeatures`), by total
+    degree."""
+    rows = {
+        tuple(int(v) for v in m)
+        for r, q in enumerate(caps)
+        if q > 0
+        for m in multi_indices([q] * sizes[r] + [0] * (width - sizes[r]), q)
+    }
+    if reach > 0:
+        rows |= axes_and_pairs(width, reach)
+    return np.asarray(sorted(rows, key=lambda m: (sum(m), m[::-1])))
+
+
+def _widest(neighbourhoods: Neighbourhoods, caps: tuple[int, ...], reach: int) -> int:
+    """Features of the widest site of these caps and reach."""
+    pairs = zip(neighbourhoods.sizes, neighbourhoods.members, strict=True)
+    shapes = {(sizes, len(members)) for sizes, members in pairs}
+    return max(len(_site_indices(s, width, caps, reach)) for s, width in shapes)
+
+
+def adaptive_features(
+    neighbourhoods: Neighbourhoods,
+    coordinates: tuple[Coordinate, ...],
+    budget: int,
+    share: float,
+    tied: bool = False,
+) -> LocalFeatures:
+    """The dictionary a local adaptive index set grows in, at the Gram cost of the total-degree
+    model of the same ``budget``: total degrees capped by ``share`` of the budget
+    (:func:`degree_caps`) and, on each site's whole neighbourhood, single components and pairs to
+    the highest degree ``reach ≤`` :data:`LOCAL_MAX_REACH` with which no site has more features
+    than the total-degree model's widest site (:func:`degree_caps` of the whole budget)."""
+    fixed = _widest(neighbourhoods, tuple(degree_caps(neighbourhoods, budget)), 0)
+    caps = tuple(degree_caps(neighbourhoods, int(share * budget)))
+    reach = max(caps[-1], 1)
+    while reach < LOCAL_MAX_REACH and _widest(neighbourhoods, caps, reach + 1) <= fixed:
+        reach += 1
+    return LocalFeatures(neighbourhoods, coordinates, caps, tied, reach)
+
+
 @dataclass(frozen=True)
 class LocalFeatures:
     """Per site, the features of its neighbourhood: the union over radii ``r`` of the
-    total-degree sets of degree ``caps[r]`` on the ball of radius ``r``. ``tied``: one set of
-    weights for all sites (translation symmetry)."""
+    total-degree sets of degree ``caps[r]`` on the ball of radius ``r`` and, with ``reach > 0``
+    (the dictionary of an adaptive index set, :func:`adaptive_features`), every index of at most
+    two nonzero entries and total degree ``≤ reach`` on the whole neighbourhood. ``tied``: one
+    set of weights for all sites (translation symmetry)."""
 
     neighbourhoods: Neighbourhoods
     coordinates: tuple[Coordinate, ...]
     caps: tuple[int, ...]
     tied: bool = False
+    reach: int = 0
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the index set is grown in these features by held-out loss."""
+        return self.reach > 0
 
     @cached_property
     def sites(self) -> tuple[PolynomialFeatures, ...]:
@@ -283,16 +343,9 @@ class LocalFeatures:
         for members, sizes in zip(
             self.neighbourhoods.members, self.neighbourhoods.sizes, strict=True
         ):
-            width = len(members)
-            rows = {
-                tuple(int(v) for v in m)
-                for r, q in enumerate(self.caps)
-                if q > 0
-                for m in multi_indices([q] * sizes[r] + [0] * (width - sizes[r]), q)
-            }
-            ordered = np.asarray(sorted(rows, key=lambda m: (sum(m), m[::-1])))
             coords = tuple(self.coordinates[k] for k in members)
-            out.append(PolynomialFeatures.of_indices(coords, ordered))
+            indices = _site_indices(sizes, len(members), self.caps, self.reach)
+            out.append(PolynomialFeatures.of_indices(coords, indices))
         return tuple(out)
 
     @property
@@ -316,7 +369,7 @@ class LocalFeatures:
 
     @property
     def degree(self) -> int:
-        return max(self.caps)
+        return max(*self.caps, self.reach)
 
     @property
     def max_degrees(self) -> tuple[int, ...]:
@@ -601,16 +654,74 @@ def _simplest(c: Candidate) -> tuple[int, int, float]:
 
 
 @dataclass(frozen=True)
+class LocalGrowth:
+    """A local adaptive index set: per group of sites with the same dictionary (every site when
+    tied; the sites of the same neighbourhood shape otherwise), its sites and the path of the set
+    they share, grown by their summed held-out loss (:func:`grow_local`)."""
+
+    groups: tuple[tuple[int, ...], ...]
+    paths: tuple[GrowthPath, ...] = field(repr=False)
+
+    def members(self, features: LocalFeatures, later: int = 0) -> np.ndarray:
+        """``(d, width)`` bool: each site's features in its group's chosen set, or ``later``
+        steps on along the path (at most its last)."""
+        out = np.zeros((features.dim, features.width), dtype=bool)
+        for sites, path in zip(self.groups, self.paths, strict=True):
+            step = min(path.chosen_step() + later, len(path.losses) - 1)
+            chosen = path.members(step)
+            out[np.ix_(np.asarray(sites), np.arange(chosen.size))] = chosen
+        return out
+
+
+def grow_local(sums: LocalSums, start: np.ndarray) -> LocalGrowth:
+    """Grow each group's index set (:class:`LocalGrowth`) from ``start (d, width)`` (downward
+    closed, the same for the sites of a group) inside the features of ``sums``
+    (:func:`~kelr_dist.kernels.scores.index_sets.grow_blocks`). Tied, the group's one block is
+    the fit to the sums over sites; untied, every site of the group is a block of its own, fitted
+    alone: the set, not the weights, is shared, chosen by the loss of all of them. Each site's
+    term of the held-out loss is in its standardized coordinate (:meth:`LocalSums.loss`)."""
+    features = sums.features
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for i, members in enumerate(features.neighbourhoods.members):
+        shapes.setdefault((*features.neighbourhoods.sizes[i], len(members)), []).append(i)
+    groups = [tuple(range(features.dim))] if features.tied else [tuple(g) for g in shapes.values()]
+    weight = np.array([c.scale for c in features.coordinates]) ** 2
+    paths = []
+    for sites in groups:
+        size = features.sites[sites[0]].size
+        parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
+        for f in range(len(sums.n)):
+            for part, (gram, b) in zip(
+                parts, (sums.means(f, left_out=True), sums.means(f)), strict=True
+            ):
+                g, v = gram[list(sites), :size, :size], b[list(sites), None, :size]
+                if part is parts[1]:  # the held-out loss in the standardized coordinates
+                    g, v = g * weight[list(sites), None, None], v * weight[list(sites), None, None]
+                if features.tied:
+                    g, v = g.sum(axis=0, keepdims=True), v.sum(axis=0, keepdims=True)
+                part.append((g, v))
+        train, test = (tuple(np.stack(a) for a in zip(*part, strict=True)) for part in parts)
+        indices = features.sites[sites[0]].indices
+        paths.append(grow_blocks(train, test, sums.n, indices, start[sites[0], :size]))
+    return LocalGrowth(tuple(groups), tuple(paths))
+
+
+@dataclass(frozen=True)
 class LocalChoice:
     """The local model of the radius, degree and ridge with the least held-out loss (the
-    simplest within one standard error), every candidate scored, and the sums they came from."""
+    simplest within one standard error), every candidate scored, and the sums they came from;
+    with an adaptive index set, the set grown from that radius and degree (``growth``)."""
 
     model: LocalScoreModel
     pick: LocalCandidate
     candidates: list[Candidate] = field(repr=False)
     sums: LocalSums = field(repr=False)
     path: None = None
-    index_set: str = "local"
+    growth: LocalGrowth | None = field(default=None, repr=False)
+
+    @property
+    def index_set(self) -> str:
+        return "local" if self.growth is None else "local-adaptive"
 
     @property
     def degree(self) -> int:
@@ -626,6 +737,8 @@ class LocalChoice:
 
     @property
     def members(self) -> np.ndarray:
+        if self.growth is not None:
+            return self.growth.members(self.sums.features)
         return self.sums.features.mask(self.radius, self.degree)
 
     @property
@@ -648,8 +761,13 @@ class LocalChoice:
         """When the budget, not the data, stopped the model: the chosen degree is the highest
         its radius allowed, held there by the features budget (below
         :data:`LOCAL_MAX_DEGREE`), and the held-out loss fell to it from the next simpler
-        candidate (one degree lower, or the radius before at its highest degree): that fall and
-        its paired standard error over folds; else ``None``."""
+        candidate (one degree lower, or the radius before at its highest degree); grown, the set
+        holds the dictionary's highest degree along a component and the step that added it
+        lowered the held-out loss
+        (:func:`~kelr_dist.kernels.scores.index_sets.edge_falls`, the largest fall): that fall
+        and its paired standard error over folds; else ``None``."""
+        if self.growth is not None:
+            return self._edge_fall(self.growth)
         caps = self.sums.features.caps
         radius, degree = self.radius, self.degree
         if degree != caps[radius] or degree >= LOCAL_MAX_DEGREE:
@@ -673,11 +791,36 @@ class LocalChoice:
             return None
         return low.loss - high.loss, float(fold_stderr(low.fold_losses - high.fold_losses))
 
+    def _edge_fall(self, growth: LocalGrowth) -> tuple[float, float] | None:
+        features, members = self.sums.features, self.members
+        falls = [
+            fall
+            for sites, path in zip(growth.groups, growth.paths, strict=True)
+            for _, top, fall in edge_falls(
+                features.sites[sites[0]], members[sites[0], : path.order.size], path
+            )
+            if top < LOCAL_MAX_REACH
+        ]
+        drops = [float(fall @ (self.sums.n / self.sums.n.sum())) for fall in falls]
+        if not drops or max(drops) <= 0:
+            return None
+        top = int(np.argmax(drops))
+        return drops[top], float(fold_stderr(falls[top]))
+
     @cached_property
     def neighbours(self) -> tuple[tuple[LocalScoreModel, ...], str] | None:
         """The chosen model one radius wider, or two degrees higher when it is at the widest
-        radius, at the same ridge (``None``: no richer model was fitted); see
+        radius, or grown, two steps further along its path, at the same ridge (``None``: no
+        richer model was fitted); see
         :attr:`kelr_dist.pipeline.steps.ScoreMatchingChoice.neighbours`."""
+        if self.growth is not None:
+            members = self.growth.members(self.sums.features, later=2)
+            if (members == self.members).all():
+                return None
+            model = LocalScoreModel(self.sums.features, self.sums.fit(members, (self.ridge,))[0])
+            return (model,), (
+                f"local adaptive set: {int(self.members.sum())} -> {int(members.sum())} features"
+            )
         caps = self.sums.features.caps
         radius, degree = self.radius, self.degree
         if radius + 1 < len(caps) and caps[radius + 1] >= 1:
@@ -693,23 +836,44 @@ class LocalChoice:
         )
 
 
+def _held_out(sums: LocalSums, members: np.ndarray, ridges: tuple[float, ...]) -> np.ndarray:
+    """``(len(ridges), K)``: the features ``members (d, W)`` fitted on all folds but one, per
+    ridge, and scored on that one."""
+    losses = np.zeros((len(ridges), len(sums.n)))
+    for f in range(len(sums.n)):
+        for r, w in enumerate(sums.fit(members, ridges, without=f)):
+            losses[r, f] = sums.loss(w, f)
+    return losses
+
+
+def _radius(features: LocalFeatures, members: np.ndarray) -> int:
+    """The widest radius of a ball whose components the features ``members (d, W)`` use."""
+    radius = 0
+    for i, (sizes, f) in enumerate(zip(features.neighbourhoods.sizes, features.sites, strict=True)):
+        used = np.flatnonzero(f.indices[members[i, : f.size]].any(axis=0))
+        if used.size:
+            radius = max(radius, int(np.searchsorted(np.asarray(sizes), used[-1], side="right")))
+    return radius
+
+
 def choose_local(
     sums: LocalSums, degree: int | None = None, ridges: tuple[float, ...] = RIDGES
 ) -> LocalChoice:
     """Radius, degree (unless given) and ridge by held-out Hyvärinen loss: every candidate fitted
     on all folds but one and scored on that one, summed over sites; the simplest (fewest
     features) within one standard error of the least
-    (:func:`~kelr_dist.kernels.scores.score_matching.choose_candidate`). No read."""
+    (:func:`~kelr_dist.kernels.scores.score_matching.choose_candidate`). With an adaptive
+    dictionary (:attr:`LocalFeatures.adaptive`) and no degree given, the index set is then grown
+    from that radius and degree (:func:`grow_local`; the path keeps it unless a larger set lowers
+    the held-out loss by more than a standard error) and the ridge chosen again for the grown
+    set. No read."""
     features = sums.features
     share = sums.n / sums.n.sum()
     candidates: list[Candidate] = []
     for radius, cap in enumerate(features.caps):
         for q in range(1, cap + 1) if degree is None else [min(degree, cap)] if cap else []:
             members = features.mask(radius, q)
-            losses = np.zeros((len(ridges), len(sums.n)))
-            for f in range(len(sums.n)):
-                for r, w in enumerate(sums.fit(members, ridges, without=f)):
-                    losses[r, f] = sums.loss(w, f)
+            losses = _held_out(sums, members, ridges)
             count = int(members[0].sum()) if features.tied else int(members.sum())
             candidates += [
                 LocalCandidate(q, alpha, float(losses[r] @ share), losses[r], None, radius, count)
@@ -718,8 +882,23 @@ def choose_local(
     pick = choose_candidate(candidates, _simplest)
     assert isinstance(pick, LocalCandidate)
     members = features.mask(pick.radius, pick.degree)
+    growth = None
+    if features.adaptive and degree is None:
+        growth = grow_local(sums, members)
+        members = growth.members(features)
+        losses = _held_out(sums, members, ridges)
+        count = int(members[0].sum()) if features.tied else int(members.sum())
+        top = int(features.support[1][members].sum(axis=-1).max())
+        radius = _radius(features, members)
+        grown = [
+            LocalCandidate(top, alpha, float(losses[r] @ share), losses[r], None, radius, count)
+            for r, alpha in enumerate(ridges)
+        ]
+        candidates += grown
+        pick = choose_candidate(list(grown), _simplest)
+        assert isinstance(pick, LocalCandidate)
     model = LocalScoreModel(features, sums.fit(members, (pick.ridge,))[0])
-    return LocalChoice(model, pick, candidates, sums)
+    return LocalChoice(model, pick, candidates, sums, growth=growth)
 
 
 __all__ = [
@@ -727,13 +906,16 @@ __all__ = [
     "LocalCandidate",
     "LocalChoice",
     "LocalFeatures",
+    "LocalGrowth",
     "LocalScoreModel",
     "LocalSums",
     "Neighbourhoods",
     "SYMMETRIES",
+    "adaptive_features",
     "choose_local",
     "declared_neighbourhoods",
     "degree_caps",
+    "grow_local",
     "site_budget",
     "lattice",
     "local_gram_reduction",
