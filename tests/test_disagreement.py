@@ -21,7 +21,6 @@ def result(mean: np.ndarray, stderr: float) -> ResponseResult:
         converged=np.ones(shape, dtype=bool),
         block_sizes=np.ones(1),
         n_blocks=np.ones((1, shape[0])),
-        sigma=np.zeros((1, *shape)),
     )
     return ResponseResult(blocks, kept=100, n=100, stein=blocks)
 

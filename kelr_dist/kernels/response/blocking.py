@@ -408,13 +408,43 @@ class BlockingResult:
     converged : ``(S+1, q, d)`` whether the Lee-Needs-Drummond criterion was met.
     block_sizes : ``(levels,)`` ``K`` of each level: ``1, K0, 2 K0, ...``.
     n_blocks : ``(levels, S+1)`` blocks per level and lag.
-    sigma : ``(levels, S+1, q, d)`` standard-error estimate of each level (NaN with < 2 blocks).
+
+    The standard error of every level, from which ``stderr`` is chosen, is
+    :func:`block_levels` of the same partial (``levels`` times the result's size: not kept).
     """
 
     mean: np.ndarray
     stderr: np.ndarray
     block_size: np.ndarray
     converged: np.ndarray
+    block_sizes: np.ndarray
+    n_blocks: np.ndarray
+
+    def columns(self, index: slice, axis: int = -1) -> BlockingResult:
+        """The result of the entries ``index`` along ``axis`` of ``(S+1, q, d)`` (-1: ``j``,
+        -2: ``i``) alone: every entry's statistics are its own, so this is what the entries'
+        own pass would give."""
+        entries = (slice(None),) * (axis % 3) + (index,)
+        return replace(
+            self,
+            mean=self.mean[entries],
+            stderr=self.stderr[entries],
+            block_size=self.block_size[entries],
+            converged=self.converged[entries],
+        )
+
+
+@dataclass(frozen=True)
+class BlockLevels:
+    """The reblocking curve: the standard error of the lagged means at every block level.
+
+    Attributes
+    ----------
+    block_sizes : ``(levels,)`` ``K`` of each level: ``1, K0, 2 K0, ...``.
+    n_blocks : ``(levels, S+1)`` blocks per level and lag.
+    sigma : ``(levels, S+1, q, d)`` standard-error estimate of each level (NaN with < 2 blocks).
+    """
+
     block_sizes: np.ndarray
     n_blocks: np.ndarray
     sigma: np.ndarray
@@ -425,21 +455,6 @@ class BlockingResult:
         ``sigma / sqrt(2 (n_b - 1))`` (NaN with fewer than 2 blocks)."""
         nb = self.n_blocks.reshape(self.n_blocks.shape + (1,) * (self.sigma.ndim - 2))
         return self.sigma / np.sqrt(np.where(nb >= 2, 2.0 * (nb - 1), np.nan))
-
-    def columns(self, index: slice, axis: int = -1) -> BlockingResult:
-        """The result of the entries ``index`` along ``axis`` of ``(S+1, q, d)`` (-1: ``j``,
-        -2: ``i``) alone: every entry's statistics are its own, so this is what the entries'
-        own pass would give."""
-        entries = (slice(None),) * (axis % 3) + (index,)
-        levels = (slice(None), *entries)
-        return replace(
-            self,
-            mean=self.mean[entries],
-            stderr=self.stderr[entries],
-            block_size=self.block_size[entries],
-            converged=self.converged[entries],
-            sigma=self.sigma[levels],
-        )
 
 
 def _sigma(m2: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -492,7 +507,7 @@ def block_standard_error(partial: Partial, min_blocks: int = MIN_BLOCKS) -> Bloc
             **{key: partial[key][..., columns] for key in ("sums", "squares", "block_m2")},
         }
         part = _standard_errors(piece, min_blocks)
-        for name in ("mean", "stderr", "block_size", "converged", "sigma"):
+        for name in ("mean", "stderr", "block_size", "converged"):
             value = getattr(part, name)
             if name not in out:  # the whole result's arrays, filled group by group
                 out[name] = np.empty((*value.shape[:-1], sums.shape[-1]), dtype=value.dtype)
@@ -500,11 +515,12 @@ def block_standard_error(partial: Partial, min_blocks: int = MIN_BLOCKS) -> Bloc
     return replace(part, **out)
 
 
-def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
-    """:func:`block_standard_error` of all the partial's entries at once."""
+def block_levels(partial: Partial) -> BlockLevels:
+    """The standard error of the lagged means at every block level of ``partial`` (the
+    combined partial of :func:`response_block_partial`): the reblocking curve that
+    :func:`block_standard_error` chooses from (Flyvbjerg & Petersen 1989)."""
     counts = np.asarray(partial["counts"])
-    lag_shape = (-1,) + (1,) * (partial["sums"].ndim - 1)
-    n1 = counts.reshape(lag_shape).astype(np.float64)
+    n1 = counts.reshape((-1,) + (1,) * (partial["sums"].ndim - 1)).astype(np.float64)
     mean = lagged_means(partial["sums"], counts)
     m2_unblocked = partial["squares"] - np.where(n1 > 0, partial["sums"] * mean, 0.0)
     n_lags = counts.shape[0]
@@ -513,6 +529,15 @@ def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
         [_sigma(m2_unblocked, counts)[None], _sigma(partial["block_m2"], partial["n_blocks"])]
     )
     block_sizes = np.r_[1, partial["base_block"] << np.arange(partial["n_blocks"].shape[0])]
+    return BlockLevels(block_sizes, n_blocks, sigma)
+
+
+def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
+    """:func:`block_standard_error` of all the partial's entries at once."""
+    counts = np.asarray(partial["counts"])
+    n1 = counts.reshape((-1,) + (1,) * (partial["sums"].ndim - 1)).astype(np.float64)
+    levels = block_levels(partial)
+    block_sizes, n_blocks, sigma = levels.block_sizes, levels.n_blocks, levels.sigma
     nb = n_blocks.reshape(n_blocks.shape + (1,) * (sigma.ndim - 2)).astype(np.float64)
 
     enough = (nb >= min_blocks) & np.isfinite(sigma)
@@ -530,11 +555,10 @@ def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
     chosen = np.where(met, np.argmax(criterion, axis=0), fallback)
     stderr = np.take_along_axis(sigma, chosen[None], axis=0)[0]
     return BlockingResult(
-        mean=mean,
+        mean=lagged_means(partial["sums"], counts),
         stderr=stderr,
         block_size=block_sizes[chosen],
         converged=converged,
         block_sizes=block_sizes,
         n_blocks=n_blocks,
-        sigma=sigma,
     )
