@@ -163,7 +163,11 @@ def main() -> None:
     parser.add_argument(
         "--client-memory", type=float, default=8.0, help="GiB cap of this process (0: none)"
     )
-    parser.add_argument("--worker-memory", type=float, default=4.0, help="GiB per worker")
+    parser.add_argument(
+        "--worker-memory",
+        type=float,
+        help="GiB per worker (default: the embedded cluster's, the machine's memory shared)",
+    )
     parser.add_argument("--output", type=Path, help="write the table here (Markdown)")
     args = parser.parse_args()
     if args.client_memory > 0:
@@ -174,8 +178,9 @@ def main() -> None:
               "quasi-Gaussian", "err/tse / threshold", "GoF z / threshold", "warnings"]  # fmt: skip
     rows = []
     try:
-        limit = int(args.worker_memory * GIB)
+        limit = None if args.worker_memory is None else int(args.worker_memory * GIB)
         client = get_client(n_workers=WORKERS, memory_limit=limit, quiet=True)
+        limit = next(iter(client.scheduler_info()["workers"].values()))["memory_limit"]
         for d in args.sizes:
             print(f"d = {d}: {SHAPES[d][0]} x {SHAPES[d][1]} sites", flush=True)
             rows.append(row(d, store(args.data, d, args.samples, client), client, args.max_lag))
@@ -187,7 +192,7 @@ def main() -> None:
         "(`kelr_dist.models.lattice`, default parameters but MALA step 0.02, subsample 10; "
         "rings for d = 16, 32, periodic "
         f"8 x 8 and 8 x 16 grids for d = 64, 128), lags 0..{args.max_lag} rows; "
-        f"embedded cluster of {WORKERS} workers."
+        f"embedded cluster of {WORKERS} workers of {limit / GIB:.1f} GiB each."
     )
     if args.output is not None:
         write_table(args.output, header, rows, note)

@@ -466,23 +466,22 @@ class LocalSums:
         )
 
     @cached_property
-    def _means(self) -> dict[tuple[int | None, bool], tuple[np.ndarray, np.ndarray]]:
-        return {}
+    def _totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(Σ G, Σ b)`` over every fold."""
+        return self.gram.sum(axis=0), self.b.sum(axis=0)
 
     def means(self, fold: int | None = None, left_out: bool = False) -> tuple[np.ndarray, ...]:
         """``(G (d, W, W), b (d, W))`` as means over all rows, over ``fold`` alone, or
-        (``left_out``) over every fold but ``fold`` (each computed once: the choice asks for
-        them for every candidate)."""
-        key = (fold, left_out and fold is not None)
-        if key not in self._means:
-            keep = np.ones(len(self.n), dtype=bool)
-            if fold is not None:
-                keep = np.arange(len(self.n)) == fold
-                if left_out:
-                    keep = ~keep
-            n = self.n[keep].sum()
-            self._means[key] = (self.gram[keep].sum(axis=0) / n, self.b[keep].sum(axis=0) / n)
-        return self._means[key]
+        (``left_out``) over every fold but ``fold``: the sums over every fold less the fold's,
+        so the fits of the choice hold one ``(d, W, W)`` array besides the folds' own, not one
+        per fold."""
+        gram, b = self._totals
+        if fold is None:
+            return gram / self.n.sum(), b / self.n.sum()
+        if not left_out:
+            return self.gram[fold] / self.n[fold], self.b[fold] / self.n[fold]
+        n = self.n.sum() - self.n[fold]
+        return (gram - self.gram[fold]) / n, (b - self.b[fold]) / n
 
     def fit(
         self, members: np.ndarray, ridges: Sequence[float], without: int | None = None
