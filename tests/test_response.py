@@ -489,3 +489,14 @@ def test_shares_of_k0_are_defined_only_in_rows_away_from_zero():
     np.testing.assert_allclose(shares[2], [0.2, 0.0])  # small but clearly away from 0
     shares = relative_to_lag0(residual, lag0 * [[1.0], [1e-3], [1.0]])  # no error bars
     assert np.isnan(shares[1]).all()  # 1e-12 of the largest row
+
+
+def test_a_result_records_the_patterns_of_its_forcing() -> None:
+    """The forcing a result records (``attrs["forcing"]``) names the patterns of a constant
+    forcing given as an object, not the constant forcing alone."""
+    from kelr_dist.pipeline.options import EstimateOptions, checked
+
+    forcing = constant_forcing(NAMES, {"uniform": np.ones(2), "dipole": np.array([1.0, -1.0])})
+    names = checked(EstimateOptions, {"forcing": forcing}).function_names()
+    assert names["forcing"] == "constant and the patterns uniform, dipole"
+    assert checked(EstimateOptions, {}).function_names()["forcing"] == "constant"

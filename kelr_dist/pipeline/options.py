@@ -802,9 +802,10 @@ def _spec_name(
     if isinstance(spec, FunctionSpec):
         return spec.name
     function = spec.function
-    if function is None:  # an Observable or Forcing object of the first built-in's kind
-        return built_in
-    return function_reference(function)
+    name = built_in if function is None else function_reference(function)
+    if isinstance(spec, Forcing) and spec.pattern_names:  # and the patterns' own columns
+        return f"{name} and the patterns {', '.join(spec.pattern_names)}"
+    return name
 
 
 #: field -> keyword of ``estimate_response``, where they differ (accepted as aliases)
