@@ -114,7 +114,9 @@ def test_response_script_at_tiny_size(tmp_path, route):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     text = table.read_text()
-    assert ("all 8 sites, local score model (ring, symmetry translation)" in text) == (not route)
+    assert ("all 8 sites, local score model (ring, symmetry translation, index set" in text) == (
+        not route
+    )
     rows = [line for line in text.split("The package's largest")[0].splitlines()
             if line.startswith("| ")]  # fmt: skip
     assert len(rows) == 5 and "qG: max err" in rows[0] and "package: max se" in rows[0]
