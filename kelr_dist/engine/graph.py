@@ -333,7 +333,6 @@ def _finish(part: Stitched, reductions: tuple[Reduction, ...]) -> Finished:
         left = ", ".join(f"chain {c} row {b}" for c, b in sorted({**part.tails, **part.heads}))
         raise RuntimeError(f"the cuts at {left} were never stitched")
     partials = _in_c_order(part.partials)
-    del part  # a finalize may hold its temporaries beside the partials, not a second copy
     try:
         values = tuple(r.finalize(p) for r, p in zip(reductions, partials, strict=True))
     except Exception as err:  # noqa: BLE001 - the caller raises it as the pass's own error
