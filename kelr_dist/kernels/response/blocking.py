@@ -519,6 +519,11 @@ def block_levels(partial: Partial) -> BlockLevels:
     """The standard error of the lagged means at every block level of ``partial`` (the
     combined partial of :func:`response_block_partial`): the reblocking curve that
     :func:`block_standard_error` chooses from (Flyvbjerg & Petersen 1989)."""
+    return _means_and_levels(partial)[1]
+
+
+def _means_and_levels(partial: Partial) -> tuple[np.ndarray, BlockLevels]:
+    """The lagged means of ``partial`` and its :func:`block_levels` (which need the means)."""
     counts = np.asarray(partial["counts"])
     n1 = counts.reshape((-1,) + (1,) * (partial["sums"].ndim - 1)).astype(np.float64)
     mean = lagged_means(partial["sums"], counts)
@@ -529,14 +534,14 @@ def block_levels(partial: Partial) -> BlockLevels:
         [_sigma(m2_unblocked, counts)[None], _sigma(partial["block_m2"], partial["n_blocks"])]
     )
     block_sizes = np.r_[1, partial["base_block"] << np.arange(partial["n_blocks"].shape[0])]
-    return BlockLevels(block_sizes, n_blocks, sigma)
+    return mean, BlockLevels(block_sizes, n_blocks, sigma)
 
 
 def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
     """:func:`block_standard_error` of all the partial's entries at once."""
     counts = np.asarray(partial["counts"])
     n1 = counts.reshape((-1,) + (1,) * (partial["sums"].ndim - 1)).astype(np.float64)
-    levels = block_levels(partial)
+    mean, levels = _means_and_levels(partial)
     block_sizes, n_blocks, sigma = levels.block_sizes, levels.n_blocks, levels.sigma
     nb = n_blocks.reshape(n_blocks.shape + (1,) * (sigma.ndim - 2)).astype(np.float64)
 
@@ -555,7 +560,7 @@ def _standard_errors(partial: Partial, min_blocks: int) -> BlockingResult:
     chosen = np.where(met, np.argmax(criterion, axis=0), fallback)
     stderr = np.take_along_axis(sigma, chosen[None], axis=0)[0]
     return BlockingResult(
-        mean=lagged_means(partial["sums"], counts),
+        mean=mean,
         stderr=stderr,
         block_size=block_sizes[chosen],
         converged=converged,
