@@ -470,18 +470,22 @@ class LocalSums:
         """``(Σ G, Σ b)`` over every fold."""
         return self.gram.sum(axis=0), self.b.sum(axis=0)
 
-    def means(self, fold: int | None = None, left_out: bool = False) -> tuple[np.ndarray, ...]:
+    def means(
+        self, fold: int | None = None, left_out: bool = False, sites: list[int] | None = None
+    ) -> tuple[np.ndarray, ...]:
         """``(G (d, W, W), b (d, W))`` as means over all rows, over ``fold`` alone, or
         (``left_out``) over every fold but ``fold``: the sums over every fold less the fold's,
         so the fits of the choice hold one ``(d, W, W)`` array besides the folds' own, not one
-        per fold."""
-        gram, b = self._totals
+        per fold. ``sites``: those sites' rows alone (``(len(sites), W, W)``, ``(len(sites),
+        W)``)."""
+        on = slice(None) if sites is None else sites
+        gram, b = (total[on] for total in self._totals)
         if fold is None:
             return gram / self.n.sum(), b / self.n.sum()
         if not left_out:
-            return self.gram[fold] / self.n[fold], self.b[fold] / self.n[fold]
+            return self.gram[fold][on] / self.n[fold], self.b[fold][on] / self.n[fold]
         n = self.n.sum() - self.n[fold]
-        return (gram - self.gram[fold]) / n, (b - self.b[fold]) / n
+        return (gram - self.gram[fold][on]) / n, (b - self.b[fold][on]) / n
 
     def fit(
         self, members: np.ndarray, ridges: Sequence[float], without: int | None = None
@@ -687,15 +691,17 @@ def grow_local(sums: LocalSums, start: np.ndarray) -> LocalGrowth:
     weight = np.array([c.scale for c in features.coordinates]) ** 2
     paths = []
     for sites in groups:
-        size = features.sites[sites[0]].size
+        size, rows = features.sites[sites[0]].size, list(sites)
         parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
         for f in range(len(sums.n)):
             for part, (gram, b) in zip(
-                parts, (sums.means(f, left_out=True), sums.means(f)), strict=True
+                parts,
+                (sums.means(f, left_out=True, sites=rows), sums.means(f, sites=rows)),
+                strict=True,
             ):
-                g, v = gram[list(sites), :size, :size], b[list(sites), None, :size]
+                g, v = gram[:, :size, :size], b[:, None, :size]
                 if part is parts[1]:  # the held-out loss in the standardized coordinates
-                    g, v = g * weight[list(sites), None, None], v * weight[list(sites), None, None]
+                    g, v = g * weight[rows, None, None], v * weight[rows, None, None]
                 if features.tied:
                     g, v = g.sum(axis=0, keepdims=True), v.sum(axis=0, keepdims=True)
                 part.append((g, v))
