@@ -163,7 +163,8 @@ def forcing_pattern(
             f"needs a field (a variable with spatial dims); {source!r} has components only"
         )
     if not (np.issubdtype(pattern.dtype, np.integer) or np.issubdtype(pattern.dtype, np.floating)):
-        raise ValueError(f"{label}: the pattern's values must be real numbers, not {pattern.dtype}")
+        got = "text" if pattern.dtype.kind in "SU" else f"dtype {pattern.dtype}"
+        raise ValueError(f"{label}: the pattern's values must be real numbers, got {got}")
     if set(map(str, pattern.dims)) != set(layout.dims) or pattern.ndim != len(layout.dims):
         raise ValueError(
             f"{label}: the pattern's dims {tuple(map(str, pattern.dims))} are not the "
