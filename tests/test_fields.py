@@ -519,6 +519,13 @@ def test_a_pattern_file_on_the_command_line_is_the_python_pattern(
     _same_estimate(written, forced_in_python)
 
 
+def test_python_takes_a_pattern_file_too(store, patterns, forced_in_python):
+    spec = f"pattern={patterns / 'heating.zarr'}:heating"
+    forced = _quiet(store, variable="tas", forcing=spec, **FAST)
+    assert forced.attrs["forcing_pattern"] == spec
+    _same_estimate(forced, forced_in_python)
+
+
 def test_a_job_file_takes_a_pattern_store_relative_to_its_folder(
     store, patterns, forced_in_python, tmp_path, monkeypatch
 ):
