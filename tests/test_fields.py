@@ -9,6 +9,7 @@ same samples given as a plain ``(time, component)`` array.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import warnings
@@ -371,6 +372,12 @@ def test_a_forcing_pattern_on_other_dims_is_refused(field):
     _refused(field, "forcing: the pattern's coordinates do not hold every point", forcing=shifted)
 
 
+def test_a_forcing_pattern_of_text_is_refused(field):
+    names = xr.DataArray(np.full((LAT.size, LON.size), "a"), dims=("lat", "lon"),
+                         coords={"lat": LAT, "lon": LON})  # fmt: skip
+    _refused(field, "forcing: the pattern's values must be real numbers, got text", forcing=names)
+
+
 def test_a_forcing_pattern_needs_a_field(field):
     components = field.isel(lat=1).rename(lon="component").drop_vars(["lat", "component"])
     pattern = xr.DataArray(np.ones(LON.size), dims=("lon",))
@@ -442,3 +449,160 @@ def test_points_picked_by_name_stay_components(field):
     assert ds["response"].dims == ("lag", "i", "j")
     assert list(ds["j"].values) == picked
     assert "field" not in ds.attrs
+
+
+# --------------------------------------------------------------------------------------------
+# a forcing pattern from a file: 'pattern=FILE:VARIABLE' on the command line and in job files
+# --------------------------------------------------------------------------------------------
+
+#: attributes two runs of one estimate differ in (when, how long), and the file of the pattern
+RUN_ATTRS = ("created", "runtime_seconds", "forcing_pattern")
+
+
+def _heating() -> xr.DataArray:
+    """A pattern of mixed signs over the grid, NaN on a land point (its value is not used)."""
+    values = np.outer(np.cos(np.deg2rad(LAT)), np.sin(np.deg2rad(LON)) + 0.3)
+    values[LAND[0]] = np.nan
+    return xr.DataArray(values, dims=("lat", "lon"), coords={"lat": LAT, "lon": LON},
+                        name="heating", attrs={"units": "W m-2"})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def patterns(tmp_path_factory):
+    """A folder with the pattern as a netCDF file and as a zarr store, and bad ones beside it."""
+    folder = tmp_path_factory.mktemp("patterns")
+    heating = _heating().to_dataset()
+    heating.to_netcdf(folder / "heating.nc")
+    heating.to_zarr(folder / "heating.zarr", consolidated=False)
+    xr.Dataset({"zonal": _heating().isel(lon=0, drop=True)}).to_netcdf(folder / "zonal.nc")
+    names = xr.full_like(_heating(), "a", dtype=object).rename("names")
+    names.to_dataset().to_netcdf(folder / "names.nc")
+    gap = _heating().rename("gap")
+    gap[1, 1] = np.nan  # a sea point
+    gap.to_dataset().to_netcdf(folder / "gap.nc")
+    (folder / "notes.nc").write_text("not a netCDF file\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def forced_in_python(store) -> xr.Dataset:
+    """The estimate with the pattern given as a DataArray, from the same store."""
+    return _quiet(store, variable="tas", forcing=_heating(), **FAST)
+
+
+def _same_estimate(written: xr.Dataset, expected: xr.Dataset) -> None:
+    """The same numbers, coordinates and attributes, apart from :data:`RUN_ATTRS`."""
+    xr.testing.assert_allclose(written.load(), expected, rtol=1e-12, atol=1e-15)
+    for key in expected.variables:
+        assert written[key].attrs == expected[key].attrs, key
+
+    def run_free(attrs):
+        return {k: str(v) for k, v in attrs.items() if k not in RUN_ATTRS}
+
+    assert run_free(written.attrs) == run_free(expected.attrs)
+
+
+def test_a_pattern_file_on_the_command_line_is_the_python_pattern(
+    store, patterns, forced_in_python, tmp_path
+):
+    out = tmp_path / "forced.zarr"
+    spec = f"pattern={patterns / 'heating.nc'}:heating"
+    run = subprocess.run(
+        [*KELR, "estimate", store, str(out), "--variable", "tas", "--forcing", spec, *FAST_CLI],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    written = xr.open_zarr(out)
+    assert written.attrs["forcing"] == "pattern"
+    assert written.attrs["forcing_pattern"] == spec
+    assert "pattern_response" in written and written["response"].dims[-2:] == ("j_lat", "j_lon")
+    _same_estimate(written, forced_in_python)
+
+
+def test_python_takes_a_pattern_file_too(store, patterns, forced_in_python):
+    spec = f"pattern={patterns / 'heating.zarr'}:heating"
+    forced = _quiet(store, variable="tas", forcing=spec, **FAST)
+    assert forced.attrs["forcing_pattern"] == spec
+    _same_estimate(forced, forced_in_python)
+
+
+def test_a_job_file_takes_a_pattern_store_relative_to_its_folder(
+    store, patterns, forced_in_python, tmp_path, monkeypatch
+):
+    from click.testing import CliRunner
+
+    from kelr_dist.edges.cli import main
+
+    folder = tmp_path / "job"
+    shutil.copytree(patterns / "heating.zarr", folder / "inputs" / "heating.zarr")
+    job = folder / "job.yaml"
+    job.write_text(
+        f"input: {{store: {store}, variable: tas}}\n"
+        "estimator: {method: score-matching, degree: 1}\n"
+        "forcing: pattern=inputs/heating.zarr:heating\n"
+        "lags: {max_lag: 8}\n"
+        "outputs: {result: forced.zarr}\n"
+        "cluster: {scheduler: synchronous}\n"
+    )
+    monkeypatch.chdir(tmp_path)  # not the job's folder
+    run = CliRunner().invoke(main, ["run", str(job), "--quiet"])
+    assert run.exit_code == 0, run.output
+    written = xr.open_zarr(folder / "forced.zarr")
+    assert written.attrs["forcing_pattern"] == f"pattern={folder / 'inputs/heating.zarr'}:heating"
+    _same_estimate(written, forced_in_python)
+
+    job.write_text(job.read_text().replace(":heating", ":cooling").replace("forced", "again"))
+    run = CliRunner().invoke(main, ["run", str(job), "--quiet"])
+    assert run.exit_code == 2
+    assert run.stderr == (
+        "kelr run: error: job.yaml: forcing='pattern=inputs/heating.zarr:cooling': no variable "
+        f"'cooling' in '{folder / 'inputs/heating.zarr'}' (its variables: heating)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("nowhere.nc:heating", "no file or zarr store '{folder}/nowhere.nc'"),
+        ("heating.nc:cooling",
+         "no variable 'cooling' in '{folder}/heating.nc' (its variables: heating)"),
+        ("heating.zarr:cooling",
+         "no variable 'cooling' in '{folder}/heating.zarr' (its variables: heating)"),
+        ("notes.nc:notes", "cannot read '{folder}/notes.nc' as a netCDF file or zarr store ("),
+        ("zonal.nc:zonal", "the pattern's dims ('lat',) are not the spatial dims ('lat', 'lon') "
+         "of the field"),
+        ("names.nc:names", "the pattern's values must be real numbers, got text"),
+        ("gap.nc:gap",
+         "the pattern is not finite at 1 grid point(s) of the field, the first lat=0.0,lon=90.0"),
+    ],
+)  # fmt: skip
+def test_a_bad_pattern_file_is_one_line_naming_the_option_file_and_variable(
+    store, patterns, tmp_path, spec, problem
+):
+    """Refused before any pass (the scheduler is an address nothing listens on), exit code 2."""
+    from click.testing import CliRunner
+
+    from kelr_dist.edges.cli import main
+
+    given = f"pattern={patterns / spec}"
+    args = ["estimate", store, str(tmp_path / "out.zarr"), "--variable", "tas", "--max-lag", "8",
+            "--forcing", given, "--scheduler", NOWHERE, "--quiet"]  # fmt: skip
+    run = CliRunner().invoke(main, args)
+    assert run.exit_code == 2
+    assert run.stderr.count("\n") == 1
+    assert run.stderr.startswith(f"kelr estimate: error: --forcing='{given}': ")
+    assert problem.format(folder=patterns) in run.stderr
+    assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_pattern_spec_without_a_variable_is_refused_by_the_options():
+    from click.testing import CliRunner
+
+    from kelr_dist.edges.cli import main
+
+    run = CliRunner().invoke(main, ["estimate", "s.zarr", "o.zarr", "--forcing", "pattern=f.nc"])
+    assert run.exit_code == 2
+    assert run.stderr == (
+        "kelr estimate: error: --forcing: expected 'pattern=FILE:VARIABLE' (a netCDF file or zarr "
+        "store and the name of its variable), got 'pattern=f.nc'\n"
+    )

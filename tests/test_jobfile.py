@@ -7,7 +7,7 @@ import pytest
 
 from kelr_dist.edges.jobfile import JobError, load_job, parse_job
 from kelr_dist.kernels.observables.builtin import linear_forcing, square
-from kelr_dist.pipeline.options import EstimateOptions, OptionsError, checked
+from kelr_dist.pipeline.options import EstimateOptions, OptionsError, PatternFile, checked
 
 MINIMAL = {"input": {"store": "data/traj.zarr"}, "outputs": {"result": "out/result.zarr"}}
 
@@ -117,6 +117,16 @@ def test_defaults_and_built_ins(tmp_path):
     np.testing.assert_array_equal(dc, np.ones_like(x))
 
 
+def test_a_pattern_file_is_taken_relative_to_the_job_folder(tmp_path):
+    job = parse_job({**MINIMAL, "forcing": "pattern=inputs/sst.nc:bump"}, tmp_path / "job.yaml")
+    assert isinstance(job.options.forcing, PatternFile)
+    assert job.options.forcing.file == str(tmp_path / "inputs/sst.nc")
+    assert job.options.forcing.variable == "bump"
+    assert job.options.function_names()["forcing"] == "pattern"
+    job = parse_job({**MINIMAL, "forcing": "pattern=/data/sst.zarr:bump"}, tmp_path / "job.yaml")
+    assert job.options.forcing.file == "/data/sst.zarr"
+
+
 @pytest.mark.parametrize(
     ("document", "message"),
     [
@@ -160,6 +170,8 @@ def test_defaults_and_built_ins(tmp_path):
             "['identity', 'square', 'angles', 'pdf', 'moments', 'exceedance']",
         ),
         (with_("forcing", None, "quadratic"), "forcing: expected one of ['constant', 'linear']"),
+        (with_("forcing", None, "pattern=sst.nc"), "forcing: expected 'pattern=FILE:VARIABLE'"),
+        (with_("forcing", None, "pattern=:bump"), "forcing: expected 'pattern=FILE:VARIABLE'"),
         (["a", "list"], "expected a mapping of sections at the top level"),
     ],
 )  # fmt: skip

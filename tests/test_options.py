@@ -73,7 +73,7 @@ def _help(*command):
 def test_estimate_help_is_the_models(model):
     text = _help("estimate")
     for name, info in model.model_fields.items():
-        if name == "forcing" or python_only(info):  # job files and Python, or Python only
+        if python_only(info):  # a keyword of the Python function alone
             assert cli_name(name) not in text
             continue
         assert cli_name(name) in text, name

@@ -612,7 +612,7 @@ def _run_estimate(
 @main.command()
 @click.argument("store", type=click.Path())
 @click.argument("out", type=click.Path())
-@_options_from(EstimateOptions, exclude=("forcing",))
+@_options_from(EstimateOptions)
 @_options_from(ClusterOptions)
 @_options_from(FileOptions, only=("overwrite",))
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars or cluster logs.")
@@ -632,6 +632,7 @@ def estimate(store: str, out: str, overwrite: bool, quiet: bool, **given: Any) -
       kelr estimate big.zarr out.zarr --scheduler tcp://scheduler:8786
       kelr estimate tw.zarr out.zarr --workers 2 --memory-limit 1GiB --quiet
       kelr estimate user.zarr out.zarr --score mypackage.densities:score
+      kelr estimate sst.zarr out.zarr --variable sst --forcing pattern=bump.nc:heating
     """
     _run_estimate(
         Path(store),

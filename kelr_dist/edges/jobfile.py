@@ -17,9 +17,11 @@ store's components), ``square`` (``x**2`` per component, named ``<component>^2``
 ``x (n, d) -> (n, q)`` and the names of its ``q`` components (required).
 
 Forcings ``c(x)`` (their components are the store's components): ``constant`` (``c = 1``, so
-``B = -grad log p``), ``linear`` (``c_i(x) = x_i``) or a reference ``"package.module:function"``
+``B = -grad log p``), ``linear`` (``c_i(x) = x_i``), a reference ``"package.module:function"``
 (or ``{function: ...}``) — an importable function ``x (n, d) -> (c (n, d), dc (n, d))`` with
-``dc_i = d c_i / d x_i``.
+``dc_i = d c_i / d x_i`` — or, for a field, a pattern over its grid ``pattern=FILE:VARIABLE``: a
+variable over the field's spatial dims in a netCDF file or zarr store (a relative ``FILE`` is
+taken relative to the job file's folder).
 
 References (also ``baselines.score``) are imported with :mod:`importlib` (never evaluated): the
 module must be importable by this process and by every Dask worker (installed, or on
@@ -44,6 +46,7 @@ from kelr_dist.pipeline.options import (
     EstimateOptions,
     FileOptions,
     OptionsError,
+    PatternFile,
     checked,
     error_lines,
     shown,
@@ -239,7 +242,11 @@ def parse_job(document: Any, source: str | os.PathLike[str]) -> Job:
         ]
     except OptionsError as err:
         raise JobError(f"{source.name}: {err}") from None
-    return Job(source, *models)  # type: ignore[arg-type]
+    options, cluster, files = models
+    assert isinstance(options, EstimateOptions)
+    if isinstance(options.forcing, PatternFile):  # a relative path, like the others: from here
+        options = options.model_copy(update={"forcing": options.forcing.under(source.parent)})
+    return Job(source, options, cluster, files)  # type: ignore[arg-type]
 
 
 def load_job(path: str | os.PathLike[str]) -> Job:

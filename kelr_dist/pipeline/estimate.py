@@ -165,7 +165,8 @@ def estimate_response(
         ``kelr_dist.kernels.response.operator``).
         A field's observables: ``"mean"``, ``"mean(weights=cos(lat))"`` (a coordinate over the
         grid, or its cosine in degrees) and ``"eof(k)"`` (leading EOF amplitudes); a field's
-        forcing may be a pattern, a ``DataArray`` over its grid dims (``pattern_response``).
+        forcing may be a pattern, a ``DataArray`` over its grid dims or ``"pattern=FILE:VARIABLE"``
+        naming one in a netCDF file or zarr store (``pattern_response``).
         A :class:`~kelr_dist.Forcing` with ``patterns`` adds the constant forcing along each
         pattern as a column of its own (``j`` = its name).
         The distribution observables ``"pdf"``, ``"moments"``, ``"exceedance"`` (with

@@ -7,10 +7,10 @@ A field enters the estimate stacked into components (:mod:`kelr_dist.data.fields
   amplitudes of the ``k`` leading EOFs, settled from the survey's covariance by
   :func:`survey_eof`; :mod:`kelr_dist.kernels.observables.field`);
 - :func:`forcing_pattern`: a forcing ``c(x) = f`` that is a pattern ``f`` over the grid (a
-  ``DataArray`` over the field's spatial dims). Its conjugate variable (eq. 5) is
-  ``B_f = Σ_j f_j B_j = -f · ∇ log p``, the sum of the constant forcing's columns
-  ``B_j = -∂_j log p`` times ``f_j``. The estimate runs with the constant forcing and ``B_f`` as
-  one more column of ``B``, :data:`PATTERN`
+  ``DataArray`` over the field's spatial dims, or one read from a file: :func:`read_pattern`).
+  Its conjugate variable (eq. 5) is ``B_f = Σ_j f_j B_j = -f · ∇ log p``, the sum of the
+  constant forcing's columns ``B_j = -∂_j log p`` times ``f_j``. The estimate runs with the
+  constant forcing and ``B_f`` as one more column of ``B``, :data:`PATTERN`
   (:func:`~kelr_dist.kernels.response.operator.constant_forcing`): its lagged sums, standard
   errors (block averaging, the fitted score's jackknife), Stein correction and lag-0 Stein
   residual are its own, so the correlations between the points' columns are in them;
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -38,7 +40,7 @@ from kelr_dist.kernels.observables.field import (
     weighted_mean_matrix,
 )
 from kelr_dist.kernels.response.operator import Observable, identity_observable
-from kelr_dist.pipeline.options import Name
+from kelr_dist.pipeline.options import Name, PatternFile
 from kelr_dist.pipeline.steps import Passes, Survey, survey_data
 
 #: variables with these endings are not scaled by the pattern (block sizes, flags)
@@ -118,22 +120,54 @@ def survey_eof(passes: Passes, pending: PendingEOF) -> tuple[Survey, Observable]
     return survey, observable
 
 
+def read_pattern(spec: PatternFile, label: str) -> xr.DataArray:
+    """The pattern ``spec`` names, loaded: the variable of a netCDF file or of a zarr store (a
+    folder); ``label`` names the option in the errors."""
+    file = Path(spec.file)
+    if not file.exists():
+        raise ValueError(f"{label}: no file or zarr store {str(file)!r}")
+    zarr: dict[str, Any] = {"engine": "zarr", "consolidated": False} if file.is_dir() else {}
+    try:
+        opened = xr.open_dataset(file, chunks=None, **zarr)
+    except Exception as err:  # the backends raise many types for "not readable"
+        raise ValueError(
+            f"{label}: cannot read {str(file)!r} as a netCDF file or zarr store "
+            f"({type(err).__name__}: {err})"
+        ) from None
+    with opened as ds:
+        if spec.variable not in ds.data_vars:
+            found = ", ".join(map(str, ds.data_vars)) or "none"
+            raise ValueError(
+                f"{label}: no variable {spec.variable!r} in {str(file)!r} (its variables: {found})"
+            )
+        return ds[spec.variable].load()
+
+
 def forcing_pattern(
-    pattern: xr.DataArray, trajectory: xr.DataArray, name: Name = str
+    spec: xr.DataArray | PatternFile, trajectory: xr.DataArray, name: Name = str
 ) -> np.ndarray:
-    """The pattern ``f`` ``(d,)`` at the components of the field ``trajectory``: its dims must be
-    the field's spatial dims, its coordinates must hold every grid point, and its values there be
-    finite (masked points may be anything)."""
+    """The pattern ``f`` ``(d,)`` at the components of the field ``trajectory``, given as a
+    ``DataArray`` or in a file (:func:`read_pattern`): its dims must be the field's spatial dims,
+    its coordinates must hold every grid point, and its values there be finite real numbers
+    (masked points may be anything)."""
+    if isinstance(spec, PatternFile):
+        label = f"{name('forcing')}={spec.text!r}"
+        pattern = read_pattern(spec, label)
+    else:
+        label, pattern = name("forcing"), spec
     layout = FieldLayout.from_attrs(trajectory.attrs)
     source = _source(trajectory)
     if layout is None:
         raise ValueError(
-            f"{name('forcing')}: a pattern (DataArray over {tuple(map(str, pattern.dims))}) "
+            f"{label}: a pattern (DataArray over {tuple(map(str, pattern.dims))}) "
             f"needs a field (a variable with spatial dims); {source!r} has components only"
         )
+    if not (np.issubdtype(pattern.dtype, np.integer) or np.issubdtype(pattern.dtype, np.floating)):
+        got = "text" if pattern.dtype.kind in "SU" else f"dtype {pattern.dtype}"
+        raise ValueError(f"{label}: the pattern's values must be real numbers, got {got}")
     if set(map(str, pattern.dims)) != set(layout.dims) or pattern.ndim != len(layout.dims):
         raise ValueError(
-            f"{name('forcing')}: the pattern's dims {tuple(map(str, pattern.dims))} are not the "
+            f"{label}: the pattern's dims {tuple(map(str, pattern.dims))} are not the "
             f"spatial dims {layout.dims} of the field {source!r}"
         )
     try:
@@ -142,19 +176,19 @@ def forcing_pattern(
         ).transpose(*layout.dims)
     except (KeyError, ValueError) as err:
         raise ValueError(
-            f"{name('forcing')}: the pattern's coordinates do not hold every point of the field "
+            f"{label}: the pattern's coordinates do not hold every point of the field "
             f"{source!r} ({type(err).__name__}: {err})"
         ) from None
     if on_grid.shape != layout.shape:
         raise ValueError(
-            f"{name('forcing')}: the pattern's shape {on_grid.shape} is not the field's grid "
+            f"{label}: the pattern's shape {on_grid.shape} is not the field's grid "
             f"{layout.shape} ({layout.dims})"
         )
     values = np.asarray(on_grid.values, dtype=np.float64).reshape(-1)[np.flatnonzero(layout.kept)]
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
         raise ValueError(
-            f"{name('forcing')}: the pattern is not finite at {bad.size} grid point(s) of the "
+            f"{label}: the pattern is not finite at {bad.size} grid point(s) of the "
             f"field, the first {layout.components[bad[0]]}"
         )
     return values

@@ -26,11 +26,12 @@ pure.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import reprlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, get_args, get_origin
 
 import numpy as np
@@ -522,17 +523,69 @@ def _observable(value: Any) -> FunctionSpec | Observable | DistributionSpec | Fi
     return _spec(value, OBSERVABLES, Observable, names_required=True)
 
 
+#: how a forcing names a pattern in a file: ``pattern=PATH:VARIABLE``
+PATTERN_PREFIX = "pattern="
+
+
+@dataclass(frozen=True)
+class PatternFile:
+    """A forcing pattern held in a file, ``pattern=PATH:VARIABLE``: the ``variable`` of a netCDF
+    file or zarr store at ``path`` (as written; a relative one is taken relative to ``folder``,
+    else to the working directory), read and checked against the field by the estimate
+    (:func:`kelr_dist.pipeline.fields.read_pattern`)."""
+
+    path: str
+    variable: str
+    folder: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The spec as written, ``pattern=PATH:VARIABLE``."""
+        return f"{PATTERN_PREFIX}{self.path}:{self.variable}"
+
+    @property
+    def file(self) -> str:
+        """The path of the file or store (``~`` expanded, a relative one put under ``folder``)."""
+        return os.path.join(self.folder or "", os.path.expanduser(self.path))
+
+    def under(self, folder: str | os.PathLike[str]) -> PatternFile:
+        """The same pattern with a relative path taken relative to ``folder`` (a job file's)."""
+        return replace(self, folder=os.fspath(folder))
+
+
+def _pattern_file(text: str) -> PatternFile:
+    """``pattern=PATH:VARIABLE`` split at its last colon (a variable's name holds none)."""
+    path, colon, variable = text.strip()[len(PATTERN_PREFIX) :].rpartition(":")
+    if not (colon and path.strip() and variable.strip()) or "\x00" in path:
+        raise _invalid(
+            f"expected '{PATTERN_PREFIX}FILE:VARIABLE' (a netCDF file or zarr store and the name "
+            f"of its variable), got {shown(text)}"
+        )
+    return PatternFile(path.strip(), variable.strip())
+
+
 def is_pattern(value: Any) -> bool:
-    """Whether a forcing is a pattern over a field's grid (an ``xarray.DataArray``)."""
+    """Whether a forcing is a pattern over a field's grid: an ``xarray.DataArray`` or one in a
+    file (:class:`PatternFile`)."""
     xarray = sys.modules.get("xarray")  # a DataArray exists only once xarray is imported
-    return xarray is not None and isinstance(value, xarray.DataArray)
+    return isinstance(value, PatternFile) or (
+        xarray is not None and isinstance(value, xarray.DataArray)
+    )
 
 
 def _forcing(value: Any) -> Any:
     """A forcing: a built-in name, a reference, a function, a ``Forcing``, or a pattern (a
-    ``DataArray`` over a field's spatial dims, checked against the field by the estimate)."""
+    ``DataArray`` over a field's spatial dims, or ``pattern=PATH:VARIABLE`` naming one in a file:
+    :class:`PatternFile`; checked against the field by the estimate)."""
     if is_pattern(value):
         return value
+    if isinstance(value, str) and value.strip().startswith(PATTERN_PREFIX):
+        return _pattern_file(value)
+    if isinstance(value, str) and ":" not in value and value not in FORCINGS:
+        raise _invalid(
+            f"expected one of {list(FORCINGS)}, a function reference 'package.module:function' "
+            f"or a pattern '{PATTERN_PREFIX}FILE:VARIABLE', got {shown(value)}"
+        )
     return _spec(value, FORCINGS, Forcing, names_required=False)
 
 
@@ -670,8 +723,10 @@ class EstimateOptions(_Options):
     )
     forcing: Annotated[Any, BeforeValidator(_forcing)] = option(
         "constant",
-        "c(x): 'constant', 'linear' or a reference 'package.module:function' (in Python also a "
-        "pattern: a DataArray over a field's spatial dims)",
+        "c(x): 'constant', 'linear', a reference 'package.module:function', or a pattern over a "
+        "field's grid 'pattern=FILE:VARIABLE' (a variable over the field's spatial dims in a "
+        "netCDF file or zarr store; in Python also a DataArray)",
+        metavar="SPEC",
     )
     max_lag: Whole | None = option(
         None, "largest lag in samples (not with a largest lag in time units)", metavar="S"
@@ -785,13 +840,18 @@ class EstimateOptions(_Options):
 
     def function_names(self) -> dict[str, str]:
         """``{"observable": ..., "forcing": ...}`` as a result records them: a built-in's name,
-        the reference given, or an object's function as ``module:qualname``."""
-        return {
+        the reference given, or an object's function as ``module:qualname``; ``"pattern"`` for a
+        pattern, and for one in a file ``"forcing_pattern": "pattern=/absolute/path:VARIABLE"``."""
+        names = {
             "observable": _spec_name(self.observable, OBSERVABLES[0]),
             "forcing": "pattern"
             if is_pattern(self.forcing)
             else _spec_name(self.forcing, FORCINGS[0]),
         }
+        if isinstance(self.forcing, PatternFile):  # and the file the pattern came from
+            file = os.path.abspath(self.forcing.file)
+            names["forcing_pattern"] = f"{PATTERN_PREFIX}{file}:{self.forcing.variable}"
+        return names
 
 
 def _spec_name(
