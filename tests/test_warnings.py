@@ -89,18 +89,21 @@ def test_truncation_when_the_degree_budget_binds(system, binds):
 
 
 def test_bias_warns_for_a_nonlinear_observable():
-    """The Gaussian score (degree 1) of a three-well density with A = x²: the affine correction
-    cannot make the lag-0 identity hold for a quadratic observable, and the residual says so."""
+    """The Gaussian score (degree 1) of a three-well density with A = x²: the Stein correction
+    refits it on the squares, so their lag-0 identity holds, and the residual before the refit
+    says how poor the score was."""
     x, model = sample("curved-wells", 100_000)
     ds, caught = estimate(x, model, estimator="score-matching", degree=1, observable="square",
                           max_lag=20)  # fmt: skip
+    assert ds.attrs["stein_correction"] == "observable"
     found = [str(w.message) for w in caught if w.category is BiasWarning]
     assert found and "total standard errors" in found[0]
     # the entry named as the result names it
-    assert re.search(r"residual [-+][0-9.e-]+ of x[12]\^2 forced on x[12] is", found[0])
+    assert re.search(r"residual of x[12]\^2 forced on x[12] was [0-9]+% of k\(0\)", found[0])
     assert "BiasWarning: " + found[0] in ds.attrs["warnings"].splitlines()
-    ratio = np.abs(ds["stein_residual"] / ds["stein_residual_total_stderr"])
+    ratio = np.abs(ds["stein_residual_uncorrected"] / ds["stein_residual_total_stderr"])
     assert float(ratio.max()) > 3
+    assert float(np.abs(ds["stein_residual"] / ds["stein_residual_total_stderr"]).max()) < 1e-6
 
 
 def test_sensitivity_warns_when_one_more_degree_moves_the_response():

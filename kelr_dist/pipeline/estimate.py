@@ -178,10 +178,11 @@ def estimate_response(
     kde, gaussian : also the Gaussian-KDE (d ≤ 3) and quasi-Gaussian baselines (§5).
     stein_correction : refit the estimated scores (kernel embedding, score matching; not the
         baselines) by the affine Stein correction
-        (``kelr_dist.kernels.response.stein_correction``), in the response read, or, for a
-        distribution observable, on the observable's own functions too, in one read before it
-        (``refit_on_observable``); ``False`` gives the uncorrected estimators (the paper's
-        own ``B̂``).
+        (``kelr_dist.kernels.response.stein_correction``), in the response read, or, for an
+        observable that is not affine in ``x`` (``"square"``, a user's function, a
+        distribution), on the observable's own functions too, in one read before it
+        (``refit_on_observable``: every column of ``A`` then has its exact lag-0 response);
+        ``False`` gives the uncorrected estimators (the paper's own ``B̂``).
     pilot : with ``estimator="auto"`` on at least 250 000 samples, fit the kernel embedding to
         a strided subsample first, and to all samples only when its held-out loss there can
         still win (``kelr_dist.pipeline.steps.pilot_kernel_embedding``); ``False`` fits

@@ -3,7 +3,7 @@
 :func:`kernel_embedding` fits the kernel embedding of a :class:`~kelr_dist.pipeline.planning.Plan`
 (after a pilot when the plan asks for one); :func:`response_scores` gathers every score the
 response read evaluates, with their fold refits and richer neighbours, after refitting them on
-random Fourier features (read 3f) or on a distribution observable's own functions
+random Fourier features (read 3f) or on the own functions of an observable that is not affine
 (:func:`refit_on_observable`, read 3r); :func:`goodness_of_fit` builds the scores' check of the
 response read.
 """
@@ -66,8 +66,8 @@ def response_scores(
     fitted: tuple[KernelEmbeddingChoice | None, AnyScoreMatching | None, Fits],
 ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
     """The scores of the response read (:meth:`Plan.scores`), after read 3f (score matching
-    refitted with random Fourier features, its neighbour outside a polynomial span) or, for a
-    distribution observable, read 3r (:func:`refit_on_observable`, which fits that neighbour
+    refitted with random Fourier features, its neighbour outside a polynomial span) or, for an
+    observable that is not affine, read 3r (:func:`refit_on_observable`, which fits that neighbour
     too); with the estimates before read 3r (empty without it)."""
     ke, sm, fits = fitted
     extended = None

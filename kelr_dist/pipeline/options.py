@@ -667,8 +667,8 @@ class EstimateOptions(_Options):
     )
     stein_correction: Flag = option(
         True,
-        "refit the estimated scores by the Stein correction: affine, and on a distribution "
-        "observable's own functions (false: the paper's uncorrected estimators)",
+        "refit the estimated scores by the Stein correction: affine, and on the observable's "
+        "own functions when it is not affine (false: the paper's uncorrected estimators)",
     )
     pilot: Flag = option(
         True,

@@ -18,8 +18,8 @@ import numpy as np
 from kelr_dist.kernels.baselines.quasi_gaussian import SampleMoments, gaussian_score
 from kelr_dist.kernels.bases.coordinates import WINDOW_TOLERANCE, Periodicity
 from kelr_dist.kernels.bases.families import Coordinate, TensorBasis
-from kelr_dist.kernels.observables.distribution import DistributionObservable, PendingDistribution
-from kelr_dist.kernels.observables.field import FieldSpec
+from kelr_dist.kernels.observables.distribution import PendingDistribution
+from kelr_dist.kernels.observables.field import FieldSpec, LinearObservable
 from kelr_dist.kernels.response.operator import (
     FunctionScore,
     KDEScore,
@@ -137,8 +137,9 @@ class Plan:
     gaussian: SampleMoments | None
     corrected: bool
     pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
-    #: the Stein correction is a refit on the observable's own functions (a distribution's
-    #: bins, powers or exceedances, outside the affine span): :func:`refit_on_observable`
+    #: the Stein correction is a refit on the observable's own functions (squares, a user's
+    #: functions, a distribution's bins, powers or exceedances: outside the affine span),
+    #: :func:`refit_on_observable`
     refit: bool = False
 
     @property
@@ -212,6 +213,14 @@ def local_features(
     return LocalFeatures(declared, setting.coordinates, caps, tied=tied)
 
 
+def affine(observable: Observable) -> bool:
+    """Whether ``A`` is affine in ``x``: the identity, or a fixed matrix (a field's mean or EOF
+    amplitudes, :class:`~kelr_dist.kernels.observables.field.LinearObservable`). Its functions
+    are then in the span of the affine Stein correction, which makes its lag-0 response exact;
+    any other observable is refitted on its own functions (:attr:`Plan.refit`)."""
+    return observable.function is None or isinstance(observable.function, LinearObservable)
+
+
 def plan_estimate(
     passes: Passes, options: EstimateOptions, inputs: Inputs, setting: Setting
 ) -> Plan:
@@ -257,7 +266,7 @@ def plan_estimate(
         corrected=options.stein_correction,
         # on a circle the bins at the wrap are not periodic: no Stein identity to enforce
         refit=options.stein_correction
-        and isinstance(setting.observable, DistributionObservable)
+        and not affine(setting.observable)
         and setting.periods is None,
         pilot=options.pilot
         and options.estimator == "auto"

@@ -50,6 +50,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kelr_dist.kernels.scores.kernel_embedding import row_blocks
 from kelr_dist.kernels.scores.score_matching import solve_weights
 
 
@@ -239,6 +240,10 @@ class FourierFeatures:
         return np.cos(argument, out=argument), divergence
 
 
+#: entries of the observable's Jacobian held at once by :class:`ObservableFeatures` (32 MiB)
+JACOBIAN_ENTRIES = 1 << 22
+
+
 @dataclass(frozen=True)
 class ObservableFeatures:
     """The observable's own functions ``φ = A (n, q)`` as test functions: a refit on them makes
@@ -259,8 +264,15 @@ class ObservableFeatures:
         return np.asarray(self.observable(x), dtype=np.float64)
 
     def values_and_divergence_sums(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``A(x)`` ``(n, q)`` and ``Σ_n ∂_j A_i(x_n)`` ``(d, q)``."""
-        return self(x), self.observable.jacobian(x, self.steps).sum(axis=0).T
+        """``A(x)`` ``(n, q)`` and ``Σ_n ∂_j A_i(x_n)`` ``(d, q)``, the Jacobian ``(n', q, d)``
+        taken on row blocks of at most :data:`JACOBIAN_ENTRIES` entries (``q d`` grows as
+        ``d²`` on a field)."""
+        values = self(x)
+        q, d = values.shape[1], x.shape[1]
+        divergence = np.zeros((q, d))
+        for rows in row_blocks(x.shape[0], max(1, JACOBIAN_ENTRIES // (q * d))):
+            divergence += self.observable.jacobian(x[rows], self.steps).sum(axis=0)
+        return values, divergence.T
 
 
 @dataclass(frozen=True)
