@@ -267,14 +267,17 @@ def test_a_local_model_held_by_its_budget_reports_the_truncation() -> None:
     """Independent skewed sites (score ``-(x + 0.6 x² + 0.3 x³)``): with 3 features a site
     reaches degree 2 alone, the loss still falling there, and the choice says so; with the
     budget of its samples it reaches degree 3 and does not. The budget grows as ``N^(1/3)``, d
-    times the rows when the sites are tied, and stops at the Gram pass's cost."""
+    times the rows when the sites are tied, and stops at the Gram pass's cost; the warning says
+    which of the two holds it."""
     from kelr_dist.kernels.scores.local import (
         LocalFeatures,
         choose_local,
         degree_caps,
+        held_by_cost,
         lattice,
         site_budget,
     )
+    from kelr_dist.pipeline.steps import score_matching_truncation
 
     grid = np.linspace(-6.0, 6.0, 24_001)
     weight = np.exp(-(grid**2 / 2 + 0.2 * grid**3 + 0.075 * grid**4))
@@ -292,6 +295,12 @@ def test_a_local_model_held_by_its_budget_reports_the_truncation() -> None:
         assert (found is not None) == truncated, (budget, choice.pick, found)
         if truncated:
             assert choice.degree == 2 and found[0] > 3 * found[1]
+            # the warning names what holds the budget: the samples, or the pass's cost
+            by_rows = score_matching_truncation(choice, x.shape[0])
+            by_cost = score_matching_truncation(choice, 10**12)
+            assert by_rows is not None and "more samples raise it" in by_rows.message
+            assert by_cost is not None and "more samples do not raise it" in by_cost.message
+    assert not held_by_cost(x.shape[0], 6, False, 4e11) and held_by_cost(10**12, 6, False, 4e11)
     assert site_budget(10**6, 64, False, 4e11) > site_budget(10**4, 64, False, 4e11)
     assert site_budget(10**4, 64, True, 4e11) > site_budget(10**4, 64, False, 4e11)
     assert site_budget(10**12, 64, False, 4e11) == site_budget(10**14, 64, False, 4e11)

@@ -149,9 +149,7 @@ def conclude(
         "rejection": main.rejection,
         "nonfinite_rejection": main.nonfinite_rejection,
         "warnings": "\n".join(raised),
-        "stein_correction": (
-            "observable" if plan.refit else "affine" if options.stein_correction else "none"
-        ),
+        "stein_correction": plan.correction(setting.observable),
         **options.function_names(),
         **distribution_attrs(setting.observable),
         "passes": passes.reads,

@@ -180,8 +180,11 @@ def estimate_response(
         baselines) by the affine Stein correction
         (``kelr_dist.kernels.response.stein_correction``), in the response read, or, for an
         observable that is not affine in ``x`` (``"square"``, a user's function, a
-        distribution), on the observable's own functions too, in one read before it
-        (``refit_on_observable``: every column of ``A`` then has its exact lag-0 response);
+        distribution), on the observable's own functions too, and with
+        ``symmetry="translation"`` on the local model's site sums, in one read before it
+        (``kelr_dist.pipeline.fits.stein_refit``: every column of ``A`` then has its exact
+        lag-0 response, and the conjugate of a forcing pattern is fitted in functions of the
+        whole field);
         ``False`` gives the uncorrected estimators (the paper's own ``B̂``).
     pilot : with ``estimator="auto"`` on at least 250 000 samples, fit the kernel embedding to
         a strided subsample first, and to all samples only when its held-out loss there can

@@ -3,9 +3,9 @@
 :func:`kernel_embedding` fits the kernel embedding of a :class:`~kelr_dist.pipeline.planning.Plan`
 (after a pilot when the plan asks for one); :func:`response_scores` gathers every score the
 response read evaluates, with their fold refits and richer neighbours, after refitting them on
-random Fourier features (read 3f) or on the own functions of an observable that is not affine
-(:func:`refit_on_observable`, read 3r); :func:`goodness_of_fit` builds the scores' check of the
-response read.
+random Fourier features (read 3f) or, by the Stein correction, on the own functions of an
+observable that is not affine and on the site sums of a tied local model (:func:`stein_refit`,
+read 3r); :func:`goodness_of_fit` builds the scores' check of the response read.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from kelr_dist.kernels.response.stein_correction import (
 )
 from kelr_dist.kernels.scores.folds import Folds
 from kelr_dist.kernels.scores.kernel_embedding import KernelDensity
+from kelr_dist.kernels.scores.local import LocalChoice
+from kelr_dist.kernels.scores.site_sums import SiteSums
 from kelr_dist.kernels.scores.stein_check import SteinFunctions, stein_check_reduction
 from kelr_dist.pipeline.inputs import Inputs
 from kelr_dist.pipeline.options import EstimateOptions
-from kelr_dist.pipeline.planning import Plan, Setting
+from kelr_dist.pipeline.planning import Plan, Setting, affine
 from kelr_dist.pipeline.steps import (
     AnyScoreMatching,
     Fits,
@@ -66,9 +68,10 @@ def response_scores(
     fitted: tuple[KernelEmbeddingChoice | None, AnyScoreMatching | None, Fits],
 ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
     """The scores of the response read (:meth:`Plan.scores`), after read 3f (score matching
-    refitted with random Fourier features, its neighbour outside a polynomial span) or, for an
-    observable that is not affine, read 3r (:func:`refit_on_observable`, which fits that neighbour
-    too); with the estimates before read 3r (empty without it)."""
+    refitted with random Fourier features, its neighbour outside a polynomial span) or, when the
+    plan refits (an observable that is not affine, a tied local model), read 3r
+    (:func:`stein_refit`, which fits that neighbour too); with the estimates before read 3r
+    (empty without it)."""
     ke, sm, fits = fitted
     extended = None
     fourier = sm is not None and plan.features is not None and setting.periods is None
@@ -81,7 +84,16 @@ def response_scores(
     if not plan.refit:
         return (*found, {})
     fourier_base = sm.model if fourier and sm is not None else None
-    return refit_on_observable(passes, setting, found, inputs.folds, fourier_base)
+    moments = setting.survey.moments
+    parts: list[Any] = []
+    if not affine(setting.observable):
+        step = DIFFERENCE_STEP * moments.std
+        parts.append(ObservableFeatures(setting.observable, moments.mean, moments.std, step))
+    if plan.site_sums:
+        assert isinstance(sm, LocalChoice)  # planned for a tied local model
+        parts.append(SiteSums.of(sm, moments.mean, moments.std))
+    features = parts[0] if len(parts) == 1 else StackedFeatures(tuple(parts))
+    return stein_refit(passes, setting, found, inputs.folds, features, fourier_base)
 
 
 def response_read(
@@ -141,27 +153,28 @@ def goodness_of_fit(
     )
 
 
-def refit_on_observable(
+def stein_refit(
     passes: Passes,
     setting: Setting,
     fitted: Scores,
     folds: Folds,
+    features: Any,
     fourier_base: Score | None = None,
 ) -> tuple[dict[str, Score], dict[str, tuple[Score, ...]], dict[str, tuple[Score, ...]], dict]:
     """Read 3r: every estimated score of ``fitted`` (scores, their refits without each fold,
-    their neighbouring models) refitted on the affine features and the observable's own
-    functions (:class:`~kelr_dist.kernels.response.stein_correction.ObservableFeatures`; a refit
-    without fold ``f`` of ``folds`` on the other folds' rows), so that for a constant forcing the
-    response of each column of ``A`` has its exact lag-0 value; with
+    their neighbouring models) refitted on the affine features and the test functions
+    ``features`` (a refit without fold ``f`` of ``folds`` on the other folds' rows): the
+    observable's own functions
+    (:class:`~kelr_dist.kernels.response.stein_correction.ObservableFeatures`), so that for a
+    constant forcing the response of each column of ``A`` has its exact lag-0 value, and a tied
+    local model's site sums (:class:`~kelr_dist.kernels.scores.site_sums.SiteSums`), so that the
+    conjugate of every forcing pattern is fitted in functions of the whole field. With
     ``fourier_base`` (score matching), that score refitted on random Fourier features beside
     them becomes one more neighbour of it (the sensitivity check outside a polynomial span).
     Returns the refitted scores, refits and neighbours, and the estimates before the refit,
     whose lag-0 Stein residuals stay the evidence of their bias."""
     scores, replicates, neighbours = fitted
     moments = setting.survey.moments
-    features = ObservableFeatures(
-        setting.observable, moments.mean, moments.std, DIFFERENCE_STEP * moments.std
-    )
     names = [name for name in ESTIMATED if name in scores]
     groups = [
         (name, kind, members)

@@ -137,15 +137,34 @@ class Plan:
     gaussian: SampleMoments | None
     corrected: bool
     pilot: bool  #: whether the kernel embedding is first fitted to a subsample (a pilot)
-    #: the Stein correction is a refit on the observable's own functions (squares, a user's
-    #: functions, a distribution's bins, powers or exceedances: outside the affine span),
-    #: :func:`refit_on_observable`
+    #: the Stein correction is a refit (:func:`~kelr_dist.pipeline.fits.stein_refit`): on the
+    #: observable's own functions (squares, a user's functions, a distribution's bins, powers or
+    #: exceedances: outside the affine span) and on the site sums of a tied local model
     refit: bool = False
+    #: the refit's test functions hold the tied local model's site sums
+    #: (:class:`~kelr_dist.kernels.scores.site_sums.SiteSums`)
+    site_sums: bool = False
 
     @property
     def affine(self) -> bool:
         """Whether the estimated scores get the affine Stein correction in the response read."""
         return self.corrected and not self.refit
+
+    def correction(self, observable: Observable) -> str:
+        """The Stein correction's test functions beside the affine ones (the result's
+        ``attrs["stein_correction"]``): ``"observable"``, ``"site sums"``, both, ``"affine"``
+        alone, or ``"none"``."""
+        if not self.corrected:
+            return "none"
+        parts = [
+            name
+            for name, used in (
+                ("observable", self.refit and not affine(observable)),
+                ("site sums", self.site_sums),
+            )
+            if used
+        ]
+        return ", ".join(parts) or "affine"
 
     def scores(
         self,
@@ -255,6 +274,9 @@ def plan_estimate(
             grown_for = n_samples if grown else None
             features = score_matching_features(setting.coordinates, inputs.degree, grown_for)
     sample = setting.survey.sample
+    # on a circle the bins at the wrap are not periodic: no Stein identity to enforce
+    refits = options.stein_correction and setting.periods is None
+    site_sums = refits and isinstance(features, LocalFeatures) and features.tied
     return Plan(
         density_basis=basis,
         features=features,
@@ -264,10 +286,8 @@ def plan_estimate(
         exact=inputs.exact,
         gaussian=sample if options.gaussian else None,
         corrected=options.stein_correction,
-        # on a circle the bins at the wrap are not periodic: no Stein identity to enforce
-        refit=options.stein_correction
-        and not affine(setting.observable)
-        and setting.periods is None,
+        refit=refits and (site_sums or not affine(setting.observable)),
+        site_sums=site_sums,
         pilot=options.pilot
         and options.estimator == "auto"
         and basis is not None

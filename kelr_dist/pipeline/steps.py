@@ -77,6 +77,7 @@ from kelr_dist.kernels.scores.local import (
     LocalFeatures,
     LocalSums,
     choose_local,
+    held_by_cost,
     local_gram_reduction,
 )
 from kelr_dist.kernels.scores.refit import Request, refit_reduction
@@ -289,12 +290,24 @@ def score_matching_truncation(choice: AnyScoreMatching, n_samples: int) -> Trunc
         found = choice.truncation()
         if found is None:
             return None
+        features = choice.sums.features
+        if held_by_cost(n_samples, features.dim, features.tied, SM_GRAM_FLOPS):
+            knob = (
+                "a site's features are held by the Gram pass's cost (local.site_budget, "
+                f"SM_GRAM_FLOPS = {SM_GRAM_FLOPS:.0e}), not by the samples: more samples do not "
+                "raise it"
+            )
+        else:
+            knob = (
+                "a site's features grow with the samples, as 5 N^(1/3) (tied sites: "
+                "5 (N d)^(1/3)), up to the Gram pass's cost (local.site_budget): more samples "
+                "raise it"
+            )
         return Truncation(
             "score-matching",
             choice.degree,
             *found,
-            "a site's features grow with the samples, as 5 N^(1/3) (tied sites: 5 (N d)^(1/3)), "
-            "up to the Gram pass's cost (local.site_budget): more samples raise it",
+            knob,
             where=f" at radius {choice.radius} of the local model"
             + ("" if choice.growth is None else ", along a component of its adaptive index set"),
         )

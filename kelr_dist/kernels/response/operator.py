@@ -848,6 +848,7 @@ def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.nda
         if values[k] is None:
             values[k] = root(x)
     designs: dict[int, np.ndarray] = {}  # per feature set, shared by its refits
+    evaluated: dict[int, np.ndarray] = {}  # per part of a feature set, shared by the sets
     out = []
     for score, root in zip(scores, roots, strict=True):
         known = values[index[id(root)]]
@@ -855,7 +856,7 @@ def evaluate_scores(scores: Sequence[Score], x: np.ndarray) -> list[tuple[np.nda
         if isinstance(score, ExtendedScore):
             key = id(score.features)
             if key not in designs:
-                designs[key] = score.design(x)
+                designs[key] = score.design(x, evaluated)
             known = score.on_base(designs[key], *known)
         out.append(known)
     return out

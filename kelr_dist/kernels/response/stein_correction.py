@@ -300,13 +300,31 @@ class StackedFeatures:
         return np.hstack(values), np.hstack(divergence)
 
 
-def refit_design(x: np.ndarray, features: Features) -> tuple[np.ndarray, np.ndarray]:
+def parts(features: Any) -> tuple[Any, ...]:
+    """The feature sets side by side in ``features``, stacks flattened (itself, unless it is
+    :class:`StackedFeatures`)."""
+    if not isinstance(features, StackedFeatures):
+        return (features,)
+    return tuple(part for stacked in features.parts for part in parts(stacked))
+
+
+def refit_design(
+    x: np.ndarray,
+    features: Features,
+    evaluated: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """``[z̃, φ]`` at ``x (n, d)`` ``(n, w)`` and its divergence sums ``Σ_n ∂_j [z̃, φ]``
-    ``(d, w)``: the design of a refit by eq. (1)."""
-    phi, divergence = features.values_and_divergence_sums(x)
+    ``(d, w)``: the design of a refit by eq. (1). ``evaluated``: each part's values and
+    divergence sums at ``x`` by ``id`` (:func:`parts`), filled as they are evaluated, so the
+    designs of feature sets that share a part evaluate it once."""
+    evaluated = {} if evaluated is None else evaluated
+    for part in parts(features):
+        if id(part) not in evaluated:
+            evaluated[id(part)] = part.values_and_divergence_sums(x)
+    phi, divergence = zip(*(evaluated[id(part)] for part in parts(features)), strict=True)
     z = augmented(x, features.origin, features.scale)
     affine = divergence_sums(x, features.scale)
-    return np.hstack([z, phi]), np.hstack([affine, divergence])
+    return np.hstack([z, *phi]), np.hstack([affine, *divergence])
 
 
 @dataclass(frozen=True)
@@ -337,10 +355,16 @@ class ExtendedScore:
     def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.on_base(self.design(x), *self.base(x))
 
-    def design(self, x: np.ndarray) -> np.ndarray:
-        """``[z̃, φ]`` at ``x (n, d)``: ``(n, w)``, shared by the refits on the same features."""
+    def design(self, x: np.ndarray, evaluated: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """``[z̃, φ]`` at ``x (n, d)``: ``(n, w)``, shared by the refits on the same features;
+        ``evaluated``: each part's values at ``x`` by ``id``, as in :func:`refit_design`."""
+        evaluated = {} if evaluated is None else evaluated
+        for part in parts(self.features):
+            if id(part) not in evaluated:
+                evaluated[id(part)] = part(x)
         f = self.features
-        return np.hstack([augmented(x, f.origin, f.scale), f(x)])
+        phi = [evaluated[id(part)] for part in parts(f)]
+        return np.hstack([augmented(x, f.origin, f.scale), *phi])
 
     def on_base(
         self, design: np.ndarray, score: np.ndarray, kept: np.ndarray

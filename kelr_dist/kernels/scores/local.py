@@ -252,11 +252,24 @@ def site_budget(n_samples: int, dim: int, tied: bool, flops: float) -> int:
     budget grows as ``N^(1/3)`` up to ``(c³ flops / 2d)^(1/5)`` (tied: ``(c³ flops / 2)^(1/5)``),
     where the stated cost of the pass holds it; at least 4 (the constant and the linear
     features of a site and its two nearest)."""
+    by_rows, by_cost = _site_bounds(n_samples, dim, tied, flops)
+    return max(int(min(by_rows, by_cost)), 4)
+
+
+def held_by_cost(n_samples: int, dim: int, tied: bool, flops: float) -> bool:
+    """Whether :func:`site_budget` is held by the Gram pass's cost rather than by the samples:
+    more samples then do not raise it."""
+    by_rows, by_cost = _site_bounds(n_samples, dim, tied, flops)
+    return by_cost < by_rows
+
+
+def _site_bounds(n_samples: int, dim: int, tied: bool, flops: float) -> tuple[float, float]:
+    """:func:`site_budget`'s two bounds: by the rows its fit sees, and by the pass's cost."""
     c = SITE_FEATURES_PER_CUBE_ROOT
     sites = dim if tied else 1
     by_rows = c * (max(n_samples, 1) * sites) ** (1.0 / 3.0)
     by_cost = (c**3 * flops * sites / (2.0 * dim)) ** (1.0 / 5.0)
-    return max(int(min(by_rows, by_cost)), 4)
+    return by_rows, by_cost
 
 
 def degree_caps(

@@ -61,7 +61,8 @@ def refit_sums(requests: Sequence[Request], x: np.ndarray, fold: int, folds: int
     divergence = [np.zeros((folds, d, w)) for w in widths]
     for rows in row_blocks(x.shape[0], FEATURE_ROWS):
         block = x[rows]
-        designs = [refit_design(block, features) for features in sets]
+        evaluated: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # parts shared by the sets
+        designs = [refit_design(block, features, evaluated) for features in sets]
         for k, (z, div) in enumerate(designs):
             second[k][fold] += z.T @ z
             divergence[k][fold] += div
