@@ -667,8 +667,9 @@ class EstimateOptions(_Options):
     )
     stein_correction: Flag = option(
         True,
-        "refit the estimated scores by the Stein correction: affine, and on the observable's "
-        "own functions when it is not affine (false: the paper's uncorrected estimators)",
+        "refit the estimated scores by the Stein correction: affine, on the observable's own "
+        "functions when it is not affine, and on the site sums of a tied local model (false: "
+        "the paper's uncorrected estimators)",
     )
     pilot: Flag = option(
         True,
