@@ -418,7 +418,7 @@ def figure(results: dict, times: np.ndarray, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6.5), sharex=True)
+    fig, axes = plt.subplots(2, 2, figsize=(9, 7), sharex=True)
     for ax, (label, name, kind) in zip(axes.ravel(), ROWS, strict=True):
         measured = results["direct"][(name, kind)]
         low, high = measured.value - 2 * measured.stderr, measured.value + 2 * measured.stderr
@@ -438,11 +438,14 @@ def figure(results: dict, times: np.ndarray, path: Path, title: str) -> None:
                                 label="kelr_dist ± 2 total se")  # fmt: skip
             ax.plot(times, curve.value, style, lw=1.2, label=text)
         ax.set_title(f"{label}, forcing {'on site 1' if kind == 'site' else 'F'}", fontsize=10)
-        ax.set_xlabel("t")
         ax.set_ylabel("step response")
-    axes[0, 0].legend(fontsize=8)
+    for ax in axes[1]:
+        ax.set_xlabel("t")
+    # one legend below the panels, where it hides no curve
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 

@@ -1,5 +1,6 @@
-"""Functions of a whole field that a translation leaves alone: a tied local model's features
-summed over the sites.
+"""A tied local model's features summed over the sites: functions of the whole field.
+
+They are the functions of a field that a translation leaves alone.
 
 The tied local model (:mod:`kelr_dist.kernels.scores.local`, ``symmetry="translation"``) fits
 each site's score ``s_i(x) = w · φ(x_{N(i)})`` on its own neighbourhood. The conjugate variable
