@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +39,22 @@ from kelr_dist.kernels.scores.local import LocalChoice, LocalFeatures
 SITE_SUM_DEGREE = 2
 #: rows of standard normal draws on which translated copies of a site sum are found equal
 PROBE_ROWS = 64
+
+
+class _Layout(NamedTuple):
+    """How :class:`SiteSums` evaluates: each site's members ``(S, w)``; over a site's whole
+    feature set, in an order where a feature follows its parent (itself without its last entry),
+    each feature's ``parent`` and the position (``last``) and degree (``power``) of that last
+    entry; the ``columns``, the features summed (the kept ones, one of each set of translated
+    copies); and their supports (``position``, ``degree``, each ``(P, s)``) for the gradients."""
+
+    members: np.ndarray
+    parent: np.ndarray
+    last: np.ndarray
+    power: np.ndarray
+    columns: np.ndarray
+    position: np.ndarray
+    degree: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -69,12 +86,7 @@ class SiteSums:
                    np.asarray(scale, float))  # fmt: skip
 
     @cached_property
-    def _layout(self) -> tuple[np.ndarray, ...]:
-        """Each site's members ``(S, w)``; over the site's whole feature set, in an order where
-        a feature follows its parent (itself without its last entry), each feature's parent, the
-        position among the members and the degree of that last entry; the features summed into
-        the columns (the kept ones, one of each set of translated copies); and their supports
-        (positions and degrees, each ``(P, s)``) for the gradients."""
+    def _layout(self) -> _Layout:
         members = np.array(self.features.neighbourhoods.members, dtype=np.int64)
         site = self.features.sites[0]
         indices, order = site.indices, self._order
@@ -97,12 +109,12 @@ class SiteSums:
         )
         if kept.size == 0:  # a model of degree 1: nothing beside the affine features
             empty = np.zeros((0, 1), dtype=np.int64)
-            return members, parent, last, power, kept, empty, empty
+            return _Layout(members, parent, last, power, kept, empty, empty)
         columns = kept[self._distinct(members, parent, last, power, kept)]
         position, degree = site.subset(np.isin(np.arange(site.size), order[columns])).support
         # the support rows follow the site's own order: map the columns to it
         columns = columns[np.argsort(order[columns])]
-        return members, parent, last, power, columns, position, degree
+        return _Layout(members, parent, last, power, columns, position, degree)
 
     def _distinct(
         self,
@@ -132,13 +144,13 @@ class SiteSums:
 
     @property
     def size(self) -> int:
-        return int(self._layout[4].size)
+        return int(self._layout.columns.size)
 
     @property
     def indices(self) -> np.ndarray:
         """Each column's multi-index over a site's members ``(P, w)``."""
         site = self.features.sites[0]
-        return site.indices[np.isin(np.arange(site.size), self._order[self._layout[4]])]
+        return site.indices[np.isin(np.arange(site.size), self._order[self._layout.columns])]
 
     @cached_property
     def _order(self) -> np.ndarray:
