@@ -52,7 +52,7 @@ and the package's ``± 2`` standard error bands): the direct responses at a few 
 standard errors, and for the package and the quasi-Gaussian FDT the largest ``|R - R_direct|``
 over ``t <= --max-time``, the share of those times within two of the direct experiment's
 standard errors and (the package) beyond two combined standard errors; then the parts of the
-package's standard error.
+package's standard error. The heading names the warnings the package's estimate raised.
 
     python scripts/lorenz96_response.py --F 8 --sigma 0.5 --samples 2e5 --members 40000 \\
         --output docs/benchmarks/lorenz96_f8.md --figure docs/figures/lorenz96/f8.png
@@ -305,6 +305,8 @@ def package(
     k, dt = model.K, model.dt
     options: dict = dict(max_lag=lags, estimator=args.estimator, client="synchronous",
                          gaussian=True)  # fmt: skip
+    if args.degree is not None:
+        options["degree"] = args.degree
     site_mean = float(x.mean())
     if args.reduce is not None:
         route, sites = "eof", list(range(k))
@@ -450,6 +452,12 @@ def figure(results: dict, times: np.ndarray, path: Path, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def warned(ds: xr.Dataset) -> str:
+    """The categories of the warnings the estimate raised (its ``attrs["warnings"]`` lines)."""
+    lines = str(ds.attrs.get("warnings", "")).splitlines()
+    return ", ".join(sorted({line.split(":")[0] for line in lines if line.strip()}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -472,6 +480,8 @@ def main() -> None:
     parser.add_argument("--index-set", default="local", choices=("local", "local-adaptive"),
                         help="the local score model's index set (all-sites route)")  # fmt: skip
     parser.add_argument("--estimator", default="score-matching", help="estimate_response's")
+    parser.add_argument("--degree", type=int, help="the score model's degree (default: chosen "
+                        "by held-out loss)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--output", type=Path, help="write the Markdown table here")
     parser.add_argument("--figure", type=Path, help="write the figure here")
@@ -531,7 +541,7 @@ def main() -> None:
         f"{int(args.samples):.0e} samples (dt = {model.dt:g}) for the FDTs, package on {route} "
         f"({ds.attrs['estimator']}, {fitted}); direct: {args.members} members, "
         f"ε = {args.epsilon:g} (F), {args.site_epsilon:g} (site 1); "
-        f"errors over t <= {args.max_time:g}"
+        f"errors over t <= {args.max_time:g}; the package's warnings: {warned(ds) or 'none'}"
     )
     text = (
         f"{table(results, times, args, heading)}\n\nThe package's largest standard error over "

@@ -312,6 +312,7 @@ def test_declared_neighbourhoods() -> None:
     names = [f"x{k}" for k in range(1, 17)]
     ring = declared_neighbourhoods("ring", names, "neighbours")
     assert ring.members[0][:3] == (0, 15, 1) and ring.sizes[0] == (1, 3, 5) and ring.lattice
+    assert ring.members[0][5:] == (13, 3)  # the shell: the sensitivity check's alone
     grid = declared_neighbourhoods("grid(4,4)", names, "neighbours")
     assert grid.sizes[0] == (
         1,
@@ -320,7 +321,8 @@ def test_declared_neighbourhoods() -> None:
     )  # (±2, 0) coincide on 4 sites and set(grid.members[5][1:5]) == {1, 4, 6, 9}
     chain = {n: [names[k - 1]] if k else [] for k, n in enumerate(names)}
     path = declared_neighbourhoods(chain, names, "neighbours")
-    assert path.members[0] == (0, 1, 2) and path.members[5] == (5, 4, 6, 3, 7)
+    assert path.members[0] == (0, 1, 2, 3) and path.members[5] == (5, 4, 6, 3, 7, 2, 8)
+    assert path.sizes[0] == (1, 2, 3) and path.sizes[5] == (1, 3, 5)
     assert declared_neighbourhoods(json.dumps(chain), names, "attr").members == path.members
 
 

@@ -93,8 +93,11 @@ LOCAL_DIMENSION = 10
 class Neighbourhoods:
     """Per site ``i``, the components its score may depend on (``i`` first, nearer first),
     ``members[i]``, and the size of its ball of radius ``r``, ``sizes[i][r]`` (``r = 0``: the
-    site alone). ``source`` says where they come from; ``lattice`` whether every site has the
-    same shape, its members at the same relative positions (a ring or a periodic grid)."""
+    site alone). The members past the widest ball, ``members[i][sizes[i][-1]:]``, are its
+    *shell*, the components at the next radius: no candidate uses them, only the richer model of
+    the sensitivity check (:attr:`LocalChoice.neighbours`). ``source`` says where they come from;
+    ``lattice`` whether every site has the same shape, its members at the same relative positions
+    (a ring or a periodic grid)."""
 
     members: tuple[tuple[int, ...], ...]
     sizes: tuple[tuple[int, ...], ...]
@@ -108,20 +111,22 @@ class Neighbourhoods:
 
     def describe(self, names: Sequence[str]) -> str:
         """One line: the source and the neighbourhood of the first site."""
-        first = ", ".join(names[k] for k in self.members[0])
+        first = ", ".join(names[k] for k in self.members[0][: self.sizes[0][-1]])
         return f"{self.source} (site {names[0]}: {first})"
 
 
 def _by_distance(adjacency: list[set[int]], radius: int) -> Neighbourhoods:
-    """Balls of graph distance ``≤ radius``, breadth first, in index order within a shell."""
+    """Balls of graph distance ``≤ radius`` and the shell at ``radius + 1``, breadth first, in
+    index order within a shell."""
     members, sizes = [], []
     for site in range(len(adjacency)):
         seen, shell, order, size = {site}, [site], [site], [1]
-        for _ in range(radius):
+        for r in range(radius + 1):
             shell = sorted({k for j in shell for k in adjacency[j]} - seen)
             seen.update(shell)
             order += shell
-            size.append(len(order))
+            if r < radius:
+                size.append(len(order))
         members.append(tuple(order))
         sizes.append(tuple(size))
     return Neighbourhoods(tuple(members), tuple(sizes), "adjacency")
@@ -138,20 +143,21 @@ def _offsets(shape: tuple[int, ...], radius: int) -> list[tuple[tuple[int, ...],
 
 def lattice(shape: tuple[int, ...], radius: int = DECLARED_RADIUS) -> Neighbourhoods:
     """A periodic lattice of ``shape`` (a ring: one entry), sites in C order, neighbourhoods of
-    Manhattan distance ``≤ radius`` at the same relative offsets at every site (sites that
-    coincide on a small lattice are kept once)."""
-    shells = _offsets(shape, radius)
+    Manhattan distance ``≤ radius`` and the shell at ``radius + 1`` at the same relative offsets
+    at every site (sites that coincide on a small lattice are kept once)."""
+    shells = _offsets(shape, radius + 1)
     count = math.prod(shape)
     members, sizes = [], []
     for site in range(count):
         at = np.unravel_index(site, shape)
         order, size = [site], [1]
-        for shell in shells:
+        for r, shell in enumerate(shells):
             for offset in shell:
                 k = int(np.ravel_multi_index(tuple(np.add(at, offset) % shape), shape))
                 if k not in order:
                     order.append(k)
-            size.append(len(order))
+            if r < radius:
+                size.append(len(order))
         members.append(tuple(order))
         sizes.append(tuple(size))
     name = "ring" if len(shape) == 1 else f"grid({','.join(map(str, shape))})"
@@ -227,7 +233,8 @@ def partners_from_covariance(
     """Neighbourhoods found in the data: each site's ``partners`` components of largest
     absolute partial correlation ``-Θ_ij / sqrt(Θ_ii Θ_jj)``, ``Θ`` the precision matrix of the
     ``covariance (d, d)`` (pseudo-inverse: a singular covariance gives no error), strongest first;
-    the ball of radius ``r`` is the site and its ``r`` strongest partners."""
+    the ball of radius ``r`` is the site and its ``r`` strongest partners, the shell the next
+    one."""
     d = covariance.shape[0]
     precision = np.linalg.pinv(np.atleast_2d(covariance))
     diagonal = np.sqrt(np.abs(np.diag(precision)))
@@ -237,7 +244,7 @@ def partners_from_covariance(
     count = min(partners, d - 1)
     members, sizes = [], []
     for site in range(d):
-        ranked = np.argsort(-partial_corr[site], kind="stable")[:count]
+        ranked = np.argsort(-partial_corr[site], kind="stable")[: min(count + 1, d - 1)]
         members.append((site, *(int(k) for k in ranked)))
         sizes.append(tuple(range(1, count + 2)))
     return Neighbourhoods(tuple(members), tuple(sizes), "partial correlations")
@@ -292,7 +299,8 @@ def _site_indices(
     sizes: tuple[int, ...], width: int, caps: tuple[int, ...], reach: int
 ) -> np.ndarray:
     """A site's multi-indices over its ``width`` members (:class:`LocalFeatures`), by total
-    degree."""
+    degree, then its shell's (:func:`_shell_indices`) last."""
+    inner = sizes[-1]
     rows = {
         tuple(int(v) for v in m)
         for r, q in enumerate(caps)
@@ -300,8 +308,21 @@ def _site_indices(
         for m in multi_indices([q] * sizes[r] + [0] * (width - sizes[r]), q)
     }
     if reach > 0:
-        rows |= axes_and_pairs(width, reach)
-    return np.asarray(sorted(rows, key=lambda m: (sum(m), m[::-1])))
+        rows |= {(*m, *(0,) * (width - inner)) for m in axes_and_pairs(inner, reach)}
+    ordered = sorted(rows, key=lambda m: (sum(m), m[::-1]))
+    return np.asarray(ordered + _shell_indices(inner, width))
+
+
+def _shell_indices(inner: int, width: int) -> list[tuple[int, ...]]:
+    """The features a shell component ``k`` (members ``inner..width - 1``) adds to the richer
+    model of the sensitivity check: its first two polynomials and its product with the site's
+    own first, ``x_k``, ``x_k²``, ``x_i x_k`` (downward closed with any set holding the site's
+    linear feature)."""
+    out = []
+    for k in range(inner, width):
+        for entries in ({k: 1}, {k: 2}, {0: 1, k: 1}):
+            out.append(tuple(entries.get(j, 0) for j in range(width)))
+    return out
 
 
 def _widest(neighbourhoods: Neighbourhoods, caps: tuple[int, ...], reach: int) -> int:
@@ -336,8 +357,9 @@ class LocalFeatures:
     """Per site, the features of its neighbourhood: the union over radii ``r`` of the
     total-degree sets of degree ``caps[r]`` on the ball of radius ``r`` and, with ``reach > 0``
     (the dictionary of an adaptive index set, :func:`adaptive_features`), every index of at most
-    two nonzero entries and total degree ``≤ reach`` on the whole neighbourhood. ``tied``: one
-    set of weights for all sites (translation symmetry)."""
+    two nonzero entries and total degree ``≤ reach`` on the whole neighbourhood; last, the
+    shell's features (:func:`_shell_indices`), which only the sensitivity check's richer model
+    uses. ``tied``: one set of weights for all sites (translation symmetry)."""
 
     neighbourhoods: Neighbourhoods
     coordinates: tuple[Coordinate, ...]
@@ -392,6 +414,24 @@ class LocalFeatures:
             for k, m in zip(members, f.max_degrees, strict=True):
                 top[k] = max(top[k], m)
         return tuple(top)
+
+    def inner_size(self, site: int) -> int:
+        """Features of ``site`` on its widest ball: all but its shell's."""
+        members, sizes = self.neighbourhoods.members[site], self.neighbourhoods.sizes[site]
+        return self.sites[site].size - 3 * (len(members) - sizes[-1])
+
+    def inner_site(self, site: int) -> PolynomialFeatures:
+        """``site``'s features without its shell's: the dictionary its candidates and growth
+        use."""
+        f = self.sites[site]
+        return PolynomialFeatures.of_indices(f.coordinates, f.indices[: self.inner_size(site)])
+
+    def shell(self) -> np.ndarray:
+        """``(d, width)`` bool: each site's shell features (:func:`_shell_indices`)."""
+        out = np.zeros((self.dim, self.width), dtype=bool)
+        for i, f in enumerate(self.sites):
+            out[i, self.inner_size(i) : f.size] = True
+        return out
 
     def mask(self, radius: int, degree: int) -> np.ndarray:
         """``(d, width)`` bool: each site's features on its ball of ``radius`` of total degree
@@ -704,7 +744,7 @@ def grow_local(sums: LocalSums, start: np.ndarray) -> LocalGrowth:
     weight = np.array([c.scale for c in features.coordinates]) ** 2
     paths = []
     for sites in groups:
-        size, rows = features.sites[sites[0]].size, list(sites)
+        size, rows = features.inner_size(sites[0]), list(sites)
         parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[], []]
         for f in range(len(sums.n)):
             for part, (gram, b) in zip(
@@ -719,7 +759,7 @@ def grow_local(sums: LocalSums, start: np.ndarray) -> LocalGrowth:
                     g, v = g.sum(axis=0, keepdims=True), v.sum(axis=0, keepdims=True)
                 part.append((g, v))
         train, test = (tuple(np.stack(a) for a in zip(*part, strict=True)) for part in parts)
-        indices = features.sites[sites[0]].indices
+        indices = features.inner_site(sites[0]).indices
         paths.append(grow_blocks(train, test, sums.n, indices, start[sites[0], :size]))
     return LocalGrowth(tuple(groups), tuple(paths))
 
@@ -815,7 +855,7 @@ class LocalChoice:
             fall
             for sites, path in zip(growth.groups, growth.paths, strict=True)
             for _, top, fall in edge_falls(
-                features.sites[sites[0]], members[sites[0], : path.order.size], path
+                features.inner_site(sites[0]), members[sites[0], : path.order.size], path
             )
             if top < LOCAL_MAX_REACH
         ]
@@ -827,31 +867,34 @@ class LocalChoice:
 
     @cached_property
     def neighbours(self) -> tuple[tuple[LocalScoreModel, ...], str] | None:
-        """The chosen model one radius wider, or two degrees higher when it is at the widest
-        radius, or grown, two steps further along its path, at the same ridge (``None``: no
-        richer model was fitted); see
+        """The chosen model one radius wider; at the widest radius, two degrees higher (to its
+        cap) and with the shell's features (:func:`_shell_indices`: the components at the next
+        radius, each alone and with the site); grown, two steps further along its path and with
+        the shell's features; at the same ridge (``None``: no richer model was fitted). See
         :attr:`kelr_dist.pipeline.steps.ScoreMatchingChoice.neighbours`."""
+        features = self.sums.features
+        shell = features.shell()
         if self.growth is not None:
-            members = self.growth.members(self.sums.features, later=2)
-            if (members == self.members).all():
-                return None
-            model = LocalScoreModel(self.sums.features, self.sums.fit(members, (self.ridge,))[0])
-            return (model,), (
-                f"local adaptive set: {int(self.members.sum())} -> {int(members.sum())} features"
-            )
-        caps = self.sums.features.caps
-        radius, degree = self.radius, self.degree
-        if radius + 1 < len(caps) and caps[radius + 1] >= 1:
-            radius, degree = radius + 1, min(degree, caps[radius + 1])
-        elif degree < caps[radius]:
-            degree = min(degree + 2, caps[radius])
+            members = self.growth.members(features, later=2) | shell
+            what = f"local adaptive set: {int(self.members.sum())} -> {int(members.sum())} features"
         else:
+            caps, radius, degree = features.caps, self.radius, self.degree
+            if radius + 1 < len(caps) and caps[radius + 1] >= 1:
+                radius, degree = radius + 1, min(degree, caps[radius + 1])
+                members = features.mask(radius, degree)
+            else:
+                degree = min(degree + 2, caps[radius])
+                members = features.mask(radius, degree) | shell
+            what = (
+                f"local radius {self.radius} degree {self.degree} -> radius {radius} "
+                f"degree {degree}"
+            )
+            if radius == self.radius and shell.any():
+                what += " and the next radius's pairs with the site"
+        if (members == self.members).all():
             return None
-        members = self.sums.features.mask(radius, degree)
-        model = LocalScoreModel(self.sums.features, self.sums.fit(members, (self.ridge,))[0])
-        return (model,), (
-            f"local radius {self.radius} degree {self.degree} -> radius {radius} degree {degree}"
-        )
+        model = LocalScoreModel(features, self.sums.fit(members, (self.ridge,))[0])
+        return (model,), what
 
 
 def _held_out(sums: LocalSums, members: np.ndarray, ridges: tuple[float, ...]) -> np.ndarray:
