@@ -406,3 +406,32 @@ def test_the_command_line_refuses_a_mismatched_neighbourhood(tmp_path: Any) -> N
     assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--neighbours='grid(4,4)' has 16 sites" in lines[0], run.stderr
+
+
+def test_a_model_at_the_widest_radius_has_the_shell_as_its_richer_neighbour() -> None:
+    """A Gaussian ring coupled at distances 1 and 2, fitted on balls of radius 1 at degree 1 (the
+    widest radius, the highest degree): no richer candidate exists, so the sensitivity check's
+    neighbour is the chosen model with the shell's features (the components at distance 2). It
+    follows the score ``-Θ x``, which the chosen model cannot."""
+    from kelr_dist.kernels.scores.local import LocalFeatures, choose_local, lattice
+
+    d = 8
+    shift = np.roll(np.eye(d), 1, axis=1)
+    theta = 2.0 * np.eye(d) - 0.5 * (shift + shift.T) + 0.3 * (shift @ shift + shift.T @ shift.T)
+    chol = np.linalg.cholesky(np.linalg.inv(theta))
+    x = np.random.default_rng(3).standard_normal((45_000, d)) @ chol.T
+    coords = tuple(
+        Coordinate(Hermite(), float(m), float(s)) for m, s in zip(x.mean(0), x.std(0), strict=True)
+    )
+    features = LocalFeatures(lattice((d,), radius=1), coords, (0, 1), tied=True)
+    choice = choose_local(_local_sums(x, features), degree=1)
+    assert (choice.radius, choice.degree) == (1, 1)
+    assert choice.neighbours is not None
+    (richer,), what = choice.neighbours
+    assert what.endswith("and the next radius's pairs with the site")
+    site = features.sites[0]
+    assert features.inner_size(0) == site.size - 6  # x_k, x_k², x_i x_k for k = i ± 2
+    exact = -x[:2000] @ theta
+    chosen_error = np.abs(choice.model(x[:2000])[0] - exact).max()
+    richer_error = np.abs(richer(x[:2000])[0] - exact).max()
+    assert richer_error < 0.1 * chosen_error, (richer_error, chosen_error)
