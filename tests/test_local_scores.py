@@ -428,7 +428,7 @@ def test_a_model_at_the_widest_radius_has_the_shell_as_its_richer_neighbour() ->
     assert (choice.radius, choice.degree) == (1, 1)
     assert choice.neighbours is not None
     (richer,), what = choice.neighbours
-    assert what.endswith("and the next radius's pairs with the site")
+    assert what.endswith("and the pairs with the site at radius 2")
     site = features.sites[0]
     assert features.inner_size(0) == site.size - 6  # x_k, x_k², x_i x_k for k = i ± 2
     exact = -x[:2000] @ theta

@@ -890,7 +890,8 @@ class LocalChoice:
                 f"degree {degree}"
             )
             if radius == self.radius and shell.any():
-                what += " and the next radius's pairs with the site"
+                past = features.neighbourhoods.radius + 1  # the shell's radius
+                what += f" and the pairs with the site at radius {past}"
         if (members == self.members).all():
             return None
         model = LocalScoreModel(features, self.sums.fit(members, (self.ridge,))[0])
