@@ -75,6 +75,7 @@ import numpy as np
 import xarray as xr
 
 import kelr_dist
+from kelr_dist.edges.report import warning_lines
 from kelr_dist.models.lorenz96 import Lorenz96
 
 #: the responses compared: (label, observable, forcing)
@@ -453,9 +454,8 @@ def figure(results: dict, times: np.ndarray, path: Path, title: str) -> None:
 
 
 def warned(ds: xr.Dataset) -> str:
-    """The categories of the warnings the estimate raised (its ``attrs["warnings"]`` lines)."""
-    lines = str(ds.attrs.get("warnings", "")).splitlines()
-    return ", ".join(sorted({line.split(":")[0] for line in lines if line.strip()}))
+    """The categories of the warnings the estimate raised (the report's lines), or "none"."""
+    return ", ".join(sorted({line.split(":")[0] for line in warning_lines(ds)}))
 
 
 def main() -> None:
@@ -541,7 +541,7 @@ def main() -> None:
         f"{int(args.samples):.0e} samples (dt = {model.dt:g}) for the FDTs, package on {route} "
         f"({ds.attrs['estimator']}, {fitted}); direct: {args.members} members, "
         f"ε = {args.epsilon:g} (F), {args.site_epsilon:g} (site 1); "
-        f"errors over t <= {args.max_time:g}; the package's warnings: {warned(ds) or 'none'}"
+        f"errors over t <= {args.max_time:g}; the package's warnings: {warned(ds)}"
     )
     text = (
         f"{table(results, times, args, heading)}\n\nThe package's largest standard error over "
